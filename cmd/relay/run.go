@@ -1,0 +1,198 @@
+// relay run: wire the components of one job and supervise them.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/consumer"
+	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/httpserver"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/pipeline"
+	"github.com/relay-sh/relay/internal/sink"
+	"github.com/relay-sh/relay/internal/supervisor"
+)
+
+func cmdRun(ctx context.Context, args []string) error {
+	fs, path := flagSet("run", "[--config FILE]")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	err = runJob(ctx, cfg, log)
+	if err != nil {
+		log.Error("relay stopped", zap.Error(err))
+	}
+	return err
+}
+
+func newLogger(level string) (*zap.Logger, error) {
+	zc := zap.NewProductionConfig()
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	zc.EncoderConfig.TimeKey = "ts"
+	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	zc.Sampling = nil
+	zc.DisableStacktrace = true
+	zc.EncoderConfig.EncodeDuration = zapcore.StringDurationEncoder
+	l, err := zc.Build()
+	if err != nil {
+		return nil, err
+	}
+	return l.Named("relay"), nil
+}
+
+// openDBs opens the sink pool and the ledger pool (the same pool when the ledger shares the sink).
+func openDBs(cfg config.Config) (sinkDB, ledgerDB *sql.DB, err error) {
+	sess := database.Session{WaitTimeout: cfg.MySQL.SessionTimeout, LockWaitTimeout: cfg.MySQL.LockWait}
+	if sinkDB, err = database.Open(cfg.MySQL.DSN, sess); err != nil {
+		return nil, nil, fmt.Errorf("mysql.dsn: %w", err)
+	}
+	if cfg.MySQL.LedgerDSN == "" {
+		return sinkDB, sinkDB, nil
+	}
+	if ledgerDB, err = database.Open(cfg.MySQL.LedgerDSN, sess); err != nil {
+		sinkDB.Close()
+		return nil, nil, fmt.Errorf("mysql.ledger_dsn: %w", err)
+	}
+	return sinkDB, ledgerDB, nil
+}
+
+func owner() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s pid %d", host, os.Getpid())
+}
+
+func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
+	log.Info("starting", zap.String("job", cfg.Job.Name), zap.String("mode", string(cfg.Mode)),
+		zap.Int("subtasks", cfg.Subtasks), zap.Duration("checkpoint_interval", cfg.Checkpoint.Interval),
+		zap.String("mysql", database.Redact(cfg.MySQL.DSN)), zap.String("version", metrics.Version))
+	if cfg.Mode != config.ModeXA {
+		return fmt.Errorf("mode %s: not implemented in this build (only xa)", cfg.Mode)
+	}
+	m := metrics.New(cfg.Job.Name)
+	sinkDB, ledgerDB, err := openDBs(cfg)
+	if err != nil {
+		return err
+	}
+	defer sinkDB.Close()
+	if ledgerDB != sinkDB {
+		defer ledgerDB.Close()
+		m.WatchPool(cfg.Job.Name, "ledger", ledgerDB)
+	}
+	m.WatchPool(cfg.Job.Name, "sink", sinkDB)
+
+	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	flavor, version, err := sink.DetectFlavor(startCtx, sinkDB)
+	if err != nil {
+		return fmt.Errorf("connect sink: %w", err)
+	}
+	log.Info("mysql", zap.String("server_version", version))
+	maxConn, err := database.ServerVar(startCtx, sinkDB, "SHOW GLOBAL VARIABLES LIKE 'max_connections'")
+	if err != nil {
+		return fmt.Errorf("read max_connections: %w", err)
+	}
+	threads, err := database.ServerVar(startCtx, sinkDB, "SHOW GLOBAL STATUS LIKE 'Threads_connected'")
+	if err != nil {
+		return fmt.Errorf("read Threads_connected: %w", err)
+	}
+	if err := cfg.CheckServer(maxConn, threads); err != nil {
+		return err
+	}
+	if err := (sink.Schema{Table: cfg.MySQL.Table, DLQ: cfg.MySQL.DLQTable}).Create(startCtx, sinkDB, flavor); err != nil {
+		return err
+	}
+	if err := ledger.EnsureSchema(startCtx, ledgerDB); err != nil {
+		return err
+	}
+	led := ledger.New(ledgerDB, cfg.Job.Name)
+	fence, err := ledger.Acquire(startCtx, led, owner())
+	if err != nil {
+		return err
+	}
+	defer fence.Release()
+	log.Named("fence").Info("job fenced", zap.Int64("owner_epoch", fence.Epoch))
+
+	copts := consumer.Options{Brokers: cfg.Kafka.Brokers, Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
+		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties}
+	p := pipeline.New(pipeline.Deps{Config: cfg, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
+		Ledger: led, Fence: fence,
+		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) }})
+
+	srv, err := httpserver.Listen(cfg.HTTPAddr, m.Registry, func() (bool, string) {
+		ok, why := p.Ready()
+		if ok {
+			m.Ready.Set(1)
+		} else {
+			m.Ready.Set(0)
+		}
+		return ok, why
+	}, log.Named("http"))
+	if err != nil {
+		return err
+	}
+
+	g := supervisor.New(context.Background())
+	g.Go("http", srv.Serve)
+	g.Go("resolver", p.ResolveLoop)
+	g.Go("threads", func(gctx context.Context) error { return watchThreads(gctx, sinkDB, m) })
+	g.Go("pipeline", func(gctx context.Context) error {
+		// The pipeline drains on SIGTERM (ctx) but stops at once when a sibling fails (gctx).
+		pctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-gctx.Done():
+				cancel()
+			case <-pctx.Done():
+			}
+		}()
+		err := p.Run(pctx)
+		g.Stop()
+		return err
+	})
+	err = g.Wait()
+	if err == nil {
+		log.Info("stopped cleanly")
+	}
+	return err
+}
+
+// watchThreads samples the server's Threads_connected: connection explosions show up here first.
+func watchThreads(ctx context.Context, db *sql.DB, m *metrics.Metrics) error {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if n, err := database.ServerVar(qctx, db, "SHOW GLOBAL STATUS LIKE 'Threads_connected'"); err == nil {
+			m.ThreadsConnected.Set(float64(n))
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,362 @@
+// Package config holds relay's one configuration struct.
+//
+// Invariant: a Config that passed Validate can run; every refusal names the offending key (its YAML
+// path and its RELAY_* variable) and, for limits, by how much it is off. The field table in fields.go
+// is the single description of every key: YAML, environment override and docs/CONFIG.md come from it.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Mode selects the commit protocol.
+type Mode string
+
+const (
+	// ModeXA commits each epoch through MySQL XA, with the ledger row as the decision (DESIGN §3).
+	ModeXA Mode = "xa"
+	// ModeHeld commits each epoch as one ordinary transaction per subtask (DESIGN §5).
+	ModeHeld Mode = "held"
+)
+
+// Config is everything relay run needs. Field docs are in fields.go (and docs/CONFIG.md).
+type Config struct {
+	Job        Job        `yaml:"job"`
+	Kafka      Kafka      `yaml:"kafka"`
+	MySQL      MySQL      `yaml:"mysql"`
+	Mode       Mode       `yaml:"mode"`
+	Subtasks   int        `yaml:"subtasks"`
+	Checkpoint Checkpoint `yaml:"checkpoint"`
+	Input      Input      `yaml:"input"`
+	HTTPAddr   string     `yaml:"http_addr"`
+	LogLevel   string     `yaml:"log_level"`
+}
+
+// Job names the pipeline.
+type Job struct {
+	Name string `yaml:"name"`
+}
+
+// Kafka is the source.
+type Kafka struct {
+	Brokers            string            `yaml:"brokers"`
+	Topics             []string          `yaml:"topics"`
+	GroupID            string            `yaml:"group_id"`
+	StartOffset        string            `yaml:"start_offset"`
+	CommitGroupOffsets bool              `yaml:"commit_group_offsets"`
+	DiscoveryInterval  time.Duration     `yaml:"discovery_interval"`
+	Properties         map[string]string `yaml:"properties"`
+}
+
+// MySQL is the sink and, by default, the ledger.
+type MySQL struct {
+	DSN            string        `yaml:"dsn"`
+	LedgerDSN      string        `yaml:"ledger_dsn"`
+	Table          string        `yaml:"table"`
+	DLQTable       string        `yaml:"dlq_table"`
+	SessionTimeout time.Duration `yaml:"session_timeout"`
+	LockWait       time.Duration `yaml:"lock_wait_timeout"`
+	BatchRows      int           `yaml:"batch_rows"`
+}
+
+// Checkpoint is the coordinator's schedule.
+type Checkpoint struct {
+	Interval          time.Duration `yaml:"interval"`
+	MinPause          time.Duration `yaml:"min_pause"`
+	Timeout           time.Duration `yaml:"timeout"`
+	TolerableFailures int           `yaml:"tolerable_failures"`
+	RestartAllowance  time.Duration `yaml:"restart_allowance"`
+	BufferKeys        int           `yaml:"buffer_keys"`
+	ResolveInterval   time.Duration `yaml:"resolve_interval"`
+	InDoubtAlertAge   time.Duration `yaml:"in_doubt_alert_age"`
+	ReadyMaxAge       time.Duration `yaml:"ready_max_age"`
+}
+
+// Input is the record contract.
+type Input struct {
+	OrderIDField    string        `yaml:"order_id_field"`
+	SKUField        string        `yaml:"sku_field"`
+	AmountField     string        `yaml:"amount_field"`
+	TSField         string        `yaml:"ts_field"`
+	Window          time.Duration `yaml:"window"`
+	BadInputPolicy  string        `yaml:"bad_input_policy"`
+	MaxPayloadBytes int           `yaml:"max_payload_bytes"`
+	MinEventTime    time.Time     `yaml:"min_event_time"`
+	MaxEventTime    time.Time     `yaml:"max_event_time"`
+	DLQPayloadBytes int           `yaml:"dlq_payload_bytes"`
+}
+
+// Default returns the configuration every unset key falls back to.
+func Default() Config {
+	return Config{
+		Kafka: Kafka{
+			StartOffset:        "earliest",
+			CommitGroupOffsets: true,
+			DiscoveryInterval:  30 * time.Second,
+		},
+		MySQL: MySQL{
+			Table:          "order_stats_minute",
+			DLQTable:       "relay_dlq",
+			SessionTimeout: 10 * time.Minute,
+			LockWait:       50 * time.Second,
+			BatchRows:      500,
+		},
+		Mode:     ModeXA,
+		Subtasks: 2,
+		Checkpoint: Checkpoint{
+			Interval:          time.Second,
+			MinPause:          0,
+			Timeout:           time.Minute,
+			TolerableFailures: 3,
+			RestartAllowance:  2 * time.Minute,
+			BufferKeys:        100000,
+			ResolveInterval:   30 * time.Second,
+			InDoubtAlertAge:   5 * time.Minute,
+			ReadyMaxAge:       2 * time.Minute,
+		},
+		Input: Input{
+			OrderIDField:    "order_id",
+			SKUField:        "sku",
+			AmountField:     "amount",
+			TSField:         "ts",
+			Window:          time.Minute,
+			BadInputPolicy:  "dlq",
+			MaxPayloadBytes: 64 << 10,
+			MinEventTime:    time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC),
+			MaxEventTime:    time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC),
+			DLQPayloadBytes: 4096,
+		},
+		HTTPAddr: ":8080",
+		LogLevel: "info",
+	}
+}
+
+var (
+	jobNameRE = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+	// Table names are spliced into SQL text, so they are held to a conservative identifier grammar.
+	identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+)
+
+// MaxTagBytes is the XA gtrid limit: the tag must fit in it.
+const MaxTagBytes = 64
+
+// maxCheckpointDigits is the width of the largest checkpoint id the tag must still hold.
+const maxCheckpointDigits = 19
+
+// FieldError names the key a Validate refusal is about.
+type FieldError struct {
+	Key string // YAML path, e.g. checkpoint.interval
+	Env string // RELAY_* variable, when it has one
+	Msg string
+}
+
+func (e *FieldError) Error() string {
+	if e.Env != "" {
+		return fmt.Sprintf("config %s (%s): %s", e.Key, e.Env, e.Msg)
+	}
+	return fmt.Sprintf("config %s: %s", e.Key, e.Msg)
+}
+
+func bad(key, format string, args ...any) error {
+	return &FieldError{Key: key, Env: envOf(key), Msg: fmt.Sprintf(format, args...)}
+}
+
+// Validate refuses a configuration that cannot run safely. The first refusal wins, so the operator
+// fixes one thing at a time with an exact message.
+func (c *Config) Validate() error {
+	if !jobNameRE.MatchString(c.Job.Name) {
+		return bad("job.name", "%q must match [a-z0-9_]{1,32}: it names XA transactions and ledger rows", c.Job.Name)
+	}
+	if n := len(MaxTag(c.Job.Name, c.Subtasks)); n > MaxTagBytes {
+		return bad("job.name", "transaction tag can reach %d bytes, XA allows %d", n, MaxTagBytes)
+	}
+	if strings.TrimSpace(c.Kafka.Brokers) == "" {
+		return bad("kafka.brokers", "is required")
+	}
+	if len(c.Kafka.Topics) == 0 {
+		return bad("kafka.topics", "at least one topic is required")
+	}
+	for _, t := range c.Kafka.Topics {
+		if t == "" || strings.ContainsAny(t, ", ") {
+			return bad("kafka.topics", "bad topic name %q", t)
+		}
+	}
+	switch c.Kafka.StartOffset {
+	case "earliest", "latest":
+	default:
+		return bad("kafka.start_offset", "%q is not earliest or latest", c.Kafka.StartOffset)
+	}
+	if c.Kafka.DiscoveryInterval < time.Second {
+		return bad("kafka.discovery_interval", "%s is below 1s", c.Kafka.DiscoveryInterval)
+	}
+	for k := range c.Kafka.Properties {
+		if reservedKafkaProperty(k) {
+			return bad("kafka.properties", "%q is set by relay itself (exactly-once depends on it)", k)
+		}
+	}
+	if c.MySQL.DSN == "" {
+		return bad("mysql.dsn", "is required")
+	}
+	if _, err := mysql.ParseDSN(c.MySQL.DSN); err != nil {
+		return bad("mysql.dsn", "%v", err)
+	}
+	if c.MySQL.LedgerDSN != "" {
+		if _, err := mysql.ParseDSN(c.MySQL.LedgerDSN); err != nil {
+			return bad("mysql.ledger_dsn", "%v", err)
+		}
+	}
+	if !identRE.MatchString(c.MySQL.Table) {
+		return bad("mysql.table", "%q is not a plain identifier", c.MySQL.Table)
+	}
+	if !identRE.MatchString(c.MySQL.DLQTable) {
+		return bad("mysql.dlq_table", "%q is not a plain identifier", c.MySQL.DLQTable)
+	}
+	if c.MySQL.BatchRows < 1 || c.MySQL.BatchRows > 10000 {
+		return bad("mysql.batch_rows", "%d is outside 1..10000", c.MySQL.BatchRows)
+	}
+	if c.MySQL.LockWait < time.Second {
+		return bad("mysql.lock_wait_timeout", "%s is below 1s", c.MySQL.LockWait)
+	}
+	switch c.Mode {
+	case ModeXA, ModeHeld:
+	default:
+		return bad("mode", "%q is not xa or held", c.Mode)
+	}
+	if c.Subtasks < 1 || c.Subtasks > 256 {
+		return bad("subtasks", "%d is outside 1..256", c.Subtasks)
+	}
+	cp := c.Checkpoint
+	if cp.Interval < 10*time.Millisecond {
+		return bad("checkpoint.interval", "%s is below 10ms", cp.Interval)
+	}
+	if cp.MinPause < 0 || cp.MinPause > cp.Interval {
+		return bad("checkpoint.min_pause", "%s must be between 0 and checkpoint.interval (%s)", cp.MinPause, cp.Interval)
+	}
+	if cp.Timeout < 100*time.Millisecond {
+		return bad("checkpoint.timeout", "%s is below 100ms", cp.Timeout)
+	}
+	if cp.TolerableFailures < 0 {
+		return bad("checkpoint.tolerable_failures", "%d is negative", cp.TolerableFailures)
+	}
+	if cp.RestartAllowance < 0 {
+		return bad("checkpoint.restart_allowance", "%s is negative", cp.RestartAllowance)
+	}
+	// A session killed for idleness between checkpoints loses its open transaction (held mode) or
+	// the XA branch being filled: the timeout must outlast the longest gap relay can leave.
+	if need := cp.Interval + cp.Timeout + cp.RestartAllowance; c.MySQL.SessionTimeout <= need {
+		return bad("mysql.session_timeout", "%s must exceed checkpoint.interval + checkpoint.timeout + checkpoint.restart_allowance = %s (short by %s)",
+			c.MySQL.SessionTimeout, need, need-c.MySQL.SessionTimeout+time.Second)
+	}
+	if c.MySQL.LockWait >= cp.Timeout {
+		return bad("mysql.lock_wait_timeout", "%s must be below checkpoint.timeout (%s) so a blocked flush fails inside the checkpoint", c.MySQL.LockWait, cp.Timeout)
+	}
+	if cp.BufferKeys < 1 {
+		return bad("checkpoint.buffer_keys", "%d must be positive", cp.BufferKeys)
+	}
+	if cp.ResolveInterval < time.Second {
+		return bad("checkpoint.resolve_interval", "%s is below 1s", cp.ResolveInterval)
+	}
+	if cp.ReadyMaxAge <= cp.Interval {
+		return bad("checkpoint.ready_max_age", "%s must exceed checkpoint.interval (%s)", cp.ReadyMaxAge, cp.Interval)
+	}
+	in := c.Input
+	for key, v := range map[string]string{"input.order_id_field": in.OrderIDField, "input.sku_field": in.SKUField,
+		"input.amount_field": in.AmountField, "input.ts_field": in.TSField} {
+		if v == "" {
+			return bad(key, "must not be empty")
+		}
+	}
+	if in.Window < time.Second || time.Hour*24%in.Window != 0 {
+		return bad("input.window", "%s must be at least 1s and divide a day", in.Window)
+	}
+	switch in.BadInputPolicy {
+	case "dlq", "skip", "fail":
+	default:
+		return bad("input.bad_input_policy", "%q is not dlq, skip or fail", in.BadInputPolicy)
+	}
+	if in.MaxPayloadBytes < 64 {
+		return bad("input.max_payload_bytes", "%d is below 64", in.MaxPayloadBytes)
+	}
+	if in.DLQPayloadBytes < 0 || in.DLQPayloadBytes > 65535 {
+		return bad("input.dlq_payload_bytes", "%d is outside 0..65535", in.DLQPayloadBytes)
+	}
+	// DATETIME holds years 1000..9999; a window outside it cannot be stored.
+	lo, hi := time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+	if in.MinEventTime.Before(lo) || !in.MinEventTime.Before(in.MaxEventTime) {
+		return bad("input.min_event_time", "%s must be after %s and before input.max_event_time", in.MinEventTime, lo)
+	}
+	if in.MaxEventTime.After(hi) {
+		return bad("input.max_event_time", "%s is past what DATETIME holds (%s)", in.MaxEventTime, hi)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("log_level", "%q is not debug, info, warn or error", c.LogLevel)
+	}
+	return nil
+}
+
+// MaxTag is the longest transaction tag this job can produce.
+func MaxTag(job string, subtasks int) string {
+	return Tag(job, 1<<63-1, subtasks-1)
+}
+
+// Tag is the transaction tag (contract): <job>-<checkpoint>-<subtask>.
+func Tag(job string, checkpoint int64, subtask int) string {
+	return job + "-" + strconv.FormatInt(checkpoint, 10) + "-" + strconv.Itoa(subtask)
+}
+
+// ParseTag splits a tag of job into checkpoint and subtask; ok is false for another job's tags.
+func ParseTag(job, tag string) (checkpoint int64, subtask int, ok bool) {
+	rest, found := strings.CutPrefix(tag, job+"-")
+	if !found {
+		return 0, 0, false
+	}
+	cs, ss, found := strings.Cut(rest, "-")
+	if !found {
+		return 0, 0, false
+	}
+	c, err1 := strconv.ParseInt(cs, 10, 64)
+	s, err2 := strconv.Atoi(ss)
+	if err1 != nil || err2 != nil || c < 0 || s < 0 || strconv.FormatInt(c, 10) != cs || strconv.Itoa(s) != ss {
+		return 0, 0, false
+	}
+	return c, s, true
+}
+
+// LedgerDSNOrSink is where the ledger lives.
+func (c *Config) LedgerDSNOrSink() string {
+	if c.MySQL.LedgerDSN != "" {
+		return c.MySQL.LedgerDSN
+	}
+	return c.MySQL.DSN
+}
+
+// CheckServer validates the settings that depend on the server: connection budget.
+func (c *Config) CheckServer(maxConnections, threadsConnected int) error {
+	// subtasks + ledger pool (2) + fence lock (1) + resolver (1).
+	need := c.Subtasks + 4
+	if free := maxConnections - threadsConnected; need > free {
+		return bad("subtasks", "needs %d connections, the server has %d free (max_connections %d, %d in use)",
+			need, free, maxConnections, threadsConnected)
+	}
+	return nil
+}
+
+func reservedKafkaProperty(k string) bool {
+	switch k {
+	case "enable.auto.commit", "enable.auto.offset.store", "isolation.level", "group.id", "bootstrap.servers", "auto.offset.reset":
+		return true
+	}
+	return false
+}
+
+// ErrUnknownKey marks a key relay does not know, in the file or the environment.
+var ErrUnknownKey = errors.New("unknown key")

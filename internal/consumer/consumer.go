@@ -1,0 +1,248 @@
+// Package consumer reads the source topics with read_committed and explicit, manual offsets.
+//
+// Invariants: offsets come only from the ledger (or, for a partition it has never seen, from the
+// configured start position resolved to a concrete number); nothing is auto-committed or
+// auto-stored, and an out-of-range offset is an error, never a silent reset. Positions are tracked
+// from delivered records only: librdkafka's Position() can run ahead of what was delivered on
+// transactional topics.
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/ledger"
+)
+
+// Options configure a consumer.
+type Options struct {
+	Brokers     string
+	Topics      []string
+	GroupID     string
+	StartOffset string // earliest | latest
+	Properties  map[string]string
+}
+
+// Consumer is one librdkafka consumer with a manual assignment of every partition of its topics.
+type Consumer struct {
+	c        *kafka.Consumer
+	opts     Options
+	assigned map[string]map[int32]bool
+	log      *zap.Logger
+	// Own partitions decides which partitions this process reads (all, by default).
+	Own func(topic string, partition int32) bool
+}
+
+// ConfigMap is the librdkafka configuration relay runs with; user properties cannot override the
+// keys exactly-once depends on (config.Validate refuses them).
+func ConfigMap(o Options) *kafka.ConfigMap {
+	cm := kafka.ConfigMap{}
+	for k, v := range o.Properties {
+		cm[k] = v
+	}
+	cm["bootstrap.servers"] = o.Brokers
+	cm["group.id"] = o.GroupID
+	cm["enable.auto.commit"] = false
+	cm["enable.auto.offset.store"] = false
+	cm["isolation.level"] = "read_committed"
+	cm["auto.offset.reset"] = "error"
+	cm["enable.partition.eof"] = false
+	return &cm
+}
+
+// New connects a consumer; nothing is assigned yet.
+func New(o Options, log *zap.Logger) (*Consumer, error) {
+	c, err := kafka.NewConsumer(ConfigMap(o))
+	if err != nil {
+		return nil, fmt.Errorf("kafka consumer: %w", err)
+	}
+	return &Consumer{c: c, opts: o, assigned: map[string]map[int32]bool{}, log: log,
+		Own: func(string, int32) bool { return true }}, nil
+}
+
+// Close leaves the brokers.
+func (c *Consumer) Close() { _ = c.c.Close() }
+
+// Kafka exposes the underlying consumer (watermarks for lag, tests).
+func (c *Consumer) Kafka() *kafka.Consumer { return c.c }
+
+// Partitions lists the partitions of the topics that this process owns.
+func (c *Consumer) Partitions(ctx context.Context) (map[string][]int32, error) {
+	out := map[string][]int32{}
+	for _, t := range c.opts.Topics {
+		topic := t
+		md, err := c.c.GetMetadata(&topic, false, timeoutMS(ctx, 10*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("metadata %s: %w", t, err)
+		}
+		tm, ok := md.Topics[t]
+		if !ok || tm.Error.Code() == kafka.ErrUnknownTopicOrPart || tm.Error.Code() == kafka.ErrUnknownTopic {
+			return nil, fmt.Errorf("topic %s does not exist", t)
+		}
+		if tm.Error.Code() != kafka.ErrNoError {
+			return nil, fmt.Errorf("metadata %s: %w", t, tm.Error)
+		}
+		for _, p := range tm.Partitions {
+			if c.Own(t, p.ID) {
+				out[t] = append(out[t], p.ID)
+			}
+		}
+		sort.Slice(out[t], func(i, j int) bool { return out[t][i] < out[t][j] })
+	}
+	return out, nil
+}
+
+// Assign starts reading every owned partition: from its offset in from, else from the start
+// position (resolved to a concrete offset so the ledger never stores a logical one). It returns the
+// complete set of starting positions.
+func (c *Consumer) Assign(ctx context.Context, from ledger.Offsets) (ledger.Offsets, error) {
+	parts, err := c.Partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	start := ledger.Offsets{}
+	var tps []kafka.TopicPartition
+	for t, ps := range parts {
+		for _, p := range ps {
+			off, ok := from.Get(t, p)
+			if !ok {
+				if off, err = c.resolveStart(ctx, t, p, c.opts.StartOffset); err != nil {
+					return nil, err
+				}
+			}
+			start.Set(t, p, off)
+			topic := t
+			tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.Offset(off)})
+		}
+	}
+	if err := c.c.Assign(tps); err != nil {
+		return nil, fmt.Errorf("assign: %w", err)
+	}
+	c.assigned = map[string]map[int32]bool{}
+	for _, tp := range tps {
+		c.mark(*tp.Topic, tp.Partition)
+	}
+	return start, nil
+}
+
+func (c *Consumer) mark(t string, p int32) {
+	if c.assigned[t] == nil {
+		c.assigned[t] = map[int32]bool{}
+	}
+	c.assigned[t][p] = true
+}
+
+// Discover assigns partitions added to the topics since the last call, from their beginning (they
+// are new, so everything in them is new). It returns their starting positions.
+func (c *Consumer) Discover(ctx context.Context) (ledger.Offsets, error) {
+	parts, err := c.Partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	added := ledger.Offsets{}
+	var tps []kafka.TopicPartition
+	for t, ps := range parts {
+		for _, p := range ps {
+			if c.assigned[t][p] {
+				continue
+			}
+			off, err := c.resolveStart(ctx, t, p, "earliest")
+			if err != nil {
+				return nil, err
+			}
+			added.Set(t, p, off)
+			topic := t
+			tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.Offset(off)})
+		}
+	}
+	if len(tps) == 0 {
+		return added, nil
+	}
+	if err := c.c.IncrementalAssign(tps); err != nil {
+		return nil, fmt.Errorf("assign new partitions: %w", err)
+	}
+	for _, tp := range tps {
+		c.mark(*tp.Topic, tp.Partition)
+		c.log.Info("new partition assigned", zap.String("topic", *tp.Topic), zap.Int32("partition", tp.Partition),
+			zap.Int64("offset", int64(tp.Offset)))
+	}
+	return added, nil
+}
+
+func (c *Consumer) resolveStart(ctx context.Context, t string, p int32, where string) (int64, error) {
+	lo, hi, err := c.c.QueryWatermarkOffsets(t, p, timeoutMS(ctx, 10*time.Second))
+	if err != nil {
+		return 0, fmt.Errorf("watermarks %s/%d: %w", t, p, err)
+	}
+	if where == "latest" {
+		return hi, nil
+	}
+	return lo, nil
+}
+
+// Poll returns the next record, nil on timeout, or a fatal consumer error.
+func (c *Consumer) Poll(timeout time.Duration) (*kafka.Message, error) {
+	for {
+		ev := c.c.Poll(int(timeout / time.Millisecond))
+		switch e := ev.(type) {
+		case nil:
+			return nil, nil
+		case *kafka.Message:
+			if e.TopicPartition.Error != nil {
+				return nil, fmt.Errorf("consume %s/%d: %w", *e.TopicPartition.Topic, e.TopicPartition.Partition, e.TopicPartition.Error)
+			}
+			return e, nil
+		case kafka.Error:
+			// An offset out of range means data relay has not read is gone: exactly-once cannot
+			// continue by itself; the operator decides (relay offsets reset).
+			if e.IsFatal() || e.Code() == kafka.ErrAutoOffsetReset {
+				return nil, fmt.Errorf("kafka: %w", e)
+			}
+			c.log.Warn("kafka client error", zap.Error(e))
+		default:
+			// Stats, offset commits and other events carry nothing relay needs.
+		}
+	}
+}
+
+// CommitGroup publishes offsets to the consumer group, for lag tooling only.
+func (c *Consumer) CommitGroup(offs ledger.Offsets) error {
+	var tps []kafka.TopicPartition
+	for t, ps := range offs {
+		for p, o := range ps {
+			topic := t
+			tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.Offset(o)})
+		}
+	}
+	if len(tps) == 0 {
+		return nil
+	}
+	_, err := c.c.CommitOffsets(tps)
+	return err
+}
+
+// HighWatermark is the cached high watermark of a partition (no broker round trip).
+func (c *Consumer) HighWatermark(t string, p int32) (int64, bool) {
+	_, hi, err := c.c.GetWatermarkOffsets(t, p)
+	if err != nil || hi < 0 {
+		return 0, false
+	}
+	return hi, true
+}
+
+func timeoutMS(ctx context.Context, def time.Duration) int {
+	if dl, ok := ctx.Deadline(); ok {
+		if d := time.Until(dl); d < def {
+			def = d
+		}
+	}
+	if def < time.Millisecond {
+		def = time.Millisecond
+	}
+	return int(def / time.Millisecond)
+}

@@ -1,0 +1,53 @@
+//go:build crashpoints
+
+// Package crashpoint kills the process at named points of the commit protocol, for crash tests.
+//
+// Invariant: compiled only with the crashpoints build tag; production builds get the no-op in
+// off.go. RELAY_CRASH_AT=name[:n] kills the process (SIGKILL, no deferred cleanup) the n-th time
+// (default 1st) it passes the named point.
+package crashpoint
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// Enabled reports whether crash points are compiled in.
+const Enabled = true
+
+var (
+	once   sync.Once
+	target string
+	after  int
+	mu     sync.Mutex
+	seen   int
+)
+
+func load() {
+	spec := os.Getenv("RELAY_CRASH_AT")
+	name, n, _ := strings.Cut(spec, ":")
+	target, after = name, 1
+	if v, err := strconv.Atoi(n); err == nil && v > 0 {
+		after = v
+	}
+}
+
+// Hit passes the named point.
+func Hit(name string) {
+	once.Do(load)
+	if target == "" || name != target {
+		return
+	}
+	mu.Lock()
+	seen++
+	fire := seen == after
+	mu.Unlock()
+	if fire {
+		os.Stderr.WriteString("crashpoint: killing at " + name + "\n")
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+}

@@ -1,0 +1,165 @@
+// Package fault is relay's one error classifier and its bounded retry loop.
+//
+// Invariant: whether an error is worth retrying is decided here only, from MySQL error numbers and
+// Kafka error codes, never from message text; every retry loop is bounded, backs off and stops when
+// its context ends.
+package fault
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/go-sql-driver/mysql"
+)
+
+// MySQL / MariaDB server error numbers relay reacts to.
+const (
+	ErTooManyConnections = 1040
+	ErServerShutdown     = 1053
+	ErLockWaitTimeout    = 1205
+	ErLockDeadlock       = 1213
+	ErQueryInterrupted   = 1317
+	XAErNota             = 1397 // unknown XID (or owned by a live session on MariaDB)
+	XAErInval            = 1398
+	XAErRMFail           = 1399 // command not allowed in this XA state
+	XAErOutside          = 1400
+	XAErRMErr            = 1401
+	XARBRollback         = 1402 // branch was rolled back (e.g. an empty prepared branch)
+	XAErDupID            = 1440 // XID already exists
+	XARBTimeout          = 1613
+	XARBDeadlock         = 1614
+	ErConnectionKilled   = 1927 // MariaDB
+	ErLockAcquireFailed  = 3058 // MySQL GET_LOCK deadlock detection
+)
+
+// MySQLNumber returns the server error number of err, or 0.
+func MySQLNumber(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}
+
+// IsMySQL reports whether err carries server error number n.
+func IsMySQL(err error, n uint16) bool { return MySQLNumber(err) == n }
+
+// ConnectionLost reports whether err means the connection is gone (its session, and any
+// unprepared transaction on it, is lost; a prepared XA branch survives).
+func ConnectionLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	switch MySQLNumber(err) {
+	case ErServerShutdown, ErConnectionKilled:
+		return true
+	}
+	return false
+}
+
+// Retryable reports whether trying the same operation again (possibly on a new connection, after
+// the transaction was rolled back) can succeed.
+func Retryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var te *transientError
+	if errors.As(err, &te) || ConnectionLost(err) {
+		return true
+	}
+	switch MySQLNumber(err) {
+	case ErTooManyConnections, ErLockWaitTimeout, ErLockDeadlock, ErQueryInterrupted,
+		XARBTimeout, XARBDeadlock, XAErDupID, ErLockAcquireFailed:
+		return true
+	}
+	var ke kafka.Error
+	if errors.As(err, &ke) {
+		if ke.IsFatal() {
+			return false
+		}
+		if ke.IsRetriable() {
+			return true
+		}
+		switch ke.Code() {
+		case kafka.ErrTransport, kafka.ErrAllBrokersDown, kafka.ErrTimedOut, kafka.ErrLeaderNotAvailable,
+			kafka.ErrNotLeaderForPartition, kafka.ErrUnknownTopicOrPart, kafka.ErrRequestTimedOut,
+			kafka.ErrNetworkException, kafka.ErrCoordinatorLoadInProgress, kafka.ErrCoordinatorNotAvailable:
+			return true
+		}
+	}
+	return false
+}
+
+// Policy bounds a retry loop. Sleep is injectable so tests run without waiting.
+type Policy struct {
+	Attempts int           // total tries, at least 1
+	Initial  time.Duration // first back-off
+	Max      time.Duration // back-off cap
+	Sleep    func(ctx context.Context, d time.Duration) error
+}
+
+// DefaultPolicy retries for roughly half a minute.
+func DefaultPolicy() Policy {
+	return Policy{Attempts: 8, Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+}
+
+// SleepContext waits d or until ctx ends.
+func SleepContext(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Do runs fn until it succeeds, returns an error Retryable rejects, or attempts run out; it returns
+// the last error. onRetry, if not nil, is told about each error that will be retried.
+func Do(ctx context.Context, p Policy, fn func(context.Context) error, onRetry func(attempt int, err error)) error {
+	sleep := p.Sleep
+	if sleep == nil {
+		sleep = SleepContext
+	}
+	backoff := p.Initial
+	var err error
+	for attempt := 1; ; attempt++ {
+		if err = fn(ctx); err == nil || !Retryable(err) || attempt >= p.Attempts {
+			return err
+		}
+		if onRetry != nil {
+			onRetry(attempt, err)
+		}
+		if serr := sleep(ctx, backoff); serr != nil {
+			return errors.Join(err, serr)
+		}
+		if backoff *= 2; backoff > p.Max {
+			backoff = p.Max
+		}
+	}
+}
+
+// Transient marks err as worth retrying where the caller knows more than its error number says
+// (e.g. XAER_NOTA for a branch XA RECOVER still lists: its old session is going away).
+func Transient(err error) error { return &transientError{err} }
+
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }

@@ -1,0 +1,321 @@
+// Package ledger is the durable record of checkpoints: their source offsets, their transaction tags
+// and the commit decision, plus the fence that makes one process the owner of a job.
+//
+// Invariants:
+//   - The row for checkpoint c in state COMMITTING is the commit decision for every tag it lists;
+//     no row means abort. A decision is written only by the current owner: the write locks the job
+//     row and checks the owner epoch in the same local transaction.
+//   - Ownership is a GET_LOCK held on a dedicated connection for the process lifetime; losing that
+//     connection loses ownership, and the owner must stop (Fence.Lost).
+//   - Verdicts are read with locking reads, so a decision whose COMMIT is still in flight on a lost
+//     connection is waited for instead of being read as "no row".
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// SchemaVersion is the ledger layout this build reads and writes.
+const SchemaVersion = 1
+
+// State of a checkpoint row.
+type State string
+
+const (
+	Committing State = "COMMITTING" // decided: every listed branch must be committed
+	Committed  State = "COMMITTED"  // every listed branch is committed
+)
+
+// ErrFenced means another process owns the job (or took it over from this one).
+var ErrFenced = errors.New("fenced")
+
+// ErrNewerSchema means the ledger was written by a newer relay.
+var ErrNewerSchema = errors.New("ledger schema is newer than this relay")
+
+// Offsets maps topic → partition → next offset to read.
+type Offsets map[string]map[int32]int64
+
+// Clone returns a deep copy.
+func (o Offsets) Clone() Offsets {
+	c := make(Offsets, len(o))
+	for t, ps := range o {
+		m := make(map[int32]int64, len(ps))
+		for p, off := range ps {
+			m[p] = off
+		}
+		c[t] = m
+	}
+	return c
+}
+
+// Set records the next offset of a partition.
+func (o Offsets) Set(topic string, p int32, next int64) {
+	m := o[topic]
+	if m == nil {
+		m = map[int32]int64{}
+		o[topic] = m
+	}
+	m[p] = next
+}
+
+// Get returns the next offset of a partition.
+func (o Offsets) Get(topic string, p int32) (int64, bool) {
+	off, ok := o[topic][p]
+	return off, ok
+}
+
+// Equal reports whether two offset sets are the same.
+func (o Offsets) Equal(x Offsets) bool {
+	if len(o) != len(x) {
+		return false
+	}
+	for t, ps := range o {
+		if len(ps) != len(x[t]) {
+			return false
+		}
+		for p, off := range ps {
+			if xo, ok := x[t][p]; !ok || xo != off {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Checkpoint is one ledger row.
+type Checkpoint struct {
+	ID          int64
+	State       State
+	OwnerEpoch  int64
+	Tags        []string
+	Offsets     Offsets
+	Records     int64
+	DecidedAt   time.Time
+	CommittedAt *time.Time
+}
+
+// Ledger reads and writes one job's rows.
+type Ledger struct {
+	db  *sql.DB
+	job string
+}
+
+// New binds a ledger to db and job; call EnsureSchema before use.
+func New(db *sql.DB, job string) *Ledger { return &Ledger{db: db, job: job} }
+
+// Job is the job this ledger serves.
+func (l *Ledger) Job() string { return l.job }
+
+// DB is the ledger's database.
+func (l *Ledger) DB() *sql.DB { return l.db }
+
+var schema = []string{
+	`CREATE TABLE IF NOT EXISTS relay_ledger_meta (
+		name VARCHAR(64) NOT NULL PRIMARY KEY,
+		value VARCHAR(255) NOT NULL
+	) ENGINE=InnoDB`,
+	`CREATE TABLE IF NOT EXISTS relay_jobs (
+		job VARCHAR(64) NOT NULL PRIMARY KEY,
+		owner_epoch BIGINT NOT NULL,
+		owner VARCHAR(255) NOT NULL,
+		acquired_at DATETIME(6) NOT NULL
+	) ENGINE=InnoDB`,
+	`CREATE TABLE IF NOT EXISTS relay_checkpoints (
+		job VARCHAR(64) NOT NULL,
+		checkpoint_id BIGINT NOT NULL,
+		state VARCHAR(16) NOT NULL,
+		owner_epoch BIGINT NOT NULL,
+		tags TEXT NOT NULL,
+		offsets LONGTEXT NOT NULL,
+		records BIGINT NOT NULL,
+		decided_at DATETIME(6) NOT NULL,
+		committed_at DATETIME(6) NULL,
+		PRIMARY KEY (job, checkpoint_id),
+		KEY state_idx (job, state)
+	) ENGINE=InnoDB`,
+}
+
+// EnsureSchema creates the ledger tables and refuses a ledger written by a newer relay.
+func EnsureSchema(ctx context.Context, db *sql.DB) error {
+	for _, q := range schema {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("ledger schema: %w", err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, `INSERT IGNORE INTO relay_ledger_meta (name, value) VALUES ('schema_version', ?)`,
+		strconv.Itoa(SchemaVersion)); err != nil {
+		return fmt.Errorf("ledger schema: %w", err)
+	}
+	var v string
+	if err := db.QueryRowContext(ctx, `SELECT value FROM relay_ledger_meta WHERE name = 'schema_version'`).Scan(&v); err != nil {
+		return fmt.Errorf("ledger schema: %w", err)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n > SchemaVersion {
+		return fmt.Errorf("%w: found version %s, this build knows %d", ErrNewerSchema, v, SchemaVersion)
+	}
+	return nil
+}
+
+// Decide writes the decision row for c, conditional on epoch still owning the job. Its COMMIT is
+// the commit point of the checkpoint. An error from the COMMIT itself leaves the outcome unknown:
+// the caller must go through recovery, which reads the verdict with a locking read.
+func (l *Ledger) Decide(ctx context.Context, epoch int64, c Checkpoint) error {
+	offs, err := json.Marshal(c.Offsets)
+	if err != nil {
+		return err
+	}
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("decide %d: %w", c.ID, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := checkEpoch(ctx, tx, l.job, epoch); err != nil {
+		return fmt.Errorf("decide %d: %w", c.ID, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_checkpoints
+		(job, checkpoint_id, state, owner_epoch, tags, offsets, records, decided_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))`,
+		l.job, c.ID, Committing, epoch, strings.Join(c.Tags, ","), string(offs), c.Records); err != nil {
+		return fmt.Errorf("decide %d: %w", c.ID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("decide %d: commit: %w", c.ID, err)
+	}
+	return nil
+}
+
+func checkEpoch(ctx context.Context, tx *sql.Tx, job string, epoch int64) error {
+	var cur int64
+	var owner string
+	err := tx.QueryRowContext(ctx, `SELECT owner_epoch, owner FROM relay_jobs WHERE job = ? FOR UPDATE`, job).Scan(&cur, &owner)
+	if err != nil {
+		return err
+	}
+	if cur != epoch {
+		return fmt.Errorf("%w: owner epoch is %d (%s), this process holds %d", ErrFenced, cur, owner, epoch)
+	}
+	return nil
+}
+
+// MarkCommitted moves c to COMMITTED once all its branches are committed.
+func (l *Ledger) MarkCommitted(ctx context.Context, id int64) error {
+	_, err := l.db.ExecContext(ctx, `UPDATE relay_checkpoints SET state = ?, committed_at = UTC_TIMESTAMP(6)
+		WHERE job = ? AND checkpoint_id = ? AND state = ?`, Committed, l.job, id, Committing)
+	if err != nil {
+		return fmt.Errorf("mark %d committed: %w", id, err)
+	}
+	return nil
+}
+
+// Verdict tells whether checkpoint id was decided. The read locks the row (or the gap where it
+// would be), so a decision committing on a lost connection is waited for, not missed.
+func (l *Ledger) Verdict(ctx context.Context, id int64) (decided bool, err error) {
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var st string
+	err = tx.QueryRowContext(ctx, `SELECT state FROM relay_checkpoints WHERE job = ? AND checkpoint_id = ? LOCK IN SHARE MODE`,
+		l.job, id).Scan(&st)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("verdict %d: %w", id, err)
+	}
+	return true, nil
+}
+
+const checkpointCols = `checkpoint_id, state, owner_epoch, tags, offsets, records, decided_at, committed_at`
+
+func scanCheckpoint(sc interface{ Scan(...any) error }) (Checkpoint, error) {
+	var c Checkpoint
+	var tags, offs string
+	var committed sql.NullTime
+	if err := sc.Scan(&c.ID, &c.State, &c.OwnerEpoch, &tags, &offs, &c.Records, &c.DecidedAt, &committed); err != nil {
+		return c, err
+	}
+	if tags != "" {
+		c.Tags = strings.Split(tags, ",")
+	}
+	if err := json.Unmarshal([]byte(offs), &c.Offsets); err != nil {
+		return c, fmt.Errorf("checkpoint %d offsets: %w", c.ID, err)
+	}
+	if c.Offsets == nil {
+		c.Offsets = Offsets{}
+	}
+	if committed.Valid {
+		t := committed.Time
+		c.CommittedAt = &t
+	}
+	return c, nil
+}
+
+// LastDecided returns the newest decided checkpoint, or nil when the job has none.
+func (l *Ledger) LastDecided(ctx context.Context) (*Checkpoint, error) {
+	row := l.db.QueryRowContext(ctx, `SELECT `+checkpointCols+` FROM relay_checkpoints
+		WHERE job = ? ORDER BY checkpoint_id DESC LIMIT 1`, l.job)
+	c, err := scanCheckpoint(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("last checkpoint: %w", err)
+	}
+	return &c, nil
+}
+
+// Committing lists rows still in COMMITTING, oldest first.
+func (l *Ledger) Committing(ctx context.Context) ([]Checkpoint, error) {
+	rows, err := l.db.QueryContext(ctx, `SELECT `+checkpointCols+` FROM relay_checkpoints
+		WHERE job = ? AND state = ? ORDER BY checkpoint_id`, l.job, Committing)
+	if err != nil {
+		return nil, fmt.Errorf("committing checkpoints: %w", err)
+	}
+	defer rows.Close()
+	var out []Checkpoint
+	for rows.Next() {
+		c, err := scanCheckpoint(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// Recent lists the newest n rows, newest first.
+func (l *Ledger) Recent(ctx context.Context, n int) ([]Checkpoint, error) {
+	rows, err := l.db.QueryContext(ctx, `SELECT `+checkpointCols+` FROM relay_checkpoints
+		WHERE job = ? ORDER BY checkpoint_id DESC LIMIT ?`, l.job, n)
+	if err != nil {
+		return nil, fmt.Errorf("recent checkpoints: %w", err)
+	}
+	defer rows.Close()
+	var out []Checkpoint
+	for rows.Next() {
+		c, err := scanCheckpoint(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// Prune deletes committed rows older than the newest keep rows; the newest decided row is always
+// kept because it holds the resume offsets.
+func (l *Ledger) Prune(ctx context.Context, newest int64, keep int64) error {
+	_, err := l.db.ExecContext(ctx, `DELETE FROM relay_checkpoints WHERE job = ? AND state = ? AND checkpoint_id < ?`,
+		l.job, Committed, newest-keep)
+	return err
+}

@@ -1,0 +1,310 @@
+// Package loadgen produces synthetic orders whose exact totals are known.
+//
+// Invariant: Totals counts only records of Kafka transactions that committed (an aborted
+// transaction's orders must never reach MySQL), with amounts kept as exact fixed-point; each bad
+// record produced is remembered with the reason relay must give it.
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/relay-sh/relay/internal/money"
+)
+
+// Options shape the load.
+type Options struct {
+	Brokers   string
+	Topic     string
+	Orders    int           // orders to produce (good + bad)
+	Rate      float64       // orders per second; 0 means as fast as possible
+	Batch     int           // orders per Kafka transaction (or per flush when not transactional)
+	AbortRate float64       // fraction of transactions aborted on purpose
+	BadRate   float64       // fraction of records that are bad input
+	SKUs      int           // distinct skus
+	Windows   int           // distinct one-minute windows the event times fall in
+	Seed      uint64        // makes the stream reproducible
+	StartTS   int64         // event time of the first window (epoch ms)
+	Window    time.Duration // window size (for the expected keys)
+	TxnID     string        // transactional.id; empty means a non-transactional producer
+}
+
+// Key is one aggregate row.
+type Key struct {
+	WindowMS int64
+	SKU      string
+}
+
+// Acc is its expected value.
+type Acc struct {
+	Count int64
+	Sum   money.Sum
+}
+
+// Bad is one bad record with the reason relay must file it under.
+type Bad struct {
+	Reason  string
+	Payload string
+}
+
+// Totals is what relay must produce from what was committed to Kafka.
+type Totals struct {
+	mu       sync.Mutex
+	Keys     map[Key]*Acc
+	Bad      []Bad
+	Good     int64 // committed good orders
+	Aborted  int64 // orders in aborted transactions
+	Produced int64 // every record sent, committed or not
+}
+
+// NewTotals returns empty totals.
+func NewTotals() *Totals { return &Totals{Keys: map[Key]*Acc{}} }
+
+type pendingRec struct {
+	key    Key
+	amount int64
+	bad    *Bad
+}
+
+func (t *Totals) commit(recs []pendingRec) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range recs {
+		if r.bad != nil {
+			t.Bad = append(t.Bad, *r.bad)
+			continue
+		}
+		a := t.Keys[r.key]
+		if a == nil {
+			a = &Acc{}
+			t.Keys[r.key] = a
+		}
+		a.Count++
+		a.Sum.Add(r.amount)
+		t.Good++
+	}
+}
+
+// Snapshot copies the totals under the lock.
+func (t *Totals) Snapshot() (map[Key]Acc, []Bad, int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := make(map[Key]Acc, len(t.Keys))
+	for k, v := range t.Keys {
+		m[k] = *v
+	}
+	return m, append([]Bad(nil), t.Bad...), t.Good
+}
+
+// amounts mixes edge values (exactness: 0.1, 0.0001, the largest 8.4 value, negatives) with ordinary ones.
+var amounts = []string{"0.1", "0.0001", "99999999.9999", "12.34", "-5.5", "1", "0.3333", "250.00", "7.77"}
+
+// badRecords are the bad-input kinds with the reason relay gives each.
+var badRecords = []Bad{
+	{"not_json", `{"order_id": "x", "sku": `},
+	{"not_object", `[1,2,3]`},
+	{"missing_field", `{"order_id":"b1","sku":"SKU-1","ts":1764000000000}`},
+	{"wrong_type", `{"order_id":"b2","sku":17,"amount":"1.00","ts":1764000000000}`},
+	{"empty_field", `{"order_id":"","sku":"SKU-1","amount":"1.00","ts":1764000000000}`},
+	{"bad_amount", `{"order_id":"b3","sku":"SKU-1","amount":"12,50","ts":1764000000000}`},
+	{"amount_precision", `{"order_id":"b4","sku":"SKU-1","amount":"0.00001","ts":1764000000000}`},
+	{"amount_range", `{"order_id":"b5","sku":"SKU-1","amount":"1e30","ts":1764000000000}`},
+	{"bad_ts", `{"order_id":"b6","sku":"SKU-1","amount":"1.00","ts":"soon"}`},
+	{"ts_range", `{"order_id":"b7","sku":"SKU-1","amount":"1.00","ts":-5}`},
+	{"sku_too_long", `{"order_id":"b8","sku":"SKU-0123456789012345678901234567890123456789012345678901234567890123","amount":"1.00","ts":1764000000000}`},
+}
+
+// Generator makes the deterministic stream.
+type Generator struct {
+	o   Options
+	rng *rand.Rand
+	seq int64
+}
+
+// NewGenerator seeds a stream.
+func NewGenerator(o Options) *Generator {
+	if o.SKUs <= 0 {
+		o.SKUs = 100
+	}
+	if o.Windows <= 0 {
+		o.Windows = 10
+	}
+	if o.Window <= 0 {
+		o.Window = time.Minute
+	}
+	if o.StartTS == 0 {
+		o.StartTS = 1764000000000 - 1764000000000%60000
+	}
+	return &Generator{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))}
+}
+
+// Next returns one record and what it must become.
+func (g *Generator) Next() ([]byte, pendingRec) {
+	g.seq++
+	if g.o.BadRate > 0 && g.rng.Float64() < g.o.BadRate {
+		b := badRecords[g.rng.IntN(len(badRecords))]
+		return []byte(b.Payload), pendingRec{bad: &b}
+	}
+	sku := "SKU-" + strconv.Itoa(g.rng.IntN(g.o.SKUs))
+	ts := g.o.StartTS + g.rng.Int64N(int64(g.o.Windows)*g.o.Window.Milliseconds())
+	amt := amounts[g.rng.IntN(len(amounts))]
+	units, err := money.Parse([]byte(amt))
+	if err != nil {
+		panic(err)
+	}
+	w := g.o.Window.Milliseconds()
+	rec := fmt.Sprintf(`{"order_id":"o-%d-%d","sku":%q,"amount":%q,"ts":%d}`, g.o.Seed, g.seq, sku, amt, ts)
+	return []byte(rec), pendingRec{key: Key{WindowMS: ts - ts%w, SKU: sku}, amount: units}
+}
+
+// Run produces o.Orders records into the topic, adding what commits to totals.
+func Run(ctx context.Context, o Options, totals *Totals) error {
+	cm := &kafka.ConfigMap{"bootstrap.servers": o.Brokers, "linger.ms": 5, "enable.idempotence": true,
+}
+	if o.TxnID != "" {
+		_ = cm.SetKey("transactional.id", o.TxnID)
+	}
+	p, err := kafka.NewProducer(cm)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	go func() {
+		for range p.Events() {
+		}
+	}()
+	if o.TxnID != "" {
+		if err := p.InitTransactions(ctx); err != nil {
+			return fmt.Errorf("init transactions: %w", err)
+		}
+	}
+	g := NewGenerator(o)
+	batch := max(o.Batch, 1)
+	start := time.Now()
+	topic := o.Topic
+	for sent := 0; sent < o.Orders; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := min(batch, o.Orders-sent)
+		recs := make([]pendingRec, 0, n)
+		if o.TxnID != "" {
+			if err := p.BeginTransaction(); err != nil {
+				return err
+			}
+		}
+		for i := 0; i < n; i++ {
+			v, r := g.Next()
+			recs = append(recs, r)
+			for {
+				err := p.Produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: v}, nil)
+				if err == nil {
+					break
+				}
+				if ke, ok := err.(kafka.Error); ok && ke.Code() == kafka.ErrQueueFull {
+					p.Flush(100)
+					continue
+				}
+				return err
+			}
+		}
+		abort := o.TxnID != "" && o.AbortRate > 0 && g.rng.Float64() < o.AbortRate
+		switch {
+		case o.TxnID == "":
+			if left := p.Flush(30000); left > 0 {
+				return fmt.Errorf("%d records not delivered", left)
+			}
+			totals.commit(recs)
+		case abort:
+			if err := p.AbortTransaction(ctx); err != nil {
+				return fmt.Errorf("abort: %w", err)
+			}
+			totals.mu.Lock()
+			totals.Aborted += int64(n)
+			totals.mu.Unlock()
+		default:
+			if err := p.CommitTransaction(ctx); err != nil {
+				return fmt.Errorf("commit: %w", err)
+			}
+			totals.commit(recs)
+		}
+		sent += n
+		totals.mu.Lock()
+		totals.Produced += int64(n)
+		totals.mu.Unlock()
+		if o.Rate > 0 {
+			due := start.Add(time.Duration(float64(sent) / o.Rate * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(d):
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// fileRow is one expected total in the totals file.
+type fileRow struct {
+	WindowStart string `json:"window_start"`
+	SKU         string `json:"sku"`
+	OrderCount  int64  `json:"order_count"`
+	AmountSum   string `json:"amount_sum"`
+}
+
+// WriteFile stores the expected totals as JSON, sorted, for `relay verify` and people.
+func (t *Totals) WriteFile(path string) error {
+	keys, bad, good := t.Snapshot()
+	rows := make([]fileRow, 0, len(keys))
+	for k, a := range keys {
+		rows = append(rows, fileRow{WindowStart: time.UnixMilli(k.WindowMS).UTC().Format("2006-01-02 15:04:05"),
+			SKU: k.SKU, OrderCount: a.Count, AmountSum: a.Sum.String()})
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].WindowStart != rows[j].WindowStart {
+			return rows[i].WindowStart < rows[j].WindowStart
+		}
+		return rows[i].SKU < rows[j].SKU
+	})
+	reasons := map[string]int{}
+	for _, b := range bad {
+		reasons[b.Reason]++
+	}
+	b, err := json.MarshalIndent(map[string]any{"good_orders": good, "aborted_orders": t.Aborted,
+		"bad_records": reasons, "totals": rows}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// EnsureTopic creates topic with the given partitions if it does not exist (replication 1: for
+// local setups; production topics are the operator's business).
+func EnsureTopic(ctx context.Context, brokers, topic string, partitions int) error {
+	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": brokers})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}})
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	for _, r := range res {
+		if r.Error.Code() != kafka.ErrNoError && r.Error.Code() != kafka.ErrTopicAlreadyExists {
+			return fmt.Errorf("create topic %s: %w", topic, r.Error)
+		}
+	}
+	return nil
+}

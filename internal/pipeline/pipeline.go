@@ -1,0 +1,576 @@
+// Package pipeline runs one relay job: recovery, the consume loop, and the checkpoint protocol.
+//
+// Invariants:
+//   - One goroutine (the loop) polls Kafka, decodes and aggregates; it alone cuts epochs, so the
+//     offsets recorded for checkpoint c are exactly the records folded into c.
+//   - At most one checkpoint is in flight; records after its barrier go to epoch c+1 meanwhile.
+//   - The ledger row is written only after every participating branch prepared, and XA COMMIT is
+//     issued only after that row is durable. Any failure before the decision aborts the session: its
+//     connections are discarded and recovery (the same code as at start-up) rolls back what was
+//     prepared and rewinds the consumer to the last decided checkpoint.
+package pipeline
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/aggregate"
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/consumer"
+	"github.com/relay-sh/relay/internal/crashpoint"
+	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/order"
+	"github.com/relay-sh/relay/internal/sink"
+)
+
+// State is the pipeline's lifecycle state.
+type State int32
+
+const (
+	Starting   State = iota // connecting, taking the fence
+	Recovering              // resolving in-doubt branches, seeking offsets
+	Running                 // consuming and checkpointing
+	Draining                // SIGTERM: final checkpoint
+	Stopped                 // exited cleanly
+	Failed                  // exited with an error
+)
+
+func (s State) String() string {
+	switch s {
+	case Starting:
+		return "starting"
+	case Recovering:
+		return "recovering"
+	case Running:
+		return "running"
+	case Draining:
+		return "draining"
+	case Stopped:
+		return "stopped"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("State(%d)", int32(s))
+}
+
+// ErrBadInput stops the pipeline under bad_input_policy=fail.
+var ErrBadInput = errors.New("bad input")
+
+// Deps are the opened resources a pipeline runs on.
+type Deps struct {
+	Config  config.Config
+	Log     *zap.Logger
+	Metrics *metrics.Metrics
+	Sink    *sql.DB
+	Ledger  *ledger.Ledger
+	Fence   *ledger.Fence
+	// NewConsumer opens a consumer for a session (tests may wrap it).
+	NewConsumer func() (*consumer.Consumer, error)
+}
+
+// Pipeline is one job's runtime.
+type Pipeline struct {
+	Deps
+	state     atomic.Int32
+	lastOK    atomic.Int64 // unix nanos of the last committed (or idle) checkpoint
+	recovered atomic.Bool
+	// sessionFirstID is the first checkpoint id of the live session; the resolver leaves ids at or
+	// above it alone.
+	sessionFirstID atomic.Int64
+	schema    sink.Schema
+	windowMS  int64
+	decoder   *order.Decoder
+}
+
+// New prepares a pipeline; Run starts it.
+func New(d Deps) *Pipeline {
+	c := d.Config
+	p := &Pipeline{Deps: d, schema: sink.Schema{Table: c.MySQL.Table, DLQ: c.MySQL.DLQTable},
+		windowMS: c.Input.Window.Milliseconds()}
+	lim := order.DefaultLimits()
+	lim.MaxPayloadBytes = c.Input.MaxPayloadBytes
+	lim.MinTS = c.Input.MinEventTime.UnixMilli()
+	lim.MaxTS = c.Input.MaxEventTime.UnixMilli()
+	p.decoder = order.NewDecoder(order.Fields{OrderID: c.Input.OrderIDField, SKU: c.Input.SKUField,
+		Amount: c.Input.AmountField, TS: c.Input.TSField}, lim)
+	var reasons []string
+	for _, r := range order.AllReasons() {
+		reasons = append(reasons, r.String())
+	}
+	d.Metrics.InitReasons(reasons)
+	return p
+}
+
+// State is the current lifecycle state.
+func (p *Pipeline) State() State { return State(p.state.Load()) }
+
+func (p *Pipeline) setState(s State) {
+	old := State(p.state.Swap(int32(s)))
+	if old != s {
+		p.Log.Info("state", zap.Stringer("from", old), zap.Stringer("to", s))
+	}
+}
+
+// Ready reports whether recovery finished and a checkpoint succeeded recently.
+func (p *Pipeline) Ready() (bool, string) {
+	if !p.recovered.Load() {
+		return false, "recovery has not finished"
+	}
+	if st := p.State(); st != Running {
+		return false, "state is " + st.String()
+	}
+	age := time.Since(time.Unix(0, p.lastOK.Load()))
+	if age > p.Config.Checkpoint.ReadyMaxAge {
+		return false, fmt.Sprintf("last successful checkpoint %s ago (limit %s)", age.Round(time.Millisecond), p.Config.Checkpoint.ReadyMaxAge)
+	}
+	return true, "ok"
+}
+
+// Run recovers and consumes until ctx ends (then drains and returns nil) or a fatal error. A failed
+// checkpoint restarts the session through recovery, up to the tolerable number in a row.
+func (p *Pipeline) Run(ctx context.Context) error {
+	failures := 0
+	for {
+		s, err := p.newSession(ctx)
+		if err != nil && fault.Retryable(err) {
+			// MySQL or Kafka unavailable during recovery: same treatment as a failed checkpoint.
+			err = &checkpointError{err}
+		}
+		if err == nil {
+			err = s.run(ctx)
+			if s.committedAny.Load() {
+				failures = 0
+			}
+		}
+		if err == nil {
+			p.setState(Stopped)
+			return nil
+		}
+		var ce *checkpointError
+		if !errors.As(err, &ce) || ctx.Err() != nil {
+			p.setState(Failed)
+			return err
+		}
+		failures++
+		p.Metrics.Checkpoints.WithLabelValues("failed").Inc()
+		if failures > p.Config.Checkpoint.TolerableFailures {
+			p.setState(Failed)
+			return fmt.Errorf("%d consecutive checkpoint failures, last: %w", failures, err)
+		}
+		p.Log.Warn("checkpoint failed; rewinding through recovery", zap.Int("consecutive_failures", failures), zap.Error(err))
+		if fault.SleepContext(ctx, time.Duration(failures)*time.Second) != nil {
+			// Stopped while waiting to retry: the ledger holds a consistent state to resume from.
+			p.setState(Stopped)
+			return nil
+		}
+	}
+}
+
+// checkpointError marks a failure the pipeline may survive by rewinding to the last decision.
+type checkpointError struct{ err error }
+
+func (e *checkpointError) Error() string { return e.err.Error() }
+func (e *checkpointError) Unwrap() error { return e.err }
+
+// epoch is the in-memory state of one checkpoint being filled.
+type epoch struct {
+	id        int64
+	tables    []*aggregate.Table
+	dlq       [][]sink.DLQRow
+	records   int64
+	ok        int64
+	dlqCount  int64
+	skipped   int64
+	firstPoll time.Time
+	flushed   bool // an early flush went out, so subtasks hold a branch for this epoch
+}
+
+func (p *Pipeline) newEpoch(id int64) *epoch {
+	n := p.Config.Subtasks
+	e := &epoch{id: id, tables: make([]*aggregate.Table, n), dlq: make([][]sink.DLQRow, n)}
+	for i := range e.tables {
+		e.tables[i] = aggregate.NewTable()
+	}
+	return e
+}
+
+func (e *epoch) empty() bool { return e.records == 0 }
+
+// session is one consumer plus N subtasks between two recoveries.
+type session struct {
+	p            *Pipeline
+	ctx          context.Context // ends when the session fails
+	fail         context.CancelCauseFunc
+	cons         *consumer.Consumer
+	subs         []*subtask
+	wg           sync.WaitGroup
+	positions    ledger.Offsets // next offset per partition, as of the records folded so far
+	decided      atomic.Pointer[ledger.Offsets] // offsets of the last decided checkpoint
+	cur          *epoch
+	inflight     chan error // result of the checkpoint in flight; nil when none
+	lastEnd      time.Time
+	committedAny atomic.Bool
+}
+
+func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
+	p.setState(Recovering)
+	p.recovered.Store(false)
+	p.Metrics.Recoveries.Inc()
+	p.Metrics.PendingTransactions.Set(0)
+	rec, err := Recover(ctx, p.Ledger, p.Sink, p.Log.Named("recovery"), p.Metrics, metrics.OriginRecovery)
+	if err != nil {
+		return nil, fmt.Errorf("recovery: %w", err)
+	}
+	from := ledger.Offsets{}
+	if rec.Last != nil {
+		from = rec.Last.Offsets
+		p.Metrics.LastCommittedID.Set(float64(rec.Last.ID))
+	}
+	cons, err := p.NewConsumer()
+	if err != nil {
+		return nil, err
+	}
+	start, err := cons.Assign(ctx, from)
+	if err != nil {
+		cons.Close()
+		return nil, err
+	}
+	p.sessionFirstID.Store(rec.NextID)
+	s := &session{p: p, cons: cons, positions: start, cur: p.newEpoch(rec.NextID)}
+	decided := start.Clone()
+	s.decided.Store(&decided)
+	s.ctx, s.fail = context.WithCancelCause(context.Background())
+	for i := 0; i < p.Config.Subtasks; i++ {
+		st := newSubtask(i, p.Config.Job.Name, p.Sink, p.schema, p.Config.MySQL.BatchRows, p.Log.Named("subtask"), p.Metrics)
+		s.subs = append(s.subs, st)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := st.run(s.ctx); err != nil {
+				s.fail(&checkpointError{err})
+			}
+		}()
+	}
+	p.Log.Info("recovered", zap.Int64("resume_checkpoint", rec.NextID), zap.Int("committed", rec.Committed),
+		zap.Int("rolled_back", rec.RolledBack), zap.Any("offsets", start))
+	p.lastOK.Store(time.Now().UnixNano())
+	p.recovered.Store(true)
+	p.setState(Running)
+	return s, nil
+}
+
+// close ends the session: subtasks stop and drop their connections, the consumer leaves.
+func (s *session) close(cause error) {
+	s.fail(cause)
+	s.wg.Wait()
+	if s.inflight != nil {
+		<-s.inflight
+	}
+	s.cons.Close()
+}
+
+var errSessionEnd = errors.New("session ended")
+
+func (s *session) run(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			s.close(err)
+		} else {
+			s.close(errSessionEnd)
+		}
+	}()
+	p := s.p
+	cfg := p.Config
+	discover := time.NewTicker(cfg.Kafka.DiscoveryInterval)
+	defer discover.Stop()
+	lagEvery := time.NewTicker(5 * time.Second)
+	defer lagEvery.Stop()
+	nextCut := time.Now().Add(cfg.Checkpoint.Interval)
+	var o order.Order
+	for {
+		select {
+		case <-ctx.Done():
+			return s.drain()
+		case <-s.ctx.Done():
+			return context.Cause(s.ctx)
+		case <-p.Fence.Lost():
+			return fmt.Errorf("%w: lock connection lost; another process may own job %s now", ledger.ErrFenced, cfg.Job.Name)
+		case err := <-s.inflight:
+			s.inflight = nil
+			if err != nil {
+				return err
+			}
+			s.lastEnd = time.Now()
+			nextCut = maxTime(nextCut, s.lastEnd.Add(cfg.Checkpoint.MinPause))
+		case <-discover.C:
+			added, err := s.cons.Discover(s.ctx)
+			if err != nil {
+				return err
+			}
+			for t, ps := range added {
+				for part, off := range ps {
+					s.positions.Set(t, part, off)
+				}
+			}
+		case <-lagEvery.C:
+			s.exportLag()
+		default:
+		}
+		if s.inflight == nil && !time.Now().Before(nextCut) {
+			if err := s.cut(); err != nil {
+				return err
+			}
+			nextCut = time.Now().Add(cfg.Checkpoint.Interval)
+		}
+		// Poll in bursts: the select above is cheap but not free, and a burst keeps timers honest.
+		for i := 0; i < 512; i++ {
+			msg, err := s.cons.Poll(20 * time.Millisecond)
+			if err != nil {
+				return err
+			}
+			if msg == nil {
+				break
+			}
+			if err := s.fold(msg, &o); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// fold decodes one record into the current epoch.
+func (s *session) fold(msg *kafka.Message, o *order.Order) error {
+	p := s.p
+	e := s.cur
+	tp := msg.TopicPartition
+	s.positions.Set(*tp.Topic, tp.Partition, int64(tp.Offset)+1)
+	if e.records == 0 {
+		e.firstPoll = time.Now()
+	}
+	e.records++
+	reason := p.decoder.Decode(msg.Value, o)
+	if reason == order.OK {
+		w := aggregate.Window(o.TS, p.windowMS)
+		i := aggregate.Route(w, o.SKU, len(s.subs))
+		t := e.tables[i]
+		t.Add(w, o.SKU, o.Amount)
+		e.ok++
+		if t.Len() >= p.Config.Checkpoint.BufferKeys {
+			e.tables[i] = aggregate.NewTable()
+			e.flushed = true
+			return s.send(i, batch{epoch: e.id, table: t})
+		}
+		return nil
+	}
+	p.Metrics.BadRecords.WithLabelValues(reason.String()).Inc()
+	switch p.Config.Input.BadInputPolicy {
+	case "skip":
+		e.skipped++
+		return nil
+	case "fail":
+		return fmt.Errorf("%w: %s at %s/%d@%d", ErrBadInput, reason, *tp.Topic, tp.Partition, tp.Offset)
+	}
+	payload := msg.Value
+	if len(payload) > p.Config.Input.DLQPayloadBytes {
+		payload = payload[:p.Config.Input.DLQPayloadBytes]
+	}
+	i := int(tp.Partition) % len(s.subs)
+	e.dlq[i] = append(e.dlq[i], sink.DLQRow{Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset),
+		Reason: reason.String(), Payload: append([]byte(nil), payload...), Size: len(msg.Value)})
+	e.dlqCount++
+	return nil
+}
+
+// send hands a batch to a subtask, waiting while it is busy (back-pressure on the consume loop).
+func (s *session) send(i int, b batch) error {
+	select {
+	case s.subs[i].data <- b:
+		return nil
+	case <-s.ctx.Done():
+		return context.Cause(s.ctx)
+	}
+}
+
+// cut closes the current epoch at the barrier and starts its checkpoint.
+func (s *session) cut() error {
+	e := s.cur
+	if e.empty() {
+		// Nothing new: no ledger row, no transaction; the job is idle, not stale.
+		s.p.lastOK.Store(time.Now().UnixNano())
+		s.p.Metrics.Checkpoints.WithLabelValues("empty").Inc()
+		s.p.Metrics.LastCommittedTime.SetToCurrentTime()
+		return nil
+	}
+	cp := &pending{e: e, offsets: s.positions.Clone(), cutAt: time.Now(),
+		replies: make(chan prepared, len(s.subs))}
+	for i := range s.subs {
+		if err := s.send(i, batch{epoch: e.id, table: e.tables[i], dlq: e.dlq[i], prepare: cp.replies}); err != nil {
+			return err
+		}
+	}
+	s.cur = s.p.newEpoch(e.id + 1)
+	done := make(chan error, 1)
+	s.inflight = done
+	go func() {
+		err := s.complete(cp)
+		if err != nil {
+			// Fail the session at once: the loop may be blocked on a subtask that waits for a decision.
+			s.fail(err)
+		}
+		done <- err
+	}()
+	return nil
+}
+
+// pending is a checkpoint past its barrier.
+type pending struct {
+	e       *epoch
+	offsets ledger.Offsets
+	cutAt   time.Time
+	replies chan prepared
+}
+
+// complete runs preCommit → decide → commit for one checkpoint.
+func (s *session) complete(cp *pending) error {
+	p := s.p
+	cfg := p.Config
+	log := p.Log.Named("checkpoint").With(zap.Int64("checkpoint", cp.e.id))
+	tctx, cancel := context.WithTimeout(s.ctx, cfg.Checkpoint.Timeout)
+	defer cancel()
+
+	var tags []string
+	var participants []*subtask
+	var flushMax, prepMax time.Duration
+	for range s.subs {
+		select {
+		case r := <-cp.replies:
+			if r.err != nil {
+				return &checkpointError{fmt.Errorf("checkpoint %d: prepare: %w", cp.e.id, r.err)}
+			}
+			flushMax, prepMax = max(flushMax, r.flush), max(prepMax, r.prep)
+			if r.tag != "" {
+				tags = append(tags, r.tag)
+				participants = append(participants, s.subs[r.subtask])
+			}
+		case <-tctx.Done():
+			return &checkpointError{fmt.Errorf("checkpoint %d: prepare: %w", cp.e.id, context.Cause(tctx))}
+		}
+	}
+	p.Metrics.PhaseDuration.WithLabelValues("flush").Observe(flushMax.Seconds())
+	p.Metrics.PhaseDuration.WithLabelValues("prepare").Observe(prepMax.Seconds())
+	crashpoint.Hit(crashpoint.AfterPrepare)
+
+	t := time.Now()
+	err := p.Ledger.Decide(tctx, p.Fence.Epoch, ledger.Checkpoint{ID: cp.e.id, Tags: tags, Offsets: cp.offsets, Records: cp.e.records})
+	if errors.Is(err, ledger.ErrFenced) {
+		return err
+	}
+	if err != nil {
+		// The decision may or may not have committed: recovery reads the verdict and acts on it.
+		return &checkpointError{err}
+	}
+	p.Metrics.PhaseDuration.WithLabelValues("decide").Observe(time.Since(t).Seconds())
+	log.Debug("decided", zap.Strings("tags", tags), zap.Int64("records", cp.e.records))
+	crashpoint.Hit(crashpoint.AfterDecide)
+
+	// From here the checkpoint is committed; failures only delay it (recovery finishes the commit),
+	// so the timeout no longer applies.
+	t = time.Now()
+	done := make(chan error, len(participants))
+	for _, st := range participants {
+		st.ctrl <- decision{commit: true, done: done}
+	}
+	for i := range participants {
+		select {
+		case err := <-done:
+			if err != nil {
+				return &checkpointError{fmt.Errorf("checkpoint %d: commit: %w", cp.e.id, err)}
+			}
+		case <-s.ctx.Done():
+			return context.Cause(s.ctx)
+		}
+		if i == 0 && len(participants) > 1 {
+			crashpoint.Hit(crashpoint.BetweenCommits)
+		}
+	}
+	crashpoint.Hit(crashpoint.AfterCommit)
+	if err := p.Ledger.MarkCommitted(s.ctx, cp.e.id); err != nil {
+		return &checkpointError{err}
+	}
+	now := time.Now()
+	p.Metrics.PhaseDuration.WithLabelValues("commit").Observe(now.Sub(t).Seconds())
+	p.Metrics.PhaseDuration.WithLabelValues("total").Observe(now.Sub(cp.cutAt).Seconds())
+	p.Metrics.VisibilityLatency.Observe(now.Sub(cp.e.firstPoll).Seconds())
+	p.Metrics.Checkpoints.WithLabelValues("committed").Inc()
+	p.Metrics.LastCommittedID.Set(float64(cp.e.id))
+	p.Metrics.LastCommittedTime.Set(float64(now.UnixNano()) / 1e9)
+	p.Metrics.Records.WithLabelValues("ok").Add(float64(cp.e.ok))
+	p.Metrics.Records.WithLabelValues("dlq").Add(float64(cp.e.dlqCount))
+	p.Metrics.Records.WithLabelValues("skipped").Add(float64(cp.e.skipped))
+	p.lastOK.Store(now.UnixNano())
+	s.committedAny.Store(true)
+	s.decided.Store(&cp.offsets)
+	log.Debug("committed", zap.Strings("tags", tags), zap.Duration("duration", now.Sub(cp.cutAt)))
+	if cfg.Kafka.CommitGroupOffsets {
+		if err := s.cons.CommitGroup(cp.offsets); err != nil {
+			log.Warn("publishing offsets to the consumer group failed (lag tooling only)", zap.Error(err))
+		}
+	}
+	if cp.e.id%100 == 0 {
+		if err := p.Ledger.Prune(s.ctx, cp.e.id, 1000); err != nil {
+			log.Warn("ledger prune failed", zap.Error(err))
+		}
+	}
+	return nil
+}
+
+// drain runs the final checkpoint on SIGTERM: finish the one in flight, then commit what was read.
+func (s *session) drain() error {
+	s.p.setState(Draining)
+	wait := func() error {
+		if s.inflight == nil {
+			return nil
+		}
+		err := <-s.inflight
+		s.inflight = nil
+		return err
+	}
+	if err := wait(); err != nil {
+		return err
+	}
+	if err := s.cut(); err != nil {
+		return err
+	}
+	if err := wait(); err != nil {
+		return err
+	}
+	s.p.Log.Info("drained", zap.Any("offsets", *s.decided.Load()))
+	return nil
+}
+
+func (s *session) exportLag() {
+	for t, ps := range *s.decided.Load() {
+		for part, off := range ps {
+			if hi, ok := s.cons.HighWatermark(t, part); ok {
+				s.p.Metrics.ConsumerLag.WithLabelValues(t, fmt.Sprint(part)).Set(float64(max(hi-off, 0)))
+			}
+		}
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

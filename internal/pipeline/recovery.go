@@ -1,0 +1,163 @@
+// Recovery: finish what earlier runs left prepared, from the ledger's verdict alone.
+//
+// Invariants: a branch of this job is committed only when its checkpoint has a ledger row, and
+// rolled back only when it has none (read with a locking read); "XA says unknown" is never taken to
+// mean "committed". The next checkpoint id is above every id seen in the ledger and in XA RECOVER,
+// so a tag is never reused while a branch with it may exist.
+package pipeline
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/crashpoint"
+	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/xa"
+)
+
+// Branch is a prepared branch of this job found by XA RECOVER.
+type Branch struct {
+	Tag        string
+	Checkpoint int64
+	Subtask    int
+}
+
+// JobBranches lists the prepared branches of job, ordered by checkpoint then subtask.
+func JobBranches(ctx context.Context, db *sql.DB, job string) ([]Branch, error) {
+	all, err := xa.Recover(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	var out []Branch
+	for _, r := range all {
+		if c, s, ok := config.ParseTag(job, r.GTRID); ok && r.BQual == "" {
+			out = append(out, Branch{Tag: r.GTRID, Checkpoint: c, Subtask: s})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Checkpoint != out[j].Checkpoint {
+			return out[i].Checkpoint < out[j].Checkpoint
+		}
+		return out[i].Subtask < out[j].Subtask
+	})
+	return out, nil
+}
+
+// Recovered is the outcome of a recovery pass.
+type Recovered struct {
+	Last       *ledger.Checkpoint // newest decided checkpoint, nil for a new job
+	NextID     int64
+	Committed  int
+	RolledBack int
+}
+
+// resolveRetry bounds the wait for a branch still attached to a dying session (XAER_NOTA while
+// the server has not yet noticed the old connection is gone).
+var resolveRetry = fault.Policy{Attempts: 40, Initial: 100 * time.Millisecond, Max: 2 * time.Second}
+
+// Recover resolves every prepared branch of the job below maxID (all of them when maxID is 0),
+// marks decided checkpoints committed, and returns where to resume.
+func Recover(ctx context.Context, led *ledger.Ledger, sinkDB *sql.DB, log *zap.Logger, m *metrics.Metrics, origin string) (Recovered, error) {
+	var r Recovered
+	last, err := led.LastDecided(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.Last = last
+	maxID := int64(0)
+	if last != nil {
+		maxID = last.ID
+	}
+	branches, err := JobBranches(ctx, sinkDB, led.Job())
+	if err != nil {
+		return r, err
+	}
+	for i, b := range branches {
+		maxID = max(maxID, b.Checkpoint)
+		commit, err := resolveBranch(ctx, led, sinkDB, b, log)
+		if err != nil {
+			return r, err
+		}
+		action := "rollback"
+		if commit {
+			action = "commit"
+			r.Committed++
+		} else {
+			r.RolledBack++
+		}
+		if m != nil {
+			m.Transactions.WithLabelValues(action, origin).Inc()
+		}
+		if i < len(branches)-1 {
+			crashpoint.Hit(crashpoint.RecoveryBetween)
+		}
+	}
+	committing, err := led.Committing(ctx)
+	if err != nil {
+		return r, err
+	}
+	for _, c := range committing {
+		if err := led.MarkCommitted(ctx, c.ID); err != nil {
+			return r, err
+		}
+		log.Info("checkpoint marked committed", zap.Int64("checkpoint", c.ID), zap.Strings("tags", c.Tags), zap.String("origin", origin))
+	}
+	r.NextID = maxID + 1
+	return r, nil
+}
+
+// resolveBranch applies the ledger's verdict to one branch.
+func resolveBranch(ctx context.Context, led *ledger.Ledger, sinkDB *sql.DB, b Branch, log *zap.Logger) (commit bool, err error) {
+	commit, err = led.Verdict(ctx, b.Checkpoint)
+	if err != nil {
+		return false, err
+	}
+	err = fault.Do(ctx, resolveRetry, func(ctx context.Context) error {
+		err := xa.Resolve(ctx, sinkDB, b.Tag, commit)
+		if fault.IsMySQL(err, fault.XAErNota) {
+			// Either the old session still holds it, or it is gone: ask XA RECOVER which.
+			still, lerr := listed(ctx, sinkDB, b.Tag)
+			if lerr != nil {
+				return lerr
+			}
+			if !still {
+				return nil
+			}
+			return fault.Transient(err)
+		}
+		return err
+	}, func(attempt int, err error) {
+		log.Info("branch still attached to a session, waiting", zap.String("tag", b.Tag), zap.Int("attempt", attempt), zap.Error(err))
+	})
+	if err != nil {
+		return commit, fmt.Errorf("resolve %s: %w", b.Tag, err)
+	}
+	action := "rollback"
+	if commit {
+		action = "commit"
+	}
+	log.Info("in-doubt branch resolved", zap.String("tag", b.Tag), zap.Int64("checkpoint", b.Checkpoint),
+		zap.String("action", action), zap.String("verdict_source", "ledger"))
+	return commit, nil
+}
+
+func listed(ctx context.Context, db *sql.DB, tag string) (bool, error) {
+	all, err := xa.Recover(ctx, db)
+	if err != nil {
+		return false, err
+	}
+	for _, r := range all {
+		if r.GTRID == tag {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,200 @@
+// Subtask: one sink writer, its connection and its XA branch per epoch.
+//
+// Invariants: a subtask opens its branch lazily, on the first write of an epoch, so an epoch with
+// nothing to write leaves no branch; writes, prepare and the decision for one epoch arrive in order
+// on one goroutine; while a branch is prepared the subtask takes nothing but the decision (MariaDB
+// cannot start another transaction on a connection holding a prepared one, and must commit it on
+// that same connection).
+package pipeline
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/aggregate"
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/crashpoint"
+	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/sink"
+	"github.com/relay-sh/relay/internal/xa"
+)
+
+// batch is work for one subtask in one epoch: rows to write and, at the barrier, the order to prepare.
+type batch struct {
+	epoch   int64
+	table   *aggregate.Table
+	dlq     []sink.DLQRow
+	prepare chan<- prepared // non-nil at the barrier
+}
+
+// prepared is a subtask's answer to the barrier.
+type prepared struct {
+	subtask int
+	tag     string // empty when the subtask had nothing to write in the epoch
+	err     error
+	flush   time.Duration
+	prep    time.Duration
+}
+
+// decision resolves the prepared branch on its own connection.
+type decision struct {
+	commit bool
+	done   chan<- error
+}
+
+type subtask struct {
+	idx    int
+	job    string
+	db     *sql.DB
+	schema sink.Schema
+	rows   int // rows per statement
+	data   chan batch
+	ctrl   chan decision
+	branch *xa.Branch
+	buf    []byte
+	log    *zap.Logger
+	m      *metrics.Metrics
+}
+
+func newSubtask(idx int, job string, db *sql.DB, schema sink.Schema, rows int, log *zap.Logger, m *metrics.Metrics) *subtask {
+	return &subtask{idx: idx, job: job, db: db, schema: schema, rows: rows,
+		data: make(chan batch, 4), ctrl: make(chan decision, 1),
+		log: log.With(zap.Int("subtask", idx)), m: m}
+}
+
+// run serves batches until ctx ends or a write fails. On return the connection is released, and
+// discarded if it holds a transaction: the server then rolls back an active branch and keeps a
+// prepared one for recovery.
+func (s *subtask) run(ctx context.Context) error {
+	defer func() {
+		if s.branch != nil {
+			if st := s.branch.State(); st != xa.Idle {
+				s.log.Info("releasing connection with open branch", zap.String("tag", s.branch.Tag()), zap.Stringer("state", st))
+			}
+			s.branch.Close()
+		}
+	}()
+	for {
+		var b batch
+		select {
+		case <-ctx.Done():
+			return nil
+		case b = <-s.data:
+		}
+		start := time.Now()
+		err := s.write(ctx, b)
+		if b.prepare == nil {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		p := prepared{subtask: s.idx, flush: time.Since(start)}
+		if err == nil && s.branch != nil && s.branch.State() == xa.Active {
+			crashpoint.Hit(crashpoint.AfterFlush)
+			t := time.Now()
+			if err = s.branch.Prepare(ctx); err == nil {
+				p.tag = s.branch.Tag()
+				s.m.PendingTransactions.Inc()
+				s.m.Transactions.WithLabelValues("prepare", metrics.OriginNormal).Inc()
+				s.log.Debug("prepared", zap.String("tag", p.tag), zap.Int64("checkpoint", b.epoch))
+			}
+			p.prep = time.Since(t)
+		}
+		p.err = err
+		b.prepare <- p
+		if err != nil {
+			return err
+		}
+		if p.tag == "" {
+			continue
+		}
+		var d decision
+		select {
+		case <-ctx.Done():
+			return nil
+		case d = <-s.ctrl:
+		}
+		err = s.resolve(ctx, d.commit, b.epoch)
+		d.done <- err
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (s *subtask) resolve(ctx context.Context, commit bool, epoch int64) error {
+	tag := s.branch.Tag()
+	action := "rollback"
+	var err error
+	if commit {
+		action = "commit"
+		err = s.branch.Commit(ctx)
+	} else {
+		err = s.branch.Rollback(ctx)
+	}
+	if err != nil {
+		s.log.Warn("branch resolution failed; recovery will finish it", zap.String("tag", tag),
+			zap.Int64("checkpoint", epoch), zap.String("action", action), zap.Error(err))
+		return err
+	}
+	s.m.PendingTransactions.Dec()
+	s.m.Transactions.WithLabelValues(action, metrics.OriginNormal).Inc()
+	s.log.Debug(action, zap.String("tag", tag), zap.Int64("checkpoint", epoch))
+	return nil
+}
+
+// write flushes one batch into the epoch's branch, opening it on first use.
+func (s *subtask) write(ctx context.Context, b batch) error {
+	hasRows := b.table != nil && b.table.Len() > 0
+	if !hasRows && len(b.dlq) == 0 {
+		return nil
+	}
+	if err := s.begin(ctx, b.epoch); err != nil {
+		return err
+	}
+	if hasRows {
+		rows := b.table.Rows()
+		for i := 0; i < len(rows); i += s.rows {
+			j := min(i+s.rows, len(rows))
+			s.buf = s.schema.AppendUpsert(s.buf[:0], rows[i:j])
+			if err := s.branch.Exec(ctx, string(s.buf)); err != nil {
+				return fmt.Errorf("subtask %d: %w", s.idx, err)
+			}
+		}
+	}
+	for i := 0; i < len(b.dlq); i += s.rows {
+		j := min(i+s.rows, len(b.dlq))
+		s.buf = s.schema.AppendDLQInsert(s.buf[:0], s.job, b.epoch, b.dlq[i:j])
+		if err := s.branch.Exec(ctx, string(s.buf)); err != nil {
+			return fmt.Errorf("subtask %d: dead-letter rows: %w", s.idx, err)
+		}
+	}
+	return nil
+}
+
+func (s *subtask) begin(ctx context.Context, epoch int64) error {
+	tag := config.Tag(s.job, epoch, s.idx)
+	if s.branch != nil && s.branch.State() == xa.Active {
+		if s.branch.Tag() == tag {
+			return nil
+		}
+		return fmt.Errorf("subtask %d: branch %s still active at epoch %d", s.idx, s.branch.Tag(), epoch)
+	}
+	if s.branch == nil || s.branch.State() == xa.Broken {
+		b, err := xa.NewBranch(ctx, s.db)
+		if err != nil {
+			return fmt.Errorf("subtask %d: connect: %w", s.idx, err)
+		}
+		s.branch = b
+	}
+	if err := s.branch.Start(ctx, tag); err != nil {
+		return err
+	}
+	s.log.Debug("xa start", zap.String("tag", tag), zap.Int64("checkpoint", epoch))
+	return nil
+}

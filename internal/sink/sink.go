@@ -1,0 +1,163 @@
+// Package sink renders the epoch's writes as SQL: additive upserts into the aggregate table and
+// dead-letter rows.
+//
+// Invariants: statements carry no placeholders (they run inside XA on a raw connection); every
+// value is a literal relay formats itself: numbers from exact fixed-point, strings as hex literals,
+// so no byte of input can change the statement and no charset conversion can change a sku.
+package sink
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/relay-sh/relay/internal/aggregate"
+)
+
+// Schema names the sink tables.
+type Schema struct {
+	Table string // aggregate table (order_stats_minute)
+	DLQ   string // dead-letter table (relay_dlq)
+}
+
+// Flavor distinguishes the two servers where their SQL differs.
+type Flavor int
+
+const (
+	MySQL Flavor = iota
+	MariaDB
+)
+
+// DetectFlavor reads the server's version string.
+func DetectFlavor(ctx context.Context, db *sql.DB) (Flavor, string, error) {
+	var v string
+	if err := db.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&v); err != nil {
+		return MySQL, "", err
+	}
+	if strings.Contains(strings.ToLower(v), "mariadb") {
+		return MariaDB, v, nil
+	}
+	return MySQL, v, nil
+}
+
+// binaryCollation compares sku as bytes without pad-space, so "sku-1" and "sku-1 " stay two rows.
+func binaryCollation(f Flavor) string {
+	if f == MariaDB {
+		return "utf8mb4_nopad_bin"
+	}
+	return "utf8mb4_0900_bin"
+}
+
+// Create makes the aggregate and dead-letter tables if they are missing.
+func (s Schema) Create(ctx context.Context, db *sql.DB, f Flavor) error {
+	stmts := []string{
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+			window_start DATETIME NOT NULL,
+			sku VARCHAR(64) CHARACTER SET utf8mb4 COLLATE %s NOT NULL,
+			order_count BIGINT NOT NULL,
+			amount_sum DECIMAL(38,4) NOT NULL,
+			PRIMARY KEY (window_start, sku)
+		) ENGINE=InnoDB`, quote(s.Table), binaryCollation(f)),
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+			id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+			job VARCHAR(64) NOT NULL,
+			topic VARCHAR(249) NOT NULL,
+			kpartition INT NOT NULL,
+			koffset BIGINT NOT NULL,
+			reason VARCHAR(32) NOT NULL,
+			payload BLOB NOT NULL,
+			payload_bytes INT NOT NULL,
+			checkpoint_id BIGINT NOT NULL,
+			created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+			KEY source_idx (job, topic, kpartition, koffset)
+		) ENGINE=InnoDB`, quote(s.DLQ)),
+	}
+	for _, q := range stmts {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("create sink tables: %w", err)
+		}
+	}
+	return nil
+}
+
+func quote(ident string) string { return "`" + ident + "`" }
+
+// DLQRow is one bad record.
+type DLQRow struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Reason    string
+	Payload   []byte // already truncated to the configured bound
+	Size      int    // original payload size
+}
+
+const dateTimeLayout = "2006-01-02 15:04:05"
+
+// AppendUpsert renders one multi-row additive upsert of rows (already sorted by key).
+func (s Schema) AppendUpsert(dst []byte, rows []aggregate.Row) []byte {
+	dst = append(dst, "INSERT INTO "...)
+	dst = append(dst, quote(s.Table)...)
+	dst = append(dst, " (window_start, sku, order_count, amount_sum) VALUES "...)
+	for i, r := range rows {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, "('"...)
+		dst = time.UnixMilli(r.WindowMS).UTC().AppendFormat(dst, dateTimeLayout)
+		dst = append(dst, "',"...)
+		dst = appendHexString(dst, r.SKU)
+		dst = append(dst, ',')
+		dst = strconv.AppendInt(dst, r.Count, 10)
+		dst = append(dst, ',')
+		dst = append(dst, r.Sum.String()...)
+		dst = append(dst, ')')
+	}
+	// VALUES() parses on MySQL 8 and MariaDB alike; the "AS new" alias form does not parse on MariaDB.
+	dst = append(dst, " ON DUPLICATE KEY UPDATE order_count = order_count + VALUES(order_count), amount_sum = amount_sum + VALUES(amount_sum)"...)
+	return dst
+}
+
+// AppendDLQInsert renders one multi-row insert of bad records.
+func (s Schema) AppendDLQInsert(dst []byte, job string, checkpoint int64, rows []DLQRow) []byte {
+	dst = append(dst, "INSERT INTO "...)
+	dst = append(dst, quote(s.DLQ)...)
+	dst = append(dst, " (job, topic, kpartition, koffset, reason, payload, payload_bytes, checkpoint_id) VALUES "...)
+	for i, r := range rows {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, '(')
+		dst = appendHexString(dst, job)
+		dst = append(dst, ',')
+		dst = appendHexString(dst, r.Topic)
+		dst = append(dst, ',')
+		dst = strconv.AppendInt(dst, int64(r.Partition), 10)
+		dst = append(dst, ',')
+		dst = strconv.AppendInt(dst, r.Offset, 10)
+		dst = append(dst, ',')
+		dst = appendHexString(dst, r.Reason)
+		dst = append(dst, ",X'"...)
+		dst = hex.AppendEncode(dst, r.Payload)
+		dst = append(dst, "',"...)
+		dst = strconv.AppendInt(dst, int64(r.Size), 10)
+		dst = append(dst, ',')
+		dst = strconv.AppendInt(dst, checkpoint, 10)
+		dst = append(dst, ')')
+	}
+	return dst
+}
+
+// appendHexString writes s as a utf8mb4 hex literal: exact bytes, nothing to escape.
+func appendHexString(dst []byte, s string) []byte {
+	if s == "" {
+		return append(dst, "''"...)
+	}
+	dst = append(dst, "_utf8mb4 X'"...)
+	dst = hex.AppendEncode(dst, []byte(s))
+	return append(dst, '\'')
+}

@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# services.sh up|down|status|env — the real Kafka (KRaft) and MariaDB that tests and the demo use.
+#
+# Invariant: `down` stops exactly what `up` started (pids recorded under .cache/services), and never
+# touches a server named by RELAY_TEST_KAFKA / RELAY_TEST_MYSQL_DSN: those are used as they are.
+# Everything listens on loopback only.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE="$ROOT/.cache"
+STATE="$CACHE/services"
+KAFKA_PORT=${RELAY_SVC_KAFKA_PORT:-19092}
+KAFKA_CTRL_PORT=$((KAFKA_PORT + 1))
+MYSQL_PORT=${RELAY_SVC_MYSQL_PORT:-13306}
+KAFKA_DIR="$CACHE/kafka"
+MYSQL_DIR="$CACHE/mariadb"
+
+log() { printf 'services: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
+  local secs=$1 what=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@"; do
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.5
+  done
+  log "$what is up"
+}
+
+# ---------------------------------------------------------------- Kafka
+kafka_classpath() {
+  if [ ! -f "$KAFKA_DIR/lib/.complete" ]; then
+    command -v mvn >/dev/null || die "Maven (mvn) is needed to fetch the Kafka broker jars"
+    command -v java >/dev/null || die "Java 17 is needed to run the Kafka broker"
+    log "resolving Kafka broker jars from Maven Central (first run only)"
+    rm -rf "$KAFKA_DIR/lib"
+    (cd "$ROOT/scripts/kafka" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
+      -DoutputDirectory="$KAFKA_DIR/lib") >&2
+    touch "$KAFKA_DIR/lib/.complete"
+  fi
+  echo "$KAFKA_DIR/lib/*"
+}
+
+kafka_ready() { grep -q 'Kafka Server started' "$KAFKA_DIR/server.log" 2>/dev/null && port_open "$KAFKA_PORT"; }
+
+kafka_up() {
+  if [ -n "${RELAY_TEST_KAFKA:-}" ]; then log "using Kafka at $RELAY_TEST_KAFKA"; return; fi
+  if alive "$STATE/kafka.pid"; then log "Kafka already running (pid $(cat "$STATE/kafka.pid"))"; return; fi
+  port_open "$KAFKA_PORT" && die "port $KAFKA_PORT is taken by something this script did not start; set RELAY_TEST_KAFKA or RELAY_SVC_KAFKA_PORT"
+  local cp; cp=$(kafka_classpath)
+  mkdir -p "$KAFKA_DIR"
+  cat >"$KAFKA_DIR/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$KAFKA_CTRL_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CTRL_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$KAFKA_DIR/data
+num.partitions=4
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+log.retention.hours=-1
+EOF
+  cat >"$KAFKA_DIR/log4j2.properties" <<EOF
+rootLogger.level=INFO
+rootLogger.appenderRef.f.ref=F
+appender.f.type=File
+appender.f.name=F
+appender.f.fileName=$KAFKA_DIR/server.log
+appender.f.layout.type=PatternLayout
+appender.f.layout.pattern=[%d] %p %m (%c)%n
+logger.kafka.name=kafka
+logger.kafka.level=INFO
+logger.state.name=state.change.logger
+logger.state.level=WARN
+EOF
+  local java_opts=(-Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true
+    "-Dlog4j2.configurationFile=$KAFKA_DIR/log4j2.properties")
+  if [ ! -f "$KAFKA_DIR/data/meta.properties" ]; then
+    local id; id=$(java -cp "$cp" "${java_opts[@]}" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
+    java -cp "$cp" "${java_opts[@]}" kafka.tools.StorageTool format -t "$id" \
+      -c "$KAFKA_DIR/server.properties" >"$KAFKA_DIR/format.log" 2>&1 || { cat "$KAFKA_DIR/format.log" >&2; die "kafka storage format failed"; }
+  fi
+  : >"$KAFKA_DIR/server.log"
+  mkdir -p "$STATE"
+  nohup java -cp "$cp" "${java_opts[@]}" kafka.Kafka "$KAFKA_DIR/server.properties" \
+    >"$KAFKA_DIR/stdout.log" 2>&1 </dev/null &
+  echo $! >"$STATE/kafka.pid"
+  wait_for 120 "Kafka on 127.0.0.1:$KAFKA_PORT" kafka_ready || { tail -n 30 "$KAFKA_DIR/stdout.log" "$KAFKA_DIR/server.log" >&2; die "Kafka did not start"; }
+}
+
+# ---------------------------------------------------------------- MariaDB
+mariadbd_bin() { command -v mariadbd || command -v mysqld || ls /usr/sbin/mariadbd 2>/dev/null; }
+
+mysql_install() {
+  if [ -z "$(mariadbd_bin)" ]; then
+    log "installing mariadb-server from Debian (first run only)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    # policy-rc.d keeps the package from starting its own system service: we run our own instance.
+    apt-get install -y -qq mariadb-server mariadb-client >&2
+  fi
+}
+
+mysql_cli() { mariadb --protocol=socket -S "$MYSQL_DIR/mysqld.sock" -uroot "$@"; }
+
+mysql_ready() { mysql_cli -e 'SELECT 1' >/dev/null 2>&1; }
+
+mysql_up() {
+  if [ -n "${RELAY_TEST_MYSQL_DSN:-}" ]; then log "using MySQL from RELAY_TEST_MYSQL_DSN"; return; fi
+  if alive "$STATE/mariadb.pid"; then log "MariaDB already running (pid $(cat "$STATE/mariadb.pid"))"; return; fi
+  port_open "$MYSQL_PORT" && die "port $MYSQL_PORT is taken by something this script did not start; set RELAY_TEST_MYSQL_DSN or RELAY_SVC_MYSQL_PORT"
+  mysql_install
+  mkdir -p "$MYSQL_DIR" "$STATE"
+  # Run as production does: binary log on, ROW format, so XA PREPARE takes its logged path.
+  cat >"$MYSQL_DIR/my.cnf" <<EOF
+[mariadbd]
+user=root
+datadir=$MYSQL_DIR/data
+socket=$MYSQL_DIR/mysqld.sock
+pid-file=$MYSQL_DIR/mysqld.pid
+bind-address=127.0.0.1
+port=$MYSQL_PORT
+log-error=$MYSQL_DIR/error.log
+log-bin=$MYSQL_DIR/data/binlog
+binlog-format=ROW
+server-id=1
+max-connections=500
+innodb-buffer-pool-size=512M
+innodb-log-file-size=256M
+innodb-flush-log-at-trx-commit=1
+sync-binlog=1
+character-set-server=utf8mb4
+collation-server=utf8mb4_unicode_ci
+skip-name-resolve
+EOF
+  local fresh=0
+  if [ ! -d "$MYSQL_DIR/data/mysql" ]; then
+    fresh=1
+    mariadb-install-db --defaults-file="$MYSQL_DIR/my.cnf" --auth-root-authentication-method=socket \
+      >"$MYSQL_DIR/install.log" 2>&1 || { cat "$MYSQL_DIR/install.log" >&2; die "mariadb-install-db failed"; }
+  fi
+  nohup "$(mariadbd_bin)" --defaults-file="$MYSQL_DIR/my.cnf" >"$MYSQL_DIR/stdout.log" 2>&1 </dev/null &
+  echo $! >"$STATE/mariadb.pid"
+  wait_for 60 "MariaDB on 127.0.0.1:$MYSQL_PORT" mysql_ready || { tail -n 30 "$MYSQL_DIR/error.log" >&2; die "MariaDB did not start"; }
+  if [ $fresh = 1 ]; then
+    # The test user may create a database per test; relay itself needs far less (docs/CONFIG.md).
+    mysql_cli -e "CREATE DATABASE IF NOT EXISTS relay;
+      CREATE USER IF NOT EXISTS 'relay'@'127.0.0.1' IDENTIFIED BY 'relay';
+      CREATE USER IF NOT EXISTS 'relay'@'localhost' IDENTIFIED BY 'relay';
+      GRANT ALL PRIVILEGES ON *.* TO 'relay'@'127.0.0.1';
+      GRANT ALL PRIVILEGES ON *.* TO 'relay'@'localhost';"
+  fi
+}
+
+stop_pid() { # stop_pid NAME
+  local f="$STATE/$1.pid"
+  if alive "$f"; then
+    local pid; pid=$(cat "$f")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$pid" 2>/dev/null || true
+    log "stopped $1 (pid $pid)"
+  fi
+  rm -f "$f"
+}
+
+print_env() {
+  echo "RELAY_TEST_KAFKA=${RELAY_TEST_KAFKA:-127.0.0.1:$KAFKA_PORT}"
+  echo "RELAY_TEST_MYSQL_DSN=${RELAY_TEST_MYSQL_DSN:-relay:relay@tcp(127.0.0.1:$MYSQL_PORT)/relay}"
+}
+
+case "${1:-}" in
+  up) mysql_up; kafka_up; print_env ;;
+  down) stop_pid kafka; stop_pid mariadb ;;
+  status)
+    for s in kafka mariadb; do
+      if alive "$STATE/$s.pid"; then echo "$s: running (pid $(cat "$STATE/$s.pid"))"; else echo "$s: not started here"; fi
+    done
+    print_env ;;
+  env) print_env ;;
+  mysql) shift; mysql_cli "$@" ;;
+  *) echo "usage: $0 up|down|status|env|mysql [args]" >&2; exit 2 ;;
+esac
