@@ -179,8 +179,8 @@ stop_pid() { # stop_pid NAME
 }
 
 print_env() {
-  echo "RELAY_TEST_KAFKA=${RELAY_TEST_KAFKA:-127.0.0.1:$KAFKA_PORT}"
-  echo "RELAY_TEST_MYSQL_DSN=${RELAY_TEST_MYSQL_DSN:-relay:relay@tcp(127.0.0.1:$MYSQL_PORT)/relay}"
+  printf 'RELAY_TEST_KAFKA=%q\n' "${RELAY_TEST_KAFKA:-127.0.0.1:$KAFKA_PORT}"
+  printf 'RELAY_TEST_MYSQL_DSN=%q\n' "${RELAY_TEST_MYSQL_DSN:-relay:relay@tcp(127.0.0.1:$MYSQL_PORT)/relay}"
 }
 
 case "${1:-}" in

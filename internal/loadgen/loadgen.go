@@ -168,8 +168,7 @@ func (g *Generator) Next() ([]byte, pendingRec) {
 
 // Run produces o.Orders records into the topic, adding what commits to totals.
 func Run(ctx context.Context, o Options, totals *Totals) error {
-	cm := &kafka.ConfigMap{"bootstrap.servers": o.Brokers, "linger.ms": 5, "enable.idempotence": true,
-}
+	cm := &kafka.ConfigMap{"bootstrap.servers": o.Brokers, "linger.ms": 5, "enable.idempotence": true}
 	if o.TxnID != "" {
 		_ = cm.SetKey("transactional.id", o.TxnID)
 	}

@@ -509,4 +509,3 @@ func BenchmarkEncodingJSON(b *testing.B) {
 		}
 	}
 }
-

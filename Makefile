@@ -1,0 +1,50 @@
+# relay — make demo runs the pipeline end to end on local services; make test runs every test
+# against real Kafka and MariaDB started by scripts/services.sh.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/relay-sh/relay/internal/metrics.Version=$(VERSION)
+export CGO_ENABLED := 1
+
+.PHONY: build build-crash services services-down test test-unit crashtest demo lint bench fuzz clean
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/relay ./cmd/relay
+
+# The crash tests use a build with the named crash points compiled in.
+build-crash:
+	$(GO) build -tags crashpoints -ldflags "$(LDFLAGS)" -o $(BIN)/relay-crash ./cmd/relay
+
+services:
+	scripts/services.sh up
+
+services-down:
+	scripts/services.sh down
+
+# Every test, against real services (started here unless RELAY_TEST_KAFKA / RELAY_TEST_MYSQL_DSN name them).
+test:
+	scripts/test.sh
+
+test-unit:
+	$(GO) test ./...
+
+# The long crash test: hundreds of SIGKILLs of relay, and of MariaDB itself.
+crashtest:
+	RELAY_CRASH_KILLS=$${RELAY_CRASH_KILLS:-200} RELAY_CRASH_KILL_DB=1 scripts/test.sh -run 'TestRandomKills' -timeout 60m ./test/crash/
+
+demo:
+	scripts/demo.sh
+
+lint:
+	scripts/lint.sh
+
+bench:
+	scripts/bench.sh
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-10m} ./internal/order/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $${FUZZTIME:-10m} ./internal/money/
+
+clean:
+	rm -rf $(BIN)

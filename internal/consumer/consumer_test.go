@@ -1,0 +1,142 @@
+package consumer
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/testenv"
+)
+
+// The broker is real and transactional: a transactional producer commits some records and aborts
+// others; the read_committed consumer relay uses sees exactly the committed ones, and resumes from
+// explicit offsets.
+func TestReadCommittedSeesOnlyCommitted(t *testing.T) {
+	brokers := testenv.Brokers(t)
+	topic := testenv.Topic(t, 2)
+	ctx := testenv.Context(t, 2*time.Minute)
+
+	p, err := kafka.NewProducer(&kafka.ConfigMap{"bootstrap.servers": brokers, "transactional.id": "tx-" + topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	go func() {
+		for range p.Events() {
+		}
+	}()
+	if err := p.InitTransactions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	wantP0 := 0
+	for txn := 0; txn < 6; txn++ {
+		if err := p.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 5; i++ {
+			v := fmt.Sprintf("txn%d-rec%d", txn, i)
+			if err := p.Produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: int32(i % 2)}, Value: []byte(v)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if txn%3 != 1 {
+				want[v] = true
+				if i%2 == 0 {
+					wantP0++
+				}
+			}
+		}
+		if txn%3 == 1 {
+			err = p.AbortTransaction(ctx)
+		} else {
+			err = p.CommitTransaction(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	c, err := New(Options{Brokers: brokers, Topics: []string{topic}, GroupID: "g-" + topic, StartOffset: "earliest"}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start, err := c.Assign(ctx, ledger.Offsets{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(start[topic]) != 2 || start[topic][0] != 0 || start[topic][1] != 0 {
+		t.Fatalf("start offsets %v, want both partitions at 0", start)
+	}
+	got := readAll(t, c, len(want))
+	for v := range got {
+		if !want[v] {
+			t.Errorf("read %q, which was aborted", v)
+		}
+	}
+	for v := range want {
+		if !got[v] {
+			t.Errorf("committed record %q was not read", v)
+		}
+	}
+	if len(got) != 20 {
+		t.Fatalf("read %d distinct committed records, want 20", len(got))
+	}
+
+	// Resuming from explicit offsets reads only what lies past them.
+	c2, err := New(Options{Brokers: brokers, Topics: []string{topic}, GroupID: "g2-" + topic, StartOffset: "latest"}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	from := ledger.Offsets{}
+	from.Set(topic, 0, 0)
+	st, err := c2.Assign(ctx, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hi, _, _ := func() (int64, int64, error) {
+		_, h, err := c2.Kafka().QueryWatermarkOffsets(topic, 1, 5000)
+		return h, 0, err
+	}()
+	if st[topic][1] != hi {
+		t.Fatalf("partition 1 without a ledger offset started at %d, want latest (%d)", st[topic][1], hi)
+	}
+	got2 := readAll(t, c2, wantP0)
+	if len(got2) != wantP0 {
+		t.Fatalf("from offset 0 of partition 0 read %d records, want the %d committed there", len(got2), wantP0)
+	}
+}
+
+func readAll(t *testing.T, c *Consumer, n int) map[string]bool {
+	t.Helper()
+	got := map[string]bool{}
+	deadline := time.Now().Add(30 * time.Second)
+	quietUntil := time.Time{}
+	for time.Now().Before(deadline) {
+		m, err := c.Poll(100 * time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m != nil {
+			if got[string(m.Value)] {
+				t.Errorf("record %q read twice", m.Value)
+			}
+			got[string(m.Value)] = true
+			continue
+		}
+		// Keep polling a little after reaching n, so extra (aborted) records would show up.
+		if len(got) >= n {
+			if quietUntil.IsZero() {
+				quietUntil = time.Now().Add(time.Second)
+			} else if time.Now().After(quietUntil) {
+				break
+			}
+		}
+	}
+	return got
+}

@@ -1,0 +1,173 @@
+package xa
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/testenv"
+)
+
+func setup(t *testing.T) (*sql.DB, context.Context) {
+	db := testenv.Open(t, testenv.Database(t))
+	ctx := testenv.Context(t, time.Minute)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE kv (k INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB`); err != nil {
+		t.Fatal(err)
+	}
+	return db, ctx
+}
+
+func listedTag(t *testing.T, ctx context.Context, db *sql.DB, tag string) bool {
+	t.Helper()
+	rs, err := Recover(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.GTRID == tag {
+			return true
+		}
+	}
+	return false
+}
+
+func connID(t *testing.T, ctx context.Context, b *Branch) int64 {
+	var id int64
+	if err := b.conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// A branch prepared on one connection survives that connection's loss (killed server-side) and is
+// then committed from another connection; while the preparing session lives, others cannot commit it.
+func TestPreparedBranchSurvivesConnectionLoss(t *testing.T) {
+	db, ctx := setup(t)
+	tag := "xatest-" + testenv.Suffix() + "-0"
+	b, err := NewBranch(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := connID(t, ctx, b)
+	if err := b.Start(ctx, tag); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Exec(ctx, "INSERT INTO kv VALUES (1, 42)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b.State() != Prepared {
+		t.Fatalf("state %s, want prepared", b.State())
+	}
+	if !listedTag(t, ctx, db, tag) {
+		t.Fatal("prepared branch not listed by XA RECOVER")
+	}
+	// MariaDB: another session cannot commit it while the preparing session is alive.
+	err = Resolve(ctx, db, tag, true)
+	if !fault.IsMySQL(err, fault.XAErNota) {
+		t.Fatalf("commit from another session while the owner lives: got %v, want XAER_NOTA (1397)", err)
+	}
+
+	if _, err := db.ExecContext(ctx, "KILL CONNECTION ?", id); err != nil {
+		t.Fatal(err)
+	}
+	b.Close() // discarded, never back in the pool
+	if b.State() != Broken {
+		t.Fatalf("closing a prepared branch left state %s, want broken (discarded)", b.State())
+	}
+	var n int
+	_ = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM kv").Scan(&n)
+	if n != 0 {
+		t.Fatalf("prepared row visible before commit: %d rows", n)
+	}
+	if !listedTag(t, ctx, db, tag) {
+		t.Fatal("prepared branch lost with its connection")
+	}
+	// The server may take a moment to reap the killed session.
+	err = fault.Do(ctx, fault.Policy{Attempts: 50, Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond}, func(ctx context.Context) error {
+		err := Resolve(ctx, db, tag, true)
+		if fault.IsMySQL(err, fault.XAErNota) {
+			return fault.Transient(err)
+		}
+		return err
+	}, nil)
+	if err != nil {
+		t.Fatalf("commit from another connection: %v", err)
+	}
+	var v int
+	if err := db.QueryRowContext(ctx, "SELECT v FROM kv WHERE k = 1").Scan(&v); err != nil || v != 42 {
+		t.Fatalf("after commit: v=%d err=%v, want 42", v, err)
+	}
+	if listedTag(t, ctx, db, tag) {
+		t.Fatal("committed branch still listed")
+	}
+}
+
+// An unprepared branch dies with its connection; a prepared one can be rolled back by another session.
+func TestActiveBranchRollsBackWithConnection(t *testing.T) {
+	db, ctx := setup(t)
+	tag := "xatest-" + testenv.Suffix() + "-1"
+	b, err := NewBranch(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx, tag); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Exec(ctx, "INSERT INTO kv VALUES (2, 1)"); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	time.Sleep(200 * time.Millisecond)
+	if listedTag(t, ctx, db, tag) {
+		t.Fatal("an active (unprepared) branch outlived its connection")
+	}
+	var n int
+	_ = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM kv").Scan(&n)
+	if n != 0 {
+		t.Fatalf("rows of an unprepared branch are visible: %d", n)
+	}
+}
+
+// An empty prepared branch, once its session is gone, answers XA_RBROLLBACK to a commit from
+// another session; Resolve treats that as "nothing to commit", which is why relay opens no branch
+// for an empty epoch in the first place.
+func TestEmptyPreparedBranch(t *testing.T) {
+	db, ctx := setup(t)
+	tag := "xatest-" + testenv.Suffix() + "-2"
+	b, err := NewBranch(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx, tag); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	var err2 error
+	for i := 0; i < 50; i++ {
+		_, err2 = db.ExecContext(ctx, "XA COMMIT "+XID(tag))
+		if !fault.IsMySQL(err2, fault.XAErNota) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !fault.IsMySQL(err2, fault.XARBRollback) {
+		t.Fatalf("commit of an empty prepared branch: got %v, want error 1402 XA_RBROLLBACK", err2)
+	}
+	if listedTag(t, ctx, db, tag) {
+		t.Fatal("empty branch still listed after XA_RBROLLBACK")
+	}
+}
+
+func TestXIDLiteral(t *testing.T) {
+	if got := XID("job-1-0"); got != "X'6a6f622d312d30'" {
+		t.Fatalf("XID = %s", got)
+	}
+}

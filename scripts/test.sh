@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# test.sh [go test args] — bring up the real services (or use the ones named by RELAY_TEST_*), then
+# run the whole suite against them. Services this script started stay up for the next run; stop
+# them with `make services-down`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+eval "$(scripts/services.sh up)"
+export RELAY_TEST_KAFKA RELAY_TEST_MYSQL_DSN
+# Tests that need the services fail (instead of skipping) when they are missing.
+export RELAY_TEST_REQUIRE=1
+if [ $# -eq 0 ]; then
+  set -- -timeout 30m ./...
+fi
+go test -count=1 "$@"

@@ -1,0 +1,105 @@
+package crash
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/relay-sh/relay/internal/crashpoint"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/loadgen"
+)
+
+// Each named crash point leaves a distinct state; the restart must resolve it as stated and end
+// with exact totals. The expected outcome of the in-doubt branches is part of each case.
+func TestCrashPoints(t *testing.T) {
+	cases := []struct {
+		point string
+		// state right after the crash
+		wantBranches  string // "none", "some" (all subtasks), "one"
+		wantDecided   bool   // the crashed checkpoint has a ledger row
+		wantOutcome   string // what recovery does to the listed branches: commit or rollback
+		thenCrashAt   string // a second crash, during the recovery of the first
+		afterSecondBr string
+	}{
+		{point: crashpoint.AfterFlush, wantBranches: "none", wantDecided: false, wantOutcome: "rollback"},
+		{point: crashpoint.AfterPrepare, wantBranches: "some", wantDecided: false, wantOutcome: "rollback"},
+		{point: crashpoint.AfterDecide, wantBranches: "some", wantDecided: true, wantOutcome: "commit"},
+		{point: crashpoint.BetweenCommits, wantBranches: "one", wantDecided: true, wantOutcome: "commit"},
+		{point: crashpoint.AfterCommit, wantBranches: "none", wantDecided: true, wantOutcome: "commit"},
+		{point: crashpoint.AfterDecide, wantBranches: "some", wantDecided: true, wantOutcome: "commit",
+			thenCrashAt: crashpoint.RecoveryBetween, afterSecondBr: "one"},
+	}
+	for _, tc := range cases {
+		name := tc.point
+		if tc.thenCrashAt != "" {
+			name += "+" + tc.thenCrashAt
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, 2)
+			totals := loadgen.NewTotals()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := e.produce(ctx, totals, loadgen.Options{Orders: 4000, Batch: 100, AbortRate: 0.2, BadRate: 0.01, Seed: 7}); err != nil {
+				t.Fatal(err)
+			}
+			p := e.start("RELAY_CRASH_AT=" + tc.point)
+			if err := p.wait(t, 60*time.Second); !killedBySIGKILL(err) {
+				t.Fatalf("relay was not killed at %s: %v\n%s", tc.point, err, tail(p.log, 20))
+			}
+			// Keep producing while relay is down: the restart must take old and new records alike.
+			if err := e.produce(ctx, totals, loadgen.Options{Orders: 1000, Batch: 100, AbortRate: 0.2, Seed: 8}); err != nil {
+				t.Fatal(err)
+			}
+			branches := e.branches()
+			checkBranches(t, tc.point, tc.wantBranches, len(branches))
+			rows := e.ledgerRows()
+			crashed := int64(1) // the first checkpoint is the one that carried data
+			if st, ok := rows[crashed]; ok != tc.wantDecided {
+				t.Fatalf("after %s: ledger row for checkpoint %d present=%v (%s), want %v", tc.point, crashed, ok, st, tc.wantDecided)
+			} else if ok && st != string(ledger.Committing) {
+				t.Fatalf("after %s: ledger row %s, want COMMITTING", tc.point, st)
+			}
+			for _, b := range branches {
+				if b.Checkpoint != crashed {
+					t.Fatalf("unexpected branch %s", b.Tag)
+				}
+			}
+			if tc.thenCrashAt != "" {
+				p := e.start("RELAY_CRASH_AT=" + tc.thenCrashAt)
+				if err := p.wait(t, 60*time.Second); !killedBySIGKILL(err) {
+					t.Fatalf("relay was not killed at %s: %v\n%s", tc.thenCrashAt, err, tail(p.log, 20))
+				}
+				resolved := logEvents(t, p.log, "in-doubt branch resolved")
+				if len(resolved) != 1 || resolved[0]["action"] != tc.wantOutcome {
+					t.Fatalf("recovery before the second crash resolved %v, want one %s", resolved, tc.wantOutcome)
+				}
+				left := e.branches()
+				checkBranches(t, tc.thenCrashAt, tc.afterSecondBr, len(left))
+				branches = left
+			}
+			e.finish(totals)
+			// The restart's recovery resolved exactly the branches listed after the crash, as expected.
+			got := map[string]string{}
+			for _, ev := range logEvents(t, e.logs[len(e.logs)-1], "in-doubt branch resolved") {
+				got[ev["tag"].(string)] = ev["action"].(string)
+			}
+			if len(got) != len(branches) {
+				t.Fatalf("recovery resolved %v, want exactly the %d listed branches %v", got, len(branches), branches)
+			}
+			for _, b := range branches {
+				if got[b.Tag] != tc.wantOutcome {
+					t.Fatalf("branch %s: recovery did %q, want %s", b.Tag, got[b.Tag], tc.wantOutcome)
+				}
+			}
+		})
+	}
+}
+
+func checkBranches(t *testing.T, point, want string, n int) {
+	t.Helper()
+	ok := map[string]bool{"none": n == 0, "some": n == 2, "one": n == 1}[want]
+	if !ok {
+		t.Fatalf("after %s: %d prepared branches of the job, want %s", point, n, want)
+	}
+}

@@ -1,0 +1,387 @@
+// Package crash kills the real relay binary (built with the crashpoints tag) against real Kafka and
+// MariaDB, restarts it, and compares exact totals. It is the proof of exactly-once.
+//
+// Invariant of every test here: what MySQL holds at the end equals, to the last 0.0001, what the
+// committed Kafka transactions carried; no branch of the job is left in XA RECOVER; the ledger's
+// offsets leave nothing unread; each bad record sits in the dead-letter table once.
+package crash
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/consumer"
+	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/money"
+	"github.com/relay-sh/relay/internal/pipeline"
+	"github.com/relay-sh/relay/internal/testenv"
+)
+
+var relayBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "relay-crash")
+	if err != nil {
+		panic(err)
+	}
+	relayBin = filepath.Join(dir, "relay-crash")
+	build := exec.Command("go", "build", "-tags", "crashpoints", "-o", relayBin, "./cmd/relay")
+	build.Dir = "../.."
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building relay with crash points:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// env is one job's test environment.
+type env struct {
+	t       *testing.T
+	job     string
+	topic   string
+	dsn     string
+	db      *sql.DB
+	brokers string
+	extra   []string
+	logs    []string // one log file per relay run, in order
+	dir     string
+}
+
+func newEnv(t *testing.T, partitions int, extra ...string) *env {
+	e := &env{t: t, job: "j" + testenv.Suffix(), topic: testenv.Topic(t, partitions), dsn: testenv.Database(t),
+		brokers: testenv.Brokers(t), extra: extra}
+	e.db = testenv.Open(t, e.dsn)
+	e.dir = t.TempDir()
+	t.Cleanup(e.rollbackLeftovers)
+	return e
+}
+
+// rollbackLeftovers keeps a failed test from leaving prepared branches (and their locks) behind.
+func (e *env) rollbackLeftovers() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bs, _ := pipeline.JobBranches(ctx, e.db, e.job)
+	for _, b := range bs {
+		_, _ = e.db.ExecContext(ctx, "XA ROLLBACK X'"+fmt.Sprintf("%x", b.Tag)+"'")
+	}
+}
+
+// proc is one running relay.
+type proc struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan error
+}
+
+func (e *env) start(extraEnv ...string) *proc {
+	logPath := filepath.Join(e.dir, fmt.Sprintf("relay-%d.log", len(e.logs)+1))
+	e.logs = append(e.logs, logPath)
+	f, err := os.Create(logPath)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd := exec.Command(relayBin, "run")
+	cmd.Env = append(os.Environ(),
+		"RELAY_JOB_NAME="+e.job,
+		"RELAY_KAFKA_BROKERS="+e.brokers,
+		"RELAY_KAFKA_TOPICS="+e.topic,
+		"RELAY_MYSQL_DSN="+e.dsn,
+		"RELAY_SUBTASKS=2",
+		"RELAY_CHECKPOINT_INTERVAL=200ms",
+		"RELAY_CHECKPOINT_TIMEOUT=20s",
+		"RELAY_MYSQL_LOCK_WAIT_TIMEOUT=10s",
+		"RELAY_HTTP_ADDR=127.0.0.1:0",
+		"RELAY_LOG_LEVEL=info",
+	)
+	cmd.Env = append(cmd.Env, e.extra...)
+	cmd.Env = append(cmd.Env, extraEnv...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, log: logPath, done: make(chan error, 1)}
+	go func() {
+		p.done <- cmd.Wait()
+		f.Close()
+	}()
+	return p
+}
+
+func (p *proc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// wait returns the exit error, failing the test if relay does not exit in time.
+func (p *proc) wait(t *testing.T, d time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(d):
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		t.Fatalf("relay did not exit within %s; log:\n%s", d, tail(p.log, 30))
+		return nil
+	}
+}
+
+func killedBySIGKILL(err error) bool {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+			return ws.Signaled() && ws.Signal() == syscall.SIGKILL
+		}
+	}
+	return false
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// logEvents returns the JSON log entries with the given message.
+func logEvents(t *testing.T, path, msg string) []map[string]any {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// produce writes n orders in Kafka transactions (some aborted, some bad records) and returns what
+// must land.
+func (e *env) produce(ctx context.Context, totals *loadgen.Totals, o loadgen.Options) error {
+	o.Brokers, o.Topic = e.brokers, e.topic
+	if o.TxnID == "" {
+		o.TxnID = "lg-" + e.topic + fmt.Sprint(o.Seed)
+	}
+	return loadgen.Run(ctx, o, totals)
+}
+
+// branches lists the job's prepared branches.
+func (e *env) branches() []pipeline.Branch {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bs, err := pipeline.JobBranches(ctx, e.db, e.job)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return bs
+}
+
+// ledgerRows returns checkpoint id → state.
+func (e *env) ledgerRows() map[int64]string {
+	rows, err := e.db.Query(`SELECT checkpoint_id, state FROM relay_checkpoints WHERE job = ?`, e.job)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[int64]string{}
+	for rows.Next() {
+		var id int64
+		var st string
+		if err := rows.Scan(&id, &st); err != nil {
+			e.t.Fatal(err)
+		}
+		out[id] = st
+	}
+	return out
+}
+
+// actual reads the aggregate table.
+func (e *env) actual() map[loadgen.Key]loadgen.Acc {
+	rows, err := e.db.Query(`SELECT UNIX_TIMESTAMP(window_start) * 1000, sku, order_count, CAST(amount_sum AS CHAR) FROM order_stats_minute`)
+	if err != nil {
+		if fault.IsMySQL(err, 1146) { // no table yet: relay has not started once
+			return map[loadgen.Key]loadgen.Acc{}
+		}
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[loadgen.Key]loadgen.Acc{}
+	for rows.Next() {
+		var k loadgen.Key
+		var a loadgen.Acc
+		var sum string
+		if err := rows.Scan(&k.WindowMS, &k.SKU, &a.Count, &sum); err != nil {
+			e.t.Fatal(err)
+		}
+		s, err := money.ParseSum(sum)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		a.Sum = s
+		out[k] = a
+	}
+	return out
+}
+
+// diff describes how actual differs from expected ("" when equal).
+func diff(want, got map[loadgen.Key]loadgen.Acc) string {
+	var lines []string
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok || g.Count != w.Count || g.Sum.Cmp(w.Sum) != 0 {
+			lines = append(lines, fmt.Sprintf("%d %q: want %d/%s, got %d/%s", k.WindowMS, k.SKU, w.Count, w.Sum, g.Count, g.Sum))
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			lines = append(lines, fmt.Sprintf("%d %q: unexpected row %d/%s", k.WindowMS, k.SKU, g.Count, g.Sum))
+		}
+	}
+	sort.Strings(lines)
+	if len(lines) > 10 {
+		lines = append(lines[:10], fmt.Sprintf("... and %d more", len(lines)-10))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// finish runs relay until MySQL matches the totals (or a deadline), stops it with SIGTERM, and
+// checks every end-state invariant.
+func (e *env) finish(totals *loadgen.Totals) {
+	t := e.t
+	t.Helper()
+	want, bad, _ := totals.Snapshot()
+	p := e.start()
+	deadline := time.Now().Add(90 * time.Second)
+	for diff(want, e.actual()) != "" && time.Now().Before(deadline) {
+		select {
+		case err := <-p.done:
+			t.Fatalf("relay exited early: %v\n%s", err, tail(p.log, 30))
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := p.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("relay did not stop cleanly on SIGTERM: %v\n%s", err, tail(p.log, 30))
+	}
+	if d := diff(want, e.actual()); d != "" {
+		t.Fatalf("totals differ from what Kafka committed:\n%s", d)
+	}
+	if bs := e.branches(); len(bs) != 0 {
+		t.Fatalf("XA RECOVER still lists %d branches of the job: %v", len(bs), bs)
+	}
+	e.checkDLQ(bad)
+	e.checkOffsetsAtEnd()
+	for id, st := range e.ledgerRows() {
+		if st != string(ledger.Committed) {
+			t.Fatalf("ledger checkpoint %d is %s after a clean stop", id, st)
+		}
+	}
+}
+
+// checkDLQ requires each bad record once: counts per reason match and no source offset repeats.
+func (e *env) checkDLQ(bad []loadgen.Bad) {
+	t := e.t
+	want := map[string]int{}
+	for _, b := range bad {
+		want[b.Reason]++
+	}
+	got := map[string]int{}
+	rows, err := e.db.Query(`SELECT reason, COUNT(*) FROM relay_dlq WHERE job = ? GROUP BY reason`, e.job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var r string
+		var n int
+		if err := rows.Scan(&r, &n); err != nil {
+			t.Fatal(err)
+		}
+		got[r] = n
+	}
+	rows.Close()
+	for r, n := range want {
+		if got[r] != n {
+			t.Errorf("dead-letter reason %s: %d rows, want %d", r, got[r], n)
+		}
+	}
+	for r, n := range got {
+		if _, ok := want[r]; !ok {
+			t.Errorf("dead-letter reason %s: %d unexpected rows", r, n)
+		}
+	}
+	var dups int
+	if err := e.db.QueryRow(`SELECT COUNT(*) FROM (SELECT 1 FROM relay_dlq WHERE job = ? GROUP BY topic, kpartition, koffset HAVING COUNT(*) > 1) d`, e.job).Scan(&dups); err != nil {
+		t.Fatal(err)
+	}
+	if dups != 0 {
+		t.Fatalf("%d source offsets appear more than once in the dead-letter table", dups)
+	}
+}
+
+// checkOffsetsAtEnd requires the ledger's resume offsets to leave no committed record unread:
+// reading on from them finds nothing.
+func (e *env) checkOffsetsAtEnd() {
+	t := e.t
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	led := ledger.New(e.db, e.job)
+	last, err := led.LastDecided(ctx)
+	if err != nil || last == nil {
+		t.Fatalf("no decided checkpoint: %v", err)
+	}
+	c, err := consumer.New(consumer.Options{Brokers: e.brokers, Topics: []string{e.topic}, GroupID: "check-" + e.job, StartOffset: "earliest"}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	parts, err := c.Partitions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts[e.topic] {
+		if _, ok := last.Offsets.Get(e.topic, p); !ok {
+			t.Fatalf("ledger has no offset for partition %d", p)
+		}
+	}
+	if _, err := c.Assign(ctx, last.Offsets); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(2 * time.Second)
+	for time.Now().Before(until) {
+		m, err := c.Poll(100 * time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m != nil {
+			t.Fatalf("record at %s/%d@%d lies past the ledger's final offsets", e.topic, m.TopicPartition.Partition, m.TopicPartition.Offset)
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package crash
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/relay-sh/relay/internal/loadgen"
+)
+
+// TestRandomKills SIGKILLs relay at random moments while orders keep arriving (in Kafka
+// transactions, some aborted, some records bad), restarts it each time, and finally requires exact
+// totals. RELAY_CRASH_KILLS sets the number of kills (default 20); RELAY_CRASH_KILL_DB=1 also
+// SIGKILLs MariaDB now and then (only a MariaDB that scripts/services.sh started).
+func TestRandomKills(t *testing.T) {
+	kills := 20
+	if v, err := strconv.Atoi(os.Getenv("RELAY_CRASH_KILLS")); err == nil && v > 0 {
+		kills = v
+	}
+	killDB := os.Getenv("RELAY_CRASH_KILL_DB") == "1"
+	e := newEnv(t, 3, "RELAY_CHECKPOINT_BUFFER_KEYS=200")
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	t.Logf("job %s topic %s, %d kills, kill MariaDB: %v", e.job, e.topic, kills, killDB)
+
+	totals := loadgen.NewTotals()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	produced := make(chan error, 1)
+	go func() {
+		// A steady stream that outlasts the kills; the test stops it once the kills are done.
+		produced <- e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 4000, Batch: 40,
+			AbortRate: 0.1, BadRate: 0.005, SKUs: 300, Windows: 30, Seed: rng.Uint64()})
+	}()
+
+	progressed := 0
+	lastMax := int64(0)
+	for k := 1; k <= kills; k++ {
+		p := e.start()
+		time.Sleep(time.Duration(300+rng.IntN(2200)) * time.Millisecond)
+		if killDB && k%10 == 0 {
+			killMariaDB(t)
+		}
+		select {
+		case err := <-p.done:
+			// A run may end by itself only because MariaDB was killed under it.
+			if !killDB {
+				t.Fatalf("run %d exited by itself: %v\n%s", k, err, tail(p.log, 30))
+			}
+		default:
+			p.kill()
+		}
+		if os.Getenv("RELAY_CRASH_DEBUG") != "" {
+			t.Logf("run %d log:\n%s", k, tail(p.log, 8))
+		}
+		if max := e.maxCheckpoint(); max > lastMax {
+			progressed++
+			lastMax = max
+		}
+	}
+	cancel()
+	if err := <-produced; err != nil && ctx.Err() == nil {
+		t.Fatal(err)
+	}
+	_, bad, good := totals.Snapshot()
+	t.Logf("%d kills; %d runs advanced the ledger (last checkpoint %d); %d good orders, %d bad, %d aborted",
+		kills, progressed, lastMax, good, len(bad), totals.Aborted)
+	if progressed < kills/2 {
+		t.Fatalf("only %d of %d killed runs committed anything: the kills did not hit a working relay", progressed, kills)
+	}
+	e.finish(totals)
+}
+
+func (e *env) maxCheckpoint() int64 {
+	var id int64
+	_ = e.db.QueryRow(`SELECT COALESCE(MAX(checkpoint_id), 0) FROM relay_checkpoints WHERE job = ?`, e.job).Scan(&id)
+	return id
+}
+
+// killMariaDB SIGKILLs the MariaDB that scripts/services.sh started and starts it again.
+func killMariaDB(t *testing.T) {
+	pidFile := "../../.cache/services/mariadb.pid"
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Skipf("RELAY_CRASH_KILL_DB needs a MariaDB started by scripts/services.sh: %v", err)
+	}
+	pid, _ := strconv.Atoi(string(trimNL(b)))
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	cmd := exec.Command("scripts/services.sh", "up")
+	cmd.Dir = "../.."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("restarting MariaDB: %v\n%s", err, out)
+	}
+}
+
+func trimNL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
