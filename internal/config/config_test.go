@@ -1,0 +1,189 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func valid() Config {
+	c := Default()
+	c.Job.Name = "orders_eu"
+	c.Kafka.Brokers = "127.0.0.1:9092"
+	c.Kafka.Topics = []string{"orders"}
+	c.MySQL.DSN = "relay:pw@tcp(127.0.0.1:3306)/relay"
+	return c
+}
+
+func TestValidDefaults(t *testing.T) {
+	c := valid()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every refusal names its key and says what is wrong.
+func TestValidateRefuses(t *testing.T) {
+	cases := []struct {
+		key    string
+		mutate func(*Config)
+		says   string
+	}{
+		{"job.name", func(c *Config) { c.Job.Name = "" }, "must match"},
+		{"job.name", func(c *Config) { c.Job.Name = "Orders-EU" }, "must match"},
+		{"job.name", func(c *Config) { c.Job.Name = strings.Repeat("a", 33) }, "must match"},
+		{"kafka.brokers", func(c *Config) { c.Kafka.Brokers = " " }, "required"},
+		{"kafka.topics", func(c *Config) { c.Kafka.Topics = nil }, "at least one"},
+		{"kafka.topics", func(c *Config) { c.Kafka.Topics = []string{"a b"} }, "bad topic"},
+		{"kafka.start_offset", func(c *Config) { c.Kafka.StartOffset = "middle" }, "earliest or latest"},
+		{"kafka.discovery_interval", func(c *Config) { c.Kafka.DiscoveryInterval = time.Millisecond }, "below"},
+		{"kafka.properties", func(c *Config) { c.Kafka.Properties = map[string]string{"isolation.level": "read_uncommitted"} }, "set by relay"},
+		{"kafka.properties", func(c *Config) { c.Kafka.Properties = map[string]string{"enable.auto.commit": "true"} }, "set by relay"},
+		{"mysql.dsn", func(c *Config) { c.MySQL.DSN = "" }, "required"},
+		{"mysql.dsn", func(c *Config) { c.MySQL.DSN = "not a dsn" }, "invalid DSN"},
+		{"mysql.ledger_dsn", func(c *Config) { c.MySQL.LedgerDSN = "nope" }, "invalid DSN"},
+		{"mysql.table", func(c *Config) { c.MySQL.Table = "x; DROP TABLE y" }, "identifier"},
+		{"mysql.dlq_table", func(c *Config) { c.MySQL.DLQTable = "a-b" }, "identifier"},
+		{"mysql.batch_rows", func(c *Config) { c.MySQL.BatchRows = 0 }, "outside"},
+		{"mysql.lock_wait_timeout", func(c *Config) { c.MySQL.LockWait = 0 }, "below 1s"},
+		{"mysql.lock_wait_timeout", func(c *Config) { c.MySQL.LockWait = 2 * time.Minute }, "below checkpoint.timeout"},
+		{"mode", func(c *Config) { c.Mode = "2pc" }, "xa or held"},
+		{"subtasks", func(c *Config) { c.Subtasks = 0 }, "outside"},
+		{"subtasks", func(c *Config) { c.Subtasks = 1000 }, "outside"},
+		{"checkpoint.interval", func(c *Config) { c.Checkpoint.Interval = time.Millisecond }, "below"},
+		{"checkpoint.min_pause", func(c *Config) { c.Checkpoint.MinPause = time.Hour }, "between"},
+		{"checkpoint.timeout", func(c *Config) { c.Checkpoint.Timeout = time.Millisecond }, "below"},
+		{"checkpoint.tolerable_failures", func(c *Config) { c.Checkpoint.TolerableFailures = -1 }, "negative"},
+		{"mysql.session_timeout", func(c *Config) { c.MySQL.SessionTimeout = time.Minute }, "short by"},
+		{"mysql.session_timeout", func(c *Config) { c.Checkpoint.Interval = 9 * time.Minute }, "must exceed"},
+		{"checkpoint.buffer_keys", func(c *Config) { c.Checkpoint.BufferKeys = 0 }, "positive"},
+		{"checkpoint.resolve_interval", func(c *Config) { c.Checkpoint.ResolveInterval = 0 }, "below"},
+		{"checkpoint.ready_max_age", func(c *Config) { c.Checkpoint.ReadyMaxAge = time.Millisecond }, "exceed"},
+		{"input.sku_field", func(c *Config) { c.Input.SKUField = "" }, "empty"},
+		{"input.window", func(c *Config) { c.Input.Window = 7 * time.Minute }, "divide a day"},
+		{"input.bad_input_policy", func(c *Config) { c.Input.BadInputPolicy = "ignore" }, "dlq, skip or fail"},
+		{"input.max_payload_bytes", func(c *Config) { c.Input.MaxPayloadBytes = 1 }, "below"},
+		{"input.dlq_payload_bytes", func(c *Config) { c.Input.DLQPayloadBytes = 1 << 20 }, "outside"},
+		{"input.min_event_time", func(c *Config) { c.Input.MinEventTime = time.Date(900, 1, 1, 0, 0, 0, 0, time.UTC) }, "after"},
+		{"input.max_event_time", func(c *Config) { c.Input.MaxEventTime = time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC) }, "DATETIME"},
+		{"log_level", func(c *Config) { c.LogLevel = "loud" }, "debug, info"},
+	}
+	for _, tc := range cases {
+		c := valid()
+		tc.mutate(&c)
+		err := c.Validate()
+		var fe *FieldError
+		if !errors.As(err, &fe) {
+			t.Errorf("%s: got %v, want a FieldError", tc.key, err)
+			continue
+		}
+		if fe.Key != tc.key || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: got %q (key %s), want key %s saying %q", tc.key, err, fe.Key, tc.key, tc.says)
+		}
+		if !strings.Contains(err.Error(), fe.Env) || !strings.HasPrefix(fe.Env, "RELAY_") {
+			t.Errorf("%s: error %q does not name its variable", tc.key, err)
+		}
+	}
+}
+
+func TestServerChecks(t *testing.T) {
+	c := valid()
+	c.Subtasks = 8
+	if err := c.CheckServer(151, 10); err != nil {
+		t.Fatal(err)
+	}
+	err := c.CheckServer(20, 15)
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Key != "subtasks" || !strings.Contains(err.Error(), "needs 12 connections, the server has 5 free") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestLoadFileAndEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "relay.yaml")
+	yaml := `job:
+  name: from_file
+kafka:
+  brokers: k1:9092
+  topics: [a, b]
+  properties:
+    security.protocol: SASL_SSL
+mysql:
+  dsn: u:p@tcp(db:3306)/x
+checkpoint:
+  interval: 500ms
+subtasks: 3
+`
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path, []string{"RELAY_SUBTASKS=5", "RELAY_KAFKA_TOPICS=x, y", "RELAY_LEDGER_DSN=u:p@tcp(l:3306)/l",
+		"RELAY_START_OFFSET=latest", "RELAY_TEST_KAFKA=ignored", "PATH=/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Job.Name != "from_file" || c.Subtasks != 5 || strings.Join(c.Kafka.Topics, ",") != "x,y" ||
+		c.Checkpoint.Interval != 500*time.Millisecond || c.MySQL.LedgerDSN != "u:p@tcp(l:3306)/l" ||
+		c.Kafka.StartOffset != "latest" || c.Kafka.Properties["security.protocol"] != "SASL_SSL" || c.Kafka.GroupID != "relay-from_file" {
+		t.Fatalf("loaded %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// Unknown keys are errors that name the key, in the file and in the environment.
+	if err := os.WriteFile(path, []byte("job:\n  nmae: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path, nil); err == nil || !strings.Contains(err.Error(), "nmae") {
+		t.Fatalf("unknown YAML key: %v", err)
+	}
+	if _, err := Load("", []string{"RELAY_SUBTASK=3"}); !errors.Is(err, ErrUnknownKey) || !strings.Contains(err.Error(), "RELAY_SUBTASK") {
+		t.Fatalf("unknown variable: %v", err)
+	}
+	_, err = Load("", []string{"RELAY_CHECKPOINT_INTERVAL=fast"})
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Env != "RELAY_CHECKPOINT_INTERVAL" {
+		t.Fatalf("bad value: %v", err)
+	}
+}
+
+func TestTags(t *testing.T) {
+	tag := Tag("orders_eu", 1042, 3)
+	if tag != "orders_eu-1042-3" {
+		t.Fatal(tag)
+	}
+	c, s, ok := ParseTag("orders_eu", tag)
+	if !ok || c != 1042 || s != 3 {
+		t.Fatalf("ParseTag = %d %d %v", c, s, ok)
+	}
+	for _, other := range []string{"orders-1-0", "orders_eu-1-x", "orders_eu-01-0", "orders_eu_2-1-0", "orders_eu-1"} {
+		if _, _, ok := ParseTag("orders_eu", other); ok {
+			t.Errorf("ParseTag accepted %q", other)
+		}
+	}
+	if n := len(MaxTag(strings.Repeat("a", 32), 256)); n > MaxTagBytes {
+		t.Fatalf("longest tag %d bytes", n)
+	}
+}
+
+// Every key has a doc line (docs/CONFIG.md is generated from them).
+func TestEveryKeyDocumented(t *testing.T) {
+	for _, f := range Fields() {
+		if f.Doc == "" {
+			t.Errorf("%s has no doc line", f.Key)
+		}
+	}
+	for k := range docs {
+		found := false
+		for _, f := range Fields() {
+			found = found || f.Key == k
+		}
+		if !found {
+			t.Errorf("doc for unknown key %s", k)
+		}
+	}
+}

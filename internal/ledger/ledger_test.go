@@ -1,0 +1,123 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relay-sh/relay/internal/testenv"
+)
+
+func newLedger(t *testing.T) (*Ledger, context.Context) {
+	db := testenv.Open(t, testenv.Database(t))
+	ctx := testenv.Context(t, time.Minute)
+	if err := EnsureSchema(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	return New(db, "job_"+testenv.Suffix()), ctx
+}
+
+// A second owner fails fast naming the holder; a stale owner (its lock connection died and a new
+// owner took over) can no longer write a decision, and learns it has lost the fence.
+func TestFencing(t *testing.T) {
+	l, ctx := newLedger(t)
+	f1, err := Acquire(ctx, l, "host-a pid 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f1.Release()
+	if _, err := Acquire(ctx, l, "host-b pid 2"); !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "host-a pid 1") {
+		t.Fatalf("second owner: got %v, want ErrFenced naming host-a pid 1", err)
+	}
+	if err := l.Decide(ctx, f1.Epoch, Checkpoint{ID: 1, Tags: []string{"x-1-0"}, Offsets: Offsets{"t": {0: 5}}}); err != nil {
+		t.Fatalf("owner's decision: %v", err)
+	}
+	// The owner's lock connection dies (as in a network partition); a new owner takes over.
+	var id int64
+	if err := f1.conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.db.ExecContext(ctx, "KILL CONNECTION ?", id); err != nil {
+		t.Fatal(err)
+	}
+	var f2 *Fence
+	for i := 0; i < 50; i++ {
+		if f2, err = Acquire(ctx, l, "host-b pid 2"); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("takeover after the owner's lock connection died: %v", err)
+	}
+	defer f2.Release()
+	if f2.Epoch != f1.Epoch+1 {
+		t.Fatalf("new epoch %d, want %d", f2.Epoch, f1.Epoch+1)
+	}
+	err = l.Decide(ctx, f1.Epoch, Checkpoint{ID: 2, Offsets: Offsets{}})
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("stale owner's decision: got %v, want ErrFenced", err)
+	}
+	if ok, _ := l.Verdict(ctx, 2); ok {
+		t.Fatal("stale owner's decision row exists")
+	}
+	select {
+	case <-f1.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("stale owner was not told it lost the fence")
+	}
+	if err := l.Decide(ctx, f2.Epoch, Checkpoint{ID: 2, Offsets: Offsets{}}); err != nil {
+		t.Fatalf("new owner's decision: %v", err)
+	}
+}
+
+// Verdicts, the last decision and the COMMITTING → COMMITTED move.
+func TestCheckpointRows(t *testing.T) {
+	l, ctx := newLedger(t)
+	f, err := Acquire(ctx, l, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release()
+	if last, err := l.LastDecided(ctx); err != nil || last != nil {
+		t.Fatalf("new job: last=%v err=%v", last, err)
+	}
+	offs := Offsets{"orders": {0: 10, 3: 99}}
+	for id := int64(1); id <= 3; id++ {
+		if err := l.Decide(ctx, f.Epoch, Checkpoint{ID: id, Tags: []string{"a-1-0", "a-1-1"}, Offsets: offs, Records: 7}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Decide(ctx, f.Epoch, Checkpoint{ID: 3, Offsets: offs}); err == nil {
+		t.Fatal("a second decision for the same checkpoint was accepted")
+	}
+	if err := l.MarkCommitted(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.Committing(ctx)
+	if err != nil || len(c) != 2 || c[0].ID != 2 {
+		t.Fatalf("committing = %v, %v", c, err)
+	}
+	last, err := l.LastDecided(ctx)
+	if err != nil || last.ID != 3 || !last.Offsets.Equal(offs) || len(last.Tags) != 2 || last.Records != 7 {
+		t.Fatalf("last = %+v, %v", last, err)
+	}
+	for id, want := range map[int64]bool{1: true, 3: true, 4: false} {
+		if got, err := l.Verdict(ctx, id); err != nil || got != want {
+			t.Fatalf("verdict(%d) = %v, %v; want %v", id, got, err, want)
+		}
+	}
+}
+
+// A ledger written by a newer relay is refused.
+func TestNewerSchemaRefused(t *testing.T) {
+	l, ctx := newLedger(t)
+	if _, err := l.db.ExecContext(ctx, `UPDATE relay_ledger_meta SET value = '99' WHERE name = 'schema_version'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureSchema(ctx, l.db); !errors.Is(err, ErrNewerSchema) {
+		t.Fatalf("got %v, want ErrNewerSchema", err)
+	}
+}

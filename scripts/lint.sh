@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# lint.sh — gofmt, go vet, and staticcheck (installed from the Go module proxy on first use).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; exit 1; fi
+go vet ./...
+go vet -tags crashpoints ./...
+SC=$(go env GOPATH)/bin/staticcheck
+[ -x "$SC" ] || go install honnef.co/go/tools/cmd/staticcheck@2025.1.1
+"$SC" ./...
+"$SC" -tags crashpoints ./...
+echo "lint: ok"
