@@ -87,9 +87,6 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	log.Info("starting", zap.String("job", cfg.Job.Name), zap.String("mode", string(cfg.Mode)),
 		zap.Int("subtasks", cfg.Subtasks), zap.Duration("checkpoint_interval", cfg.Checkpoint.Interval),
 		zap.String("mysql", database.Redact(cfg.MySQL.DSN)), zap.String("version", metrics.Version))
-	if cfg.Mode != config.ModeXA {
-		return fmt.Errorf("mode %s: not implemented in this build (only xa)", cfg.Mode)
-	}
 	m := metrics.New(cfg.Job.Name)
 	sinkDB, ledgerDB, err := openDBs(cfg)
 	if err != nil {
@@ -120,7 +117,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	if err := cfg.CheckServer(maxConn, threads); err != nil {
 		return err
 	}
-	if err := (sink.Schema{Table: cfg.MySQL.Table, DLQ: cfg.MySQL.DLQTable}).Create(startCtx, sinkDB, flavor); err != nil {
+	if err := (sink.Schema{Table: cfg.MySQL.Table, DLQ: cfg.MySQL.DLQTable, Detail: cfg.MySQL.DetailTable}).Create(startCtx, sinkDB, flavor); err != nil {
 		return err
 	}
 	if err := ledger.EnsureSchema(startCtx, ledgerDB); err != nil {

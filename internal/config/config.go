@@ -61,6 +61,7 @@ type MySQL struct {
 	LedgerDSN      string        `yaml:"ledger_dsn"`
 	Table          string        `yaml:"table"`
 	DLQTable       string        `yaml:"dlq_table"`
+	DetailTable    string        `yaml:"detail_table"`
 	SessionTimeout time.Duration `yaml:"session_timeout"`
 	LockWait       time.Duration `yaml:"lock_wait_timeout"`
 	BatchRows      int           `yaml:"batch_rows"`
@@ -217,6 +218,9 @@ func (c *Config) Validate() error {
 	}
 	if !identRE.MatchString(c.MySQL.DLQTable) {
 		return bad("mysql.dlq_table", "%q is not a plain identifier", c.MySQL.DLQTable)
+	}
+	if c.MySQL.DetailTable != "" && !identRE.MatchString(c.MySQL.DetailTable) {
+		return bad("mysql.detail_table", "%q is not a plain identifier", c.MySQL.DetailTable)
 	}
 	if c.MySQL.BatchRows < 1 || c.MySQL.BatchRows > 10000 {
 		return bad("mysql.batch_rows", "%d is outside 1..10000", c.MySQL.BatchRows)

@@ -39,6 +39,7 @@ var (
 		"mysql.ledger_dsn":              "DSN of the ledger database; empty means the sink database.",
 		"mysql.table":                   "Aggregate table (window_start, sku, order_count, amount_sum); created if missing.",
 		"mysql.dlq_table":               "Dead-letter table for bad input; created if missing.",
+		"mysql.detail_table":            "Append sink: one row per order (order_id, sku, amount, event_time, source topic/partition/offset) in the same epoch transactions; empty (default) turns it off.",
 		"mysql.session_timeout":         "wait_timeout set on relay's sessions; must exceed checkpoint.interval + checkpoint.timeout + checkpoint.restart_allowance.",
 		"mysql.lock_wait_timeout":       "innodb_lock_wait_timeout set on relay's sessions; below checkpoint.timeout.",
 		"mysql.batch_rows":              "Rows per multi-row upsert statement.",

@@ -140,6 +140,17 @@ var schema = []string{
 		PRIMARY KEY (job, checkpoint_id),
 		KEY state_idx (job, state)
 	) ENGINE=InnoDB`,
+	// Held mode: each partition's next offset, written in the same transaction as its data.
+	`CREATE TABLE IF NOT EXISTS relay_held_offsets (
+		job VARCHAR(64) NOT NULL,
+		topic VARCHAR(249) NOT NULL,
+		kpartition INT NOT NULL,
+		next_offset BIGINT NOT NULL,
+		checkpoint_id BIGINT NOT NULL,
+		owner_epoch BIGINT NOT NULL,
+		updated_at DATETIME(6) NOT NULL,
+		PRIMARY KEY (job, topic, kpartition)
+	) ENGINE=InnoDB`,
 }
 
 // EnsureSchema creates the ledger tables and refuses a ledger written by a newer relay.

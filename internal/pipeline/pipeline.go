@@ -90,13 +90,14 @@ type Pipeline struct {
 	schema         sink.Schema
 	windowMS       int64
 	decoder        *order.Decoder
+	held           bool // held mode: partition-affine subtasks, local transactions
 }
 
 // New prepares a pipeline; Run starts it.
 func New(d Deps) *Pipeline {
 	c := d.Config
-	p := &Pipeline{Deps: d, schema: sink.Schema{Table: c.MySQL.Table, DLQ: c.MySQL.DLQTable},
-		windowMS: c.Input.Window.Milliseconds()}
+	p := &Pipeline{Deps: d, schema: sink.Schema{Table: c.MySQL.Table, DLQ: c.MySQL.DLQTable, Detail: c.MySQL.DetailTable},
+		windowMS: c.Input.Window.Milliseconds(), held: c.Mode == config.ModeHeld}
 	lim := order.DefaultLimits()
 	lim.MaxPayloadBytes = c.Input.MaxPayloadBytes
 	lim.MinTS = c.Input.MinEventTime.UnixMilli()
@@ -187,17 +188,17 @@ type epoch struct {
 	id        int64
 	tables    []*aggregate.Table
 	dlq       [][]sink.DLQRow
+	details   [][]sink.DetailRow
 	records   int64
 	ok        int64
 	dlqCount  int64
 	skipped   int64
 	firstPoll time.Time
-	flushed   bool // an early flush went out, so subtasks hold a branch for this epoch
 }
 
 func (p *Pipeline) newEpoch(id int64) *epoch {
 	n := p.Config.Subtasks
-	e := &epoch{id: id, tables: make([]*aggregate.Table, n), dlq: make([][]sink.DLQRow, n)}
+	e := &epoch{id: id, tables: make([]*aggregate.Table, n), dlq: make([][]sink.DLQRow, n), details: make([][]sink.DetailRow, n)}
 	for i := range e.tables {
 		e.tables[i] = aggregate.NewTable()
 	}
@@ -227,14 +228,9 @@ func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
 	p.recovered.Store(false)
 	p.Metrics.Recoveries.Inc()
 	p.Metrics.PendingTransactions.Set(0)
-	rec, err := Recover(ctx, p.Ledger, p.Sink, p.Log.Named("recovery"), p.Metrics, metrics.OriginRecovery)
+	rec, from, err := p.recover(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("recovery: %w", err)
-	}
-	from := ledger.Offsets{}
-	if rec.Last != nil {
-		from = rec.Last.Offsets
-		p.Metrics.LastCommittedID.Set(float64(rec.Last.ID))
 	}
 	cons, err := p.NewConsumer()
 	if err != nil {
@@ -248,16 +244,27 @@ func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
 	p.sessionFirstID.Store(rec.NextID)
 	s := &session{p: p, cons: cons, positions: start, cur: p.newEpoch(rec.NextID)}
 	decided := start.Clone()
+	if p.held {
+		// Only what the ledger holds is decided: a partition started from the configured position
+		// must get its offset row at the first checkpoint, or a restart would re-resolve "latest".
+		decided = from.Clone()
+	}
 	s.decided.Store(&decided)
 	s.ctx, s.fail = context.WithCancelCause(context.Background())
 	for i := 0; i < p.Config.Subtasks; i++ {
 		st := newSubtask(i, p.Config.Job.Name, p.Sink, p.schema, p.Config.MySQL.BatchRows, p.Log.Named("subtask"), p.Metrics)
+		if p.held {
+			st.held, st.owner = p.Ledger, p.Fence.Epoch
+		}
 		s.subs = append(s.subs, st)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			if err := st.run(s.ctx); err != nil {
-				s.fail(&checkpointError{err})
+				if !errors.Is(err, ledger.ErrFenced) {
+					err = &checkpointError{err}
+				}
+				s.fail(err)
 			}
 		}()
 	}
@@ -267,6 +274,29 @@ func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
 	p.recovered.Store(true)
 	p.setState(Running)
 	return s, nil
+}
+
+// recover finishes what earlier runs left and returns where to resume. XA mode resolves in-doubt
+// branches from the ledger; held mode has nothing in doubt: each partition's committed offset is
+// exactly what its committed data covers.
+func (p *Pipeline) recover(ctx context.Context) (Recovered, ledger.Offsets, error) {
+	if p.held {
+		offs, maxID, err := p.Ledger.HeldOffsets(ctx)
+		if maxID > 0 {
+			p.Metrics.LastCommittedID.Set(float64(maxID))
+		}
+		return Recovered{NextID: maxID + 1}, offs, err
+	}
+	rec, err := Recover(ctx, p.Ledger, p.Sink, p.Log.Named("recovery"), p.Metrics, metrics.OriginRecovery)
+	if err != nil {
+		return rec, nil, err
+	}
+	from := ledger.Offsets{}
+	if rec.Last != nil {
+		from = rec.Last.Offsets
+		p.Metrics.LastCommittedID.Set(float64(rec.Last.ID))
+	}
+	return rec, from, nil
 }
 
 // close ends the session: subtasks stop and drop their connections, the consumer leaves.
@@ -358,16 +388,33 @@ func (s *session) fold(msg *kafka.Message, o *order.Order) error {
 		e.firstPoll = time.Now()
 	}
 	e.records++
+	// Held mode keeps each partition on one subtask: its offsets commit with its rows.
+	owner := int(tp.Partition) % len(s.subs)
 	reason := p.decoder.Decode(msg.Value, o)
 	if reason == order.OK {
 		w := aggregate.Window(o.TS, p.windowMS)
-		i := aggregate.Route(w, o.SKU, len(s.subs))
+		i := owner
+		if !p.held {
+			i = aggregate.Route(w, o.SKU, len(s.subs))
+		}
 		t := e.tables[i]
 		t.Add(w, o.SKU, o.Amount)
 		e.ok++
-		if t.Len() >= p.Config.Checkpoint.BufferKeys {
+		if p.schema.Detail != "" {
+			e.details[owner] = append(e.details[owner], sink.DetailRow{OrderID: string(o.OrderID), SKU: string(o.SKU),
+				Amount: o.Amount, TS: o.TS, Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset)})
+			if len(e.details[owner]) >= 4*p.Config.MySQL.BatchRows {
+				d := e.details[owner]
+				e.details[owner] = nil
+				if err := s.send(owner, batch{epoch: e.id, details: d}); err != nil {
+					return err
+				}
+			}
+		}
+		// Held mode flushes aggregates only at the barrier: one sorted pass per transaction keeps
+		// row locks ordered across subtasks that share keys, so they cannot deadlock.
+		if !p.held && t.Len() >= p.Config.Checkpoint.BufferKeys {
 			e.tables[i] = aggregate.NewTable()
-			e.flushed = true
 			return s.send(i, batch{epoch: e.id, table: t})
 		}
 		return nil
@@ -384,7 +431,7 @@ func (s *session) fold(msg *kafka.Message, o *order.Order) error {
 	if len(payload) > p.Config.Input.DLQPayloadBytes {
 		payload = payload[:p.Config.Input.DLQPayloadBytes]
 	}
-	i := int(tp.Partition) % len(s.subs)
+	i := owner
 	e.dlq[i] = append(e.dlq[i], sink.DLQRow{Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset),
 		Reason: reason.String(), Payload: append([]byte(nil), payload...), Size: len(msg.Value)})
 	e.dlqCount++
@@ -414,7 +461,11 @@ func (s *session) cut() error {
 	cp := &pending{e: e, offsets: s.positions.Clone(), cutAt: time.Now(),
 		replies: make(chan prepared, len(s.subs))}
 	for i := range s.subs {
-		if err := s.send(i, batch{epoch: e.id, table: e.tables[i], dlq: e.dlq[i], prepare: cp.replies}); err != nil {
+		b := batch{epoch: e.id, table: e.tables[i], dlq: e.dlq[i], details: e.details[i], prepare: cp.replies}
+		if s.p.held {
+			b.offsets = s.advanced(cp.offsets, i)
+		}
+		if err := s.send(i, b); err != nil {
 			return err
 		}
 	}
@@ -430,6 +481,23 @@ func (s *session) cut() error {
 		done <- err
 	}()
 	return nil
+}
+
+// advanced returns the offsets of subtask i's partitions that moved since the last decision.
+func (s *session) advanced(cut ledger.Offsets, i int) ledger.Offsets {
+	prev := *s.decided.Load()
+	out := ledger.Offsets{}
+	for t, ps := range cut {
+		for part, off := range ps {
+			if int(part)%len(s.subs) != i {
+				continue
+			}
+			if old, ok := prev.Get(t, part); !ok || old != off {
+				out.Set(t, part, off)
+			}
+		}
+	}
+	return out
 }
 
 // pending is a checkpoint past its barrier.
@@ -467,6 +535,12 @@ func (s *session) complete(cp *pending) error {
 		}
 	}
 	p.Metrics.PhaseDuration.WithLabelValues("flush").Observe(flushMax.Seconds())
+	if p.held {
+		// Each subtask's COMMIT was its own decision; all of them succeeded.
+		crashpoint.Hit(crashpoint.AfterCommit)
+		s.committed(cp, tags, log)
+		return nil
+	}
 	p.Metrics.PhaseDuration.WithLabelValues("prepare").Observe(prepMax.Seconds())
 	crashpoint.Hit(crashpoint.AfterPrepare)
 
@@ -505,8 +579,20 @@ func (s *session) complete(cp *pending) error {
 	if err := p.Ledger.MarkCommitted(s.ctx, cp.e.id); err != nil {
 		return &checkpointError{err}
 	}
+	p.Metrics.PhaseDuration.WithLabelValues("commit").Observe(time.Since(t).Seconds())
+	s.committed(cp, tags, log)
+	if cp.e.id%100 == 0 {
+		if err := p.Ledger.Prune(s.ctx, cp.e.id, 1000); err != nil {
+			log.Warn("ledger prune failed", zap.Error(err))
+		}
+	}
+	return nil
+}
+
+// committed records a checkpoint whose data is durable in MySQL.
+func (s *session) committed(cp *pending, tags []string, log *zap.Logger) {
+	p := s.p
 	now := time.Now()
-	p.Metrics.PhaseDuration.WithLabelValues("commit").Observe(now.Sub(t).Seconds())
 	p.Metrics.PhaseDuration.WithLabelValues("total").Observe(now.Sub(cp.cutAt).Seconds())
 	p.Metrics.VisibilityLatency.Observe(now.Sub(cp.e.firstPoll).Seconds())
 	p.Metrics.Checkpoints.WithLabelValues("committed").Inc()
@@ -519,17 +605,11 @@ func (s *session) complete(cp *pending) error {
 	s.committedAny.Store(true)
 	s.decided.Store(&cp.offsets)
 	log.Debug("committed", zap.Strings("tags", tags), zap.Duration("duration", now.Sub(cp.cutAt)))
-	if cfg.Kafka.CommitGroupOffsets {
+	if p.Config.Kafka.CommitGroupOffsets {
 		if err := s.cons.CommitGroup(cp.offsets); err != nil {
 			log.Warn("publishing offsets to the consumer group failed (lag tooling only)", zap.Error(err))
 		}
 	}
-	if cp.e.id%100 == 0 {
-		if err := p.Ledger.Prune(s.ctx, cp.e.id, 1000); err != nil {
-			log.Warn("ledger prune failed", zap.Error(err))
-		}
-	}
-	return nil
 }
 
 // commitGroup commits the prepared branches of subs in parallel, each on its own connection.

@@ -1,10 +1,12 @@
-// Subtask: one sink writer, its connection and its XA branch per epoch.
+// Subtask: one sink writer, its connection and its transaction per epoch (an XA branch, or in held
+// mode a local transaction).
 //
-// Invariants: a subtask opens its branch lazily, on the first write of an epoch, so an epoch with
-// nothing to write leaves no branch; writes, prepare and the decision for one epoch arrive in order
-// on one goroutine; while a branch is prepared the subtask takes nothing but the decision (MariaDB
-// cannot start another transaction on a connection holding a prepared one, and must commit it on
-// that same connection).
+// Invariants: a subtask opens its transaction lazily, on the first write of an epoch, so an epoch
+// with nothing to write leaves no branch; writes, prepare and the decision for one epoch arrive in
+// order on one goroutine; while a branch is prepared the subtask takes nothing but the decision
+// (MariaDB cannot start another transaction on a connection holding a prepared one, and must
+// commit it on that same connection). In held mode the barrier writes the subtask's partition
+// offsets into the same transaction and commits it: that COMMIT is the decision.
 package pipeline
 
 import (
@@ -18,6 +20,7 @@ import (
 	"github.com/relay-sh/relay/internal/aggregate"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/crashpoint"
+	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/xa"
@@ -28,6 +31,8 @@ type batch struct {
 	epoch   int64
 	table   *aggregate.Table
 	dlq     []sink.DLQRow
+	details []sink.DetailRow
+	offsets ledger.Offsets  // held mode, at the barrier: this subtask's partitions that advanced
 	prepare chan<- prepared // non-nil at the barrier
 }
 
@@ -38,6 +43,18 @@ type prepared struct {
 	err     error
 	flush   time.Duration
 	prep    time.Duration
+}
+
+// txn is a subtask's transaction of one epoch: *xa.Branch, or *heldTxn in held mode.
+type txn interface {
+	Tag() string
+	State() xa.State
+	Start(ctx context.Context, tag string) error
+	Exec(ctx context.Context, q string, args ...any) error
+	Prepare(ctx context.Context) error
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+	Close()
 }
 
 // decision resolves the prepared branch on its own connection.
@@ -54,16 +71,26 @@ type subtask struct {
 	rows   int // rows per statement
 	data   chan batch
 	ctrl   chan decision
-	branch *xa.Branch
+	branch txn
 	buf    []byte
 	log    *zap.Logger
 	m      *metrics.Metrics
+	// held mode only: the ledger the barrier writes offsets to, under this owner epoch.
+	held  *ledger.Ledger
+	owner int64
 }
 
 func newSubtask(idx int, job string, db *sql.DB, schema sink.Schema, rows int, log *zap.Logger, m *metrics.Metrics) *subtask {
 	return &subtask{idx: idx, job: job, db: db, schema: schema, rows: rows,
 		data: make(chan batch, 4), ctrl: make(chan decision, 1),
 		log: log.With(zap.Int("subtask", idx)), m: m}
+}
+
+func (s *subtask) newTxn(ctx context.Context) (txn, error) {
+	if s.held != nil {
+		return newHeldTxn(ctx, s.db)
+	}
+	return xa.NewBranch(ctx, s.db)
 }
 
 // run serves batches until ctx ends or a write fails. On return the connection is released, and
@@ -94,6 +121,17 @@ func (s *subtask) run(ctx context.Context) error {
 			continue
 		}
 		p := prepared{subtask: s.idx, flush: time.Since(start)}
+		if s.held != nil {
+			if err == nil {
+				p.tag, err = s.commitHeld(ctx, b)
+			}
+			p.err = err
+			b.prepare <- p
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		if err == nil && s.branch != nil && s.branch.State() == xa.Active {
 			crashpoint.Hit(crashpoint.AfterFlush)
 			t := time.Now()
@@ -148,10 +186,33 @@ func (s *subtask) resolve(ctx context.Context, commit bool, epoch int64) error {
 	return nil
 }
 
-// write flushes one batch into the epoch's branch, opening it on first use.
+// commitHeld ends a held epoch: the subtask's offsets join its data in one transaction, and the
+// COMMIT decides both. It returns the tag, or "" when the epoch left nothing to commit.
+func (s *subtask) commitHeld(ctx context.Context, b batch) (string, error) {
+	if len(b.offsets) == 0 && (s.branch == nil || s.branch.State() != xa.Active) {
+		return "", nil
+	}
+	if err := s.begin(ctx, b.epoch); err != nil {
+		return "", err
+	}
+	crashpoint.Hit(crashpoint.AfterFlush)
+	h := s.branch.(*heldTxn)
+	if err := s.held.WriteHeldOffsets(ctx, h.Conn(), s.owner, b.epoch, b.offsets); err != nil {
+		h.fail()
+		return "", fmt.Errorf("subtask %d: %w", s.idx, err)
+	}
+	if err := h.Commit(ctx); err != nil {
+		return "", fmt.Errorf("subtask %d: %w", s.idx, err)
+	}
+	s.m.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
+	s.log.Debug("committed", zap.String("tag", h.Tag()), zap.Int64("checkpoint", b.epoch))
+	return h.Tag(), nil
+}
+
+// write flushes one batch into the epoch's transaction, opening it on first use.
 func (s *subtask) write(ctx context.Context, b batch) error {
 	hasRows := b.table != nil && b.table.Len() > 0
-	if !hasRows && len(b.dlq) == 0 {
+	if !hasRows && len(b.dlq) == 0 && len(b.details) == 0 {
 		return nil
 	}
 	if err := s.begin(ctx, b.epoch); err != nil {
@@ -165,6 +226,13 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 			if err := s.branch.Exec(ctx, string(s.buf)); err != nil {
 				return fmt.Errorf("subtask %d: %w", s.idx, err)
 			}
+		}
+	}
+	for i := 0; i < len(b.details); i += s.rows {
+		j := min(i+s.rows, len(b.details))
+		s.buf = s.schema.AppendDetailInsert(s.buf[:0], b.details[i:j])
+		if err := s.branch.Exec(ctx, string(s.buf)); err != nil {
+			return fmt.Errorf("subtask %d: detail rows: %w", s.idx, err)
 		}
 	}
 	for i := 0; i < len(b.dlq); i += s.rows {
@@ -186,7 +254,7 @@ func (s *subtask) begin(ctx context.Context, epoch int64) error {
 		return fmt.Errorf("subtask %d: branch %s still active at epoch %d", s.idx, s.branch.Tag(), epoch)
 	}
 	if s.branch == nil || s.branch.State() == xa.Broken {
-		b, err := xa.NewBranch(ctx, s.db)
+		b, err := s.newTxn(ctx)
 		if err != nil {
 			return fmt.Errorf("subtask %d: connect: %w", s.idx, err)
 		}
@@ -195,6 +263,6 @@ func (s *subtask) begin(ctx context.Context, epoch int64) error {
 	if err := s.branch.Start(ctx, tag); err != nil {
 		return err
 	}
-	s.log.Debug("xa start", zap.String("tag", tag), zap.Int64("checkpoint", epoch))
+	s.log.Debug("begin", zap.String("tag", tag), zap.Int64("checkpoint", epoch))
 	return nil
 }

@@ -16,12 +16,14 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/internal/aggregate"
+	"github.com/relay-sh/relay/internal/money"
 )
 
 // Schema names the sink tables.
 type Schema struct {
-	Table string // aggregate table (order_stats_minute)
-	DLQ   string // dead-letter table (relay_dlq)
+	Table  string // aggregate table (order_stats_minute)
+	DLQ    string // dead-letter table (relay_dlq)
+	Detail string // optional append sink, one row per order; empty when off
 }
 
 // Flavor distinguishes the two servers where their SQL differs.
@@ -76,6 +78,20 @@ func (s Schema) Create(ctx context.Context, db *sql.DB, f Flavor) error {
 			KEY source_idx (job, topic, kpartition, koffset)
 		) ENGINE=InnoDB`, quote(s.DLQ)),
 	}
+	if s.Detail != "" {
+		// No unique key on purpose: exactly-once here rests on the epoch transactions alone.
+		stmts = append(stmts, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+			id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+			order_id VARCHAR(128) CHARACTER SET utf8mb4 COLLATE %s NOT NULL,
+			sku VARCHAR(64) CHARACTER SET utf8mb4 COLLATE %s NOT NULL,
+			amount DECIMAL(38,4) NOT NULL,
+			event_time DATETIME(3) NOT NULL,
+			src_topic VARCHAR(249) NOT NULL,
+			src_partition INT NOT NULL,
+			src_offset BIGINT NOT NULL,
+			KEY source_idx (src_topic, src_partition, src_offset)
+		) ENGINE=InnoDB`, quote(s.Detail), binaryCollation(f), binaryCollation(f)))
+	}
 	for _, q := range stmts {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("create sink tables: %w", err)
@@ -94,6 +110,17 @@ type DLQRow struct {
 	Reason    string
 	Payload   []byte // already truncated to the configured bound
 	Size      int    // original payload size
+}
+
+// DetailRow is one order of the append sink.
+type DetailRow struct {
+	OrderID   string
+	SKU       string
+	Amount    int64 // money units
+	TS        int64 // epoch ms
+	Topic     string
+	Partition int32
+	Offset    int64
 }
 
 const dateTimeLayout = "2006-01-02 15:04:05"
@@ -147,6 +174,34 @@ func (s Schema) AppendDLQInsert(dst []byte, job string, checkpoint int64, rows [
 		dst = strconv.AppendInt(dst, int64(r.Size), 10)
 		dst = append(dst, ',')
 		dst = strconv.AppendInt(dst, checkpoint, 10)
+		dst = append(dst, ')')
+	}
+	return dst
+}
+
+// AppendDetailInsert renders one multi-row insert into the append sink.
+func (s Schema) AppendDetailInsert(dst []byte, rows []DetailRow) []byte {
+	dst = append(dst, "INSERT INTO "...)
+	dst = append(dst, quote(s.Detail)...)
+	dst = append(dst, " (order_id, sku, amount, event_time, src_topic, src_partition, src_offset) VALUES "...)
+	for i, r := range rows {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, '(')
+		dst = appendHexString(dst, r.OrderID)
+		dst = append(dst, ',')
+		dst = appendHexString(dst, r.SKU)
+		dst = append(dst, ',')
+		dst = money.AppendUnits(dst, r.Amount)
+		dst = append(dst, ",'"...)
+		dst = time.UnixMilli(r.TS).UTC().AppendFormat(dst, "2006-01-02 15:04:05.000")
+		dst = append(dst, "',"...)
+		dst = appendHexString(dst, r.Topic)
+		dst = append(dst, ',')
+		dst = strconv.AppendInt(dst, int64(r.Partition), 10)
+		dst = append(dst, ',')
+		dst = strconv.AppendInt(dst, r.Offset, 10)
 		dst = append(dst, ')')
 	}
 	return dst

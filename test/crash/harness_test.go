@@ -64,6 +64,8 @@ type env struct {
 	extra   []string
 	logs    []string // one log file per relay run, in order
 	dir     string
+	held    bool // RELAY_MODE=held
+	detail  bool // the append sink is on (table order_details)
 }
 
 func newEnv(t *testing.T, partitions int, extra ...string) *env {
@@ -71,6 +73,10 @@ func newEnv(t *testing.T, partitions int, extra ...string) *env {
 		brokers: testenv.Brokers(t), extra: extra}
 	e.db = testenv.Open(t, e.dsn)
 	e.dir = t.TempDir()
+	for _, x := range extra {
+		e.held = e.held || x == "RELAY_MODE=held"
+		e.detail = e.detail || x == "RELAY_MYSQL_DETAIL_TABLE=order_details"
+	}
 	t.Cleanup(e.rollbackLeftovers)
 	return e
 }
@@ -299,10 +305,43 @@ func (e *env) finish(totals *loadgen.Totals) {
 	}
 	e.checkDLQ(bad)
 	e.checkOffsetsAtEnd()
+	if e.detail {
+		e.checkDetails(want)
+	}
 	for id, st := range e.ledgerRows() {
 		if st != string(ledger.Committed) {
 			t.Fatalf("ledger checkpoint %d is %s after a clean stop", id, st)
 		}
+	}
+}
+
+// checkDetails requires the append sink to hold each source offset once, and to add up to the totals.
+func (e *env) checkDetails(want map[loadgen.Key]loadgen.Acc) {
+	t := e.t
+	var dups int
+	if err := e.db.QueryRow(`SELECT COUNT(*) FROM (SELECT 1 FROM order_details GROUP BY src_topic, src_partition, src_offset HAVING COUNT(*) > 1) d`).Scan(&dups); err != nil {
+		t.Fatal(err)
+	}
+	if dups != 0 {
+		t.Fatalf("%d source offsets appear more than once in the detail table", dups)
+	}
+	var n int64
+	var sum string
+	if err := e.db.QueryRow(`SELECT COUNT(*), CAST(COALESCE(SUM(amount), 0) AS CHAR) FROM order_details`).Scan(&n, &sum); err != nil {
+		t.Fatal(err)
+	}
+	var wantN int64
+	var wantSum money.Sum
+	for _, a := range want {
+		wantN += a.Count
+		wantSum.AddSum(a.Sum)
+	}
+	got, err := money.ParseSum(sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != wantN || got.Cmp(wantSum) != 0 {
+		t.Fatalf("detail table: %d rows summing to %s, want %d orders summing to %s", n, got, wantN, wantSum)
 	}
 }
 
@@ -353,9 +392,19 @@ func (e *env) checkOffsetsAtEnd() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	led := ledger.New(e.db, e.job)
-	last, err := led.LastDecided(ctx)
-	if err != nil || last == nil {
-		t.Fatalf("no decided checkpoint: %v", err)
+	var final ledger.Offsets
+	if e.held {
+		offs, _, err := led.HeldOffsets(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		final = offs
+	} else {
+		last, err := led.LastDecided(ctx)
+		if err != nil || last == nil {
+			t.Fatalf("no decided checkpoint: %v", err)
+		}
+		final = last.Offsets
 	}
 	c, err := consumer.New(consumer.Options{Brokers: e.brokers, Topics: []string{e.topic}, GroupID: "check-" + e.job, StartOffset: "earliest"}, zap.NewNop())
 	if err != nil {
@@ -367,11 +416,11 @@ func (e *env) checkOffsetsAtEnd() {
 		t.Fatal(err)
 	}
 	for _, p := range parts[e.topic] {
-		if _, ok := last.Offsets.Get(e.topic, p); !ok {
+		if _, ok := final.Get(e.topic, p); !ok {
 			t.Fatalf("ledger has no offset for partition %d", p)
 		}
 	}
-	if _, err := c.Assign(ctx, last.Offsets); err != nil {
+	if _, err := c.Assign(ctx, final); err != nil {
 		t.Fatal(err)
 	}
 	until := time.Now().Add(2 * time.Second)

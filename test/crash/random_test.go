@@ -2,6 +2,7 @@ package crash
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/loadgen"
 )
 
@@ -22,8 +24,24 @@ func TestRandomKills(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("RELAY_CRASH_KILLS")); err == nil && v > 0 {
 		kills = v
 	}
+	for _, mode := range []struct {
+		name  string
+		extra []string
+	}{
+		{"xa", []string{"RELAY_CHECKPOINT_BUFFER_KEYS=200"}},
+		{"xa-append", []string{"RELAY_CHECKPOINT_BUFFER_KEYS=200", "RELAY_MYSQL_DETAIL_TABLE=order_details"}},
+		{"held-append", []string{"RELAY_MODE=held", "RELAY_MYSQL_DETAIL_TABLE=order_details"}},
+	} {
+		if only := os.Getenv("RELAY_CRASH_MODE"); only != "" && only != mode.name {
+			continue
+		}
+		t.Run(mode.name, func(t *testing.T) { randomKills(t, kills, mode.extra...) })
+	}
+}
+
+func randomKills(t *testing.T, kills int, extra ...string) {
 	killDB := os.Getenv("RELAY_CRASH_KILL_DB") == "1"
-	e := newEnv(t, 3, "RELAY_CHECKPOINT_BUFFER_KEYS=200")
+	e := newEnv(t, 3, extra...)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	t.Logf("job %s topic %s, %d kills, kill MariaDB: %v", e.job, e.topic, kills, killDB)
 
@@ -39,16 +57,24 @@ func TestRandomKills(t *testing.T) {
 
 	progressed := 0
 	lastMax := int64(0)
+	points := []string{crashpoint.AfterFlush, crashpoint.AfterPrepare, crashpoint.AfterDecide,
+		crashpoint.BetweenCommits, crashpoint.AfterCommit, crashpoint.RecoveryBetween}
 	for k := 1; k <= kills; k++ {
-		p := e.start()
+		// Every third run also arms a named crash point at a random pass: random timing alone
+		// rarely lands in the few milliseconds between prepare and commit.
+		var arm []string
+		if k%3 == 0 {
+			arm = append(arm, fmt.Sprintf("RELAY_CRASH_AT=%s:%d", points[rng.IntN(len(points))], 1+rng.IntN(8)))
+		}
+		p := e.start(arm...)
 		time.Sleep(time.Duration(300+rng.IntN(2200)) * time.Millisecond)
 		if killDB && k%10 == 0 {
 			killMariaDB(t)
 		}
 		select {
 		case err := <-p.done:
-			// A run may end by itself only because MariaDB was killed under it.
-			if !killDB {
+			// A run may end by itself only at its crash point, or because MariaDB was killed under it.
+			if !killDB && !(len(arm) > 0 && killedBySIGKILL(err)) {
 				t.Fatalf("run %d exited by itself: %v\n%s", k, err, tail(p.log, 30))
 			}
 		default:
@@ -77,7 +103,11 @@ func TestRandomKills(t *testing.T) {
 
 func (e *env) maxCheckpoint() int64 {
 	var id int64
-	_ = e.db.QueryRow(`SELECT COALESCE(MAX(checkpoint_id), 0) FROM relay_checkpoints WHERE job = ?`, e.job).Scan(&id)
+	table := "relay_checkpoints"
+	if e.held {
+		table = "relay_held_offsets"
+	}
+	_ = e.db.QueryRow(`SELECT COALESCE(MAX(checkpoint_id), 0) FROM `+table+` WHERE job = ?`, e.job).Scan(&id)
 	return id
 }
 
