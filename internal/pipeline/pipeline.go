@@ -269,7 +269,7 @@ func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
 		}()
 	}
 	p.Log.Info("recovered", zap.Int64("resume_checkpoint", rec.NextID), zap.Int("committed", rec.Committed),
-		zap.Int("rolled_back", rec.RolledBack), zap.Any("offsets", start))
+		zap.Int("rolled_back", rec.RolledBack), zap.Int("left_to_resolver", rec.Skipped), zap.Any("offsets", start))
 	p.lastOK.Store(time.Now().UnixNano())
 	p.recovered.Store(true)
 	p.setState(Running)

@@ -9,6 +9,7 @@ package pipeline
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -57,11 +58,16 @@ type Recovered struct {
 	NextID     int64
 	Committed  int
 	RolledBack int
+	Skipped    int // still attached to a live session: left to the resolver
 }
 
 // resolveRetry bounds the wait for a branch still attached to a dying session (XAER_NOTA while
-// the server has not yet noticed the old connection is gone).
-var resolveRetry = fault.Policy{Attempts: 40, Initial: 100 * time.Millisecond, Max: 2 * time.Second}
+// the server has not yet noticed the old connection is gone): about ten seconds.
+var resolveRetry = fault.Policy{Attempts: 15, Initial: 100 * time.Millisecond, Max: time.Second}
+
+// errAttached: the branch is still attached to a live session (a zombie of an earlier run, or a
+// process outside relay's fence); only that session, or its end, can release it.
+var errAttached = errors.New("branch still attached to a live session")
 
 // Recover resolves every prepared branch of the job below maxID (all of them when maxID is 0),
 // marks decided checkpoints committed, and returns where to resume.
@@ -80,9 +86,18 @@ func Recover(ctx context.Context, led *ledger.Ledger, sinkDB *sql.DB, log *zap.L
 	if err != nil {
 		return r, err
 	}
+	skipped := map[int64]bool{}
 	for i, b := range branches {
 		maxID = max(maxID, b.Checkpoint)
-		commit, err := resolveBranch(ctx, led, sinkDB, b, log)
+		commit, err := resolveBranch(ctx, led, sinkDB, b, log, origin)
+		if errors.Is(err, errAttached) {
+			// Safe to go on: its verdict is fixed in the ledger, and the resolver applies it once the
+			// session is gone. Until then its row locks may slow checkpoints that touch its keys.
+			log.Warn("in-doubt branch left to the resolver", zap.String("tag", b.Tag), zap.Error(err))
+			skipped[b.Checkpoint] = true
+			r.Skipped++
+			continue
+		}
 		if err != nil {
 			return r, err
 		}
@@ -100,22 +115,34 @@ func Recover(ctx context.Context, led *ledger.Ledger, sinkDB *sql.DB, log *zap.L
 			crashpoint.Hit(crashpoint.RecoveryBetween)
 		}
 	}
-	committing, err := led.Committing(ctx)
-	if err != nil {
+	if err := markDone(ctx, led, skipped, maxID+1, log, origin); err != nil {
 		return r, err
-	}
-	for _, c := range committing {
-		if err := led.MarkCommitted(ctx, c.ID); err != nil {
-			return r, err
-		}
-		log.Info("checkpoint marked committed", zap.Int64("checkpoint", c.ID), zap.Strings("tags", c.Tags), zap.String("origin", origin))
 	}
 	r.NextID = maxID + 1
 	return r, nil
 }
 
+// markDone moves decided checkpoints below id to COMMITTED, except those with a branch still
+// pending: a row may only be pruned once none of its branches can still appear in XA RECOVER.
+func markDone(ctx context.Context, led *ledger.Ledger, pending map[int64]bool, below int64, log *zap.Logger, origin string) error {
+	committing, err := led.Committing(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range committing {
+		if c.ID >= below || pending[c.ID] {
+			continue
+		}
+		if err := led.MarkCommitted(ctx, c.ID); err != nil {
+			return err
+		}
+		log.Info("checkpoint marked committed", zap.Int64("checkpoint", c.ID), zap.Strings("tags", c.Tags), zap.String("origin", origin))
+	}
+	return nil
+}
+
 // resolveBranch applies the ledger's verdict to one branch.
-func resolveBranch(ctx context.Context, led *ledger.Ledger, sinkDB *sql.DB, b Branch, log *zap.Logger) (commit bool, err error) {
+func resolveBranch(ctx context.Context, led *ledger.Ledger, sinkDB *sql.DB, b Branch, log *zap.Logger, origin string) (commit bool, err error) {
 	commit, err = led.Verdict(ctx, b.Checkpoint)
 	if err != nil {
 		return false, err
@@ -131,7 +158,7 @@ func resolveBranch(ctx context.Context, led *ledger.Ledger, sinkDB *sql.DB, b Br
 			if !still {
 				return nil
 			}
-			return fault.Transient(err)
+			return fault.Transient(fmt.Errorf("%w: %w", errAttached, err))
 		}
 		return err
 	}, func(attempt int, err error) {
@@ -145,7 +172,7 @@ func resolveBranch(ctx context.Context, led *ledger.Ledger, sinkDB *sql.DB, b Br
 		action = "commit"
 	}
 	log.Info("in-doubt branch resolved", zap.String("tag", b.Tag), zap.Int64("checkpoint", b.Checkpoint),
-		zap.String("action", action), zap.String("verdict_source", "ledger"))
+		zap.String("action", action), zap.String("origin", origin), zap.String("verdict_source", "ledger"))
 	return commit, nil
 }
 

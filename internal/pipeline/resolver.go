@@ -7,6 +7,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.uber.org/zap"
@@ -67,8 +68,13 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger, firstSeen m
 	if oldest > p.Config.Checkpoint.InDoubtAlertAge {
 		log.Warn("in-doubt branch older than the alert age", zap.Duration("age", oldest), zap.Int("branches", len(left)))
 	}
+	pending := map[int64]bool{}
 	for _, b := range left {
-		commit, err := resolveBranch(ctx, p.Ledger, p.Sink, b, log)
+		commit, err := resolveBranch(ctx, p.Ledger, p.Sink, b, log, metrics.OriginResolver)
+		if errors.Is(err, errAttached) {
+			pending[b.Checkpoint] = true
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -78,5 +84,8 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger, firstSeen m
 		}
 		p.Metrics.Transactions.WithLabelValues(action, metrics.OriginResolver).Inc()
 	}
-	return nil
+	if len(left) == 0 {
+		return nil
+	}
+	return markDone(ctx, p.Ledger, pending, live, log, metrics.OriginResolver)
 }

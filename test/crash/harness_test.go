@@ -286,6 +286,14 @@ func (e *env) finish(totals *loadgen.Totals) {
 	want, bad, _ := totals.Snapshot()
 	p := e.start()
 	deadline := time.Now().Add(90 * time.Second)
+	// Until recovery finished, SIGTERM would hit a process that has not installed its handler yet.
+	for len(logEvents(t, p.log, "recovered")) == 0 && time.Now().Before(deadline) {
+		select {
+		case err := <-p.done:
+			t.Fatalf("relay exited early: %v\n%s", err, tail(p.log, 30))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	for diff(want, e.actual()) != "" && time.Now().Before(deadline) {
 		select {
 		case err := <-p.done:

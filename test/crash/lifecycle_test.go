@@ -1,0 +1,71 @@
+package crash
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/testenv"
+)
+
+// Partitions added to a topic while relay runs are picked up, read from their beginning, and
+// recorded in the ledger's offsets.
+func TestNewPartitionsPickedUp(t *testing.T) {
+	e := newEnv(t, 2, "RELAY_KAFKA_DISCOVERY_INTERVAL=1s")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	totals := loadgen.NewTotals()
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 2000, Batch: 100, Seed: 21}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.start()
+	waitFor(t, 60*time.Second, func() bool { return e.maxCheckpoint() > 0 }, "a first checkpoint")
+	testenv.AddPartitions(t, e.topic, 5)
+	// A new producer sees the five partitions at once.
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 3000, Batch: 100, Seed: 22, TxnID: "lg2-" + e.topic}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.log, "new partition assigned")) == 3 }, "three new partitions assigned")
+	p.kill()
+	e.finish(totals) // checks every partition has a ledger offset and nothing is left unread
+}
+
+// Checkpoints that keep failing stop relay with a non-zero exit after the tolerated number; once
+// the cause is fixed, a restart finishes the work exactly once.
+func TestCheckpointFailuresExit(t *testing.T) {
+	e := newEnv(t, 2, "RELAY_CHECKPOINT_TOLERABLE_FAILURES=2")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	totals := loadgen.NewTotals()
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 2000, Batch: 100, Seed: 31}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.start()
+	waitFor(t, 60*time.Second, func() bool { return e.maxCheckpoint() > 0 }, "a first checkpoint")
+	// Take the aggregate table away: every flush now fails.
+	if _, err := e.db.ExecContext(ctx, "RENAME TABLE order_stats_minute TO order_stats_away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 1000, Batch: 100, Seed: 32}); err != nil {
+		t.Fatal(err)
+	}
+	err := p.wait(t, 90*time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("relay exit: %v, want status 1\n%s", err, tail(p.log, 10))
+	}
+	if out := tail(p.log, 3); !strings.Contains(out, "3 consecutive checkpoint failures") {
+		t.Fatalf("exit reason not stated:\n%s", out)
+	}
+	if bs := e.branches(); len(bs) != 0 {
+		t.Fatalf("failed checkpoints left branches: %v", bs)
+	}
+	if _, err := e.db.ExecContext(ctx, "RENAME TABLE order_stats_away TO order_stats_minute"); err != nil {
+		t.Fatal(err)
+	}
+	e.finish(totals)
+}

@@ -1,0 +1,55 @@
+package crash
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/xa"
+)
+
+// A prepared branch of the job that is still attached to a live session (a zombie) cannot be
+// resolved at start-up: relay goes on without it, and its resolver rolls it back (no ledger row)
+// once the session is gone. Meanwhile checkpoints move past its id and totals stay exact.
+func TestResolverFinishesAttachedBranch(t *testing.T) {
+	e := newEnv(t, 2, "RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := e.db.ExecContext(ctx, "CREATE TABLE zombie (x INT)"); err != nil {
+		t.Fatal(err)
+	}
+	zombie, err := xa.NewBranch(ctx, e.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := config.Tag(e.job, 3, 0)
+	if err := zombie.Start(ctx, tag); err != nil {
+		t.Fatal(err)
+	}
+	if err := zombie.Exec(ctx, "INSERT INTO zombie VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := zombie.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	totals := loadgen.NewTotals()
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 2000, Batch: 100, Seed: 11}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.start()
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.log, "in-doubt branch left to the resolver")) == 1 }, "recovery to leave the attached branch")
+	waitFor(t, 30*time.Second, func() bool { return e.maxCheckpoint() > 3 }, "checkpoints past the attached branch's id")
+	if got := e.branches(); len(got) != 1 || got[0].Tag != tag {
+		t.Fatalf("branches %v, want only %s", got, tag)
+	}
+	zombie.Close() // the session ends; the prepared branch stays, now resolvable
+	waitFor(t, 30*time.Second, func() bool { return len(e.branches()) == 0 }, "the resolver to roll the branch back")
+	resolved := logEvents(t, p.log, "in-doubt branch resolved")
+	if len(resolved) != 1 || resolved[0]["tag"] != tag || resolved[0]["action"] != "rollback" || resolved[0]["origin"] != "resolver" {
+		t.Fatalf("resolutions %v, want one rollback of %s by the resolver", resolved, tag)
+	}
+	p.kill()
+	e.finish(totals)
+}
