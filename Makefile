@@ -23,7 +23,7 @@ services-down:
 	scripts/services.sh down
 
 # Every test, against real services (started here unless RELAY_TEST_KAFKA / RELAY_TEST_MYSQL_DSN name them).
-test:
+test: lint
 	scripts/test.sh
 
 test-unit:

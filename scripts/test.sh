@@ -4,6 +4,10 @@
 # them with `make services-down`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The deploy test validates docker-compose.yml with Debian's docker-compose (no Docker engine needed).
+if ! command -v docker-compose >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
+fi
 eval "$(scripts/services.sh up)"
 export RELAY_TEST_KAFKA RELAY_TEST_MYSQL_DSN
 # Tests that need the services fail (instead of skipping) when they are missing.

@@ -148,9 +148,6 @@ var (
 // MaxTagBytes is the XA gtrid limit: the tag must fit in it.
 const MaxTagBytes = 64
 
-// maxCheckpointDigits is the width of the largest checkpoint id the tag must still hold.
-const maxCheckpointDigits = 19
-
 // FieldError names the key a Validate refusal is about.
 type FieldError struct {
 	Key string // YAML path, e.g. checkpoint.interval

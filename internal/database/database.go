@@ -52,11 +52,6 @@ func Open(dsn string, s Session) (*sql.DB, error) {
 	return db, nil
 }
 
-// Ping checks the server answers, within ctx.
-func Ping(ctx context.Context, db *sql.DB) error {
-	return db.PingContext(ctx)
-}
-
 // Redact hides the password of a DSN for logs and errors.
 func Redact(dsn string) string {
 	cfg, err := mysql.ParseDSN(dsn)
