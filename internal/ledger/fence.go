@@ -58,6 +58,38 @@ func Acquire(ctx context.Context, l *Ledger, owner string) (*Fence, error) {
 	return f, nil
 }
 
+// idBlock is how many checkpoint ids one reservation covers: one ledger write per block.
+const idBlock = 1000
+
+// ReserveIDs makes sure ids up to at least upTo are recorded as used, in blocks, so that no later
+// owner hands out an id an earlier one may have used for a branch that left no other trace (an
+// epoch that died before its prepare). It returns the new reserved bound.
+func (f *Fence) ReserveIDs(ctx context.Context, l *Ledger, upTo int64) (int64, error) {
+	bound := upTo + idBlock
+	res, err := l.db.ExecContext(ctx, `UPDATE relay_jobs SET id_reserved = GREATEST(id_reserved, ?) WHERE job = ? AND owner_epoch = ?`,
+		bound, l.job, f.Epoch)
+	if err != nil {
+		return 0, fmt.Errorf("reserve checkpoint ids: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		var cur int64
+		if err := l.db.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, l.job).Scan(&cur); err != nil || cur != f.Epoch {
+			return 0, fmt.Errorf("reserve checkpoint ids: %w: owner epoch is %d, this process holds %d", ErrFenced, cur, f.Epoch)
+		}
+	}
+	return bound, nil
+}
+
+// ReservedIDs returns the highest checkpoint id any owner may have used.
+func (l *Ledger) ReservedIDs(ctx context.Context) (int64, error) {
+	var n int64
+	err := l.db.QueryRowContext(ctx, `SELECT id_reserved FROM relay_jobs WHERE job = ?`, l.job).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return n, err
+}
+
 // Holder describes who holds the job's lock, for error messages and `relay status`.
 func Holder(ctx context.Context, l *Ledger) string {
 	var connID sql.NullInt64

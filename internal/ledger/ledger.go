@@ -125,7 +125,8 @@ var schema = []string{
 		job VARCHAR(64) NOT NULL PRIMARY KEY,
 		owner_epoch BIGINT NOT NULL,
 		owner VARCHAR(255) NOT NULL,
-		acquired_at DATETIME(6) NOT NULL
+		acquired_at DATETIME(6) NOT NULL,
+		id_reserved BIGINT NOT NULL DEFAULT 0
 	) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS relay_checkpoints (
 		job VARCHAR(64) NOT NULL,

@@ -221,6 +221,7 @@ type session struct {
 	inflight     chan error // result of the checkpoint in flight; nil when none
 	lastEnd      time.Time
 	committedAny atomic.Bool
+	reserved     int64 // highest checkpoint id reserved in the ledger for this owner
 }
 
 func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
@@ -241,8 +242,19 @@ func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
 		cons.Close()
 		return nil, err
 	}
-	p.sessionFirstID.Store(rec.NextID)
-	s := &session{p: p, cons: cons, positions: start, cur: p.newEpoch(rec.NextID)}
+	// Start above every id an earlier owner may have used, even for an epoch that left no trace.
+	reserved, err := p.Ledger.ReservedIDs(ctx)
+	if err != nil {
+		cons.Close()
+		return nil, err
+	}
+	first := max(rec.NextID, reserved+1)
+	if reserved, err = p.Fence.ReserveIDs(ctx, p.Ledger, first); err != nil {
+		cons.Close()
+		return nil, err
+	}
+	p.sessionFirstID.Store(first)
+	s := &session{p: p, cons: cons, positions: start, cur: p.newEpoch(first), reserved: reserved}
 	decided := start.Clone()
 	if p.held {
 		// Only what the ledger holds is decided: a partition started from the configured position
@@ -268,7 +280,7 @@ func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
 			}
 		}()
 	}
-	p.Log.Info("recovered", zap.Int64("resume_checkpoint", rec.NextID), zap.Int("committed", rec.Committed),
+	p.Log.Info("recovered", zap.Int64("resume_checkpoint", first), zap.Int("committed", rec.Committed),
 		zap.Int("rolled_back", rec.RolledBack), zap.Int("left_to_resolver", rec.Skipped), zap.Any("offsets", start))
 	p.lastOK.Store(time.Now().UnixNano())
 	p.recovered.Store(true)
@@ -468,6 +480,13 @@ func (s *session) cut() error {
 		if err := s.send(i, b); err != nil {
 			return err
 		}
+	}
+	if e.id+1 > s.reserved {
+		r, err := s.p.Fence.ReserveIDs(s.ctx, s.p.Ledger, e.id+1)
+		if err != nil {
+			return err
+		}
+		s.reserved = r
 	}
 	s.cur = s.p.newEpoch(e.id + 1)
 	done := make(chan error, 1)

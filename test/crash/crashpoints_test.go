@@ -79,6 +79,10 @@ func TestCrashPoints(t *testing.T) {
 				branches = left
 			}
 			e.finish(totals)
+			// An id is never handed out twice, even when its first use left no trace in MySQL.
+			if _, ok := e.ledgerRows()[crashed]; ok != tc.wantDecided {
+				t.Fatalf("checkpoint id %d was used again after the crash", crashed)
+			}
 			// The restart's recovery resolved exactly the branches listed after the crash, as expected.
 			got := map[string]string{}
 			for _, ev := range logEvents(t, e.logs[len(e.logs)-1], "in-doubt branch resolved") {
