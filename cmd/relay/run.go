@@ -14,6 +14,7 @@ import (
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/httpserver"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
@@ -101,7 +102,15 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	flavor, version, err := sink.DetectFlavor(startCtx, sinkDB)
+	// MySQL may still be starting next to relay (compose, a restarted pod): wait for it, bounded.
+	var flavor sink.Flavor
+	var version string
+	err = fault.Do(startCtx, fault.DefaultPolicy(), func(ctx context.Context) error {
+		flavor, version, err = sink.DetectFlavor(ctx, sinkDB)
+		return err
+	}, func(attempt int, err error) {
+		log.Warn("mysql not reachable yet", zap.Int("attempt", attempt), zap.Error(err))
+	})
 	if err != nil {
 		return fmt.Errorf("connect sink: %w", err)
 	}

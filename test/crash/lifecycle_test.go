@@ -69,3 +69,53 @@ func TestCheckpointFailuresExit(t *testing.T) {
 	}
 	e.finish(totals)
 }
+
+// bad_input_policy=skip counts bad records without writing them; =fail stops relay at the first
+// one, naming its reason and position, without committing the epoch that holds it.
+func TestBadInputPolicies(t *testing.T) {
+	t.Run("skip", func(t *testing.T) {
+		e := newEnv(t, 2, "RELAY_INPUT_BAD_INPUT_POLICY=skip")
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		totals := loadgen.NewTotals()
+		if err := e.produce(ctx, totals, loadgen.Options{Orders: 3000, Batch: 100, BadRate: 0.05, Seed: 41}); err != nil {
+			t.Fatal(err)
+		}
+		_, bad, _ := totals.Snapshot()
+		if len(bad) == 0 {
+			t.Fatal("the stream has no bad records")
+		}
+		totals.Bad = nil // skipped records must not reach the dead-letter table
+		e.finish(totals)
+	})
+	t.Run("fail", func(t *testing.T) {
+		e := newEnv(t, 1, "RELAY_INPUT_BAD_INPUT_POLICY=fail")
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		totals := loadgen.NewTotals()
+		if err := e.produce(ctx, totals, loadgen.Options{Orders: 500, Batch: 100, Seed: 42}); err != nil {
+			t.Fatal(err)
+		}
+		p := e.start()
+		waitFor(t, 60*time.Second, func() bool { return len(e.actual()) > 0 }, "the good records to commit")
+		badTotals := loadgen.NewTotals()
+		if err := e.produce(ctx, badTotals, loadgen.Options{Orders: 50, Batch: 50, BadRate: 1, Seed: 43, TxnID: "bad-" + e.topic}); err != nil {
+			t.Fatal(err)
+		}
+		err := p.wait(t, 60*time.Second)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("relay exit: %v, want status 1\n%s", err, tail(p.log, 5))
+		}
+		if out := tail(p.log, 3); !strings.Contains(out, "bad input") || !strings.Contains(out, e.topic+"/0@") {
+			t.Fatalf("exit does not name the bad record:\n%s", out)
+		}
+		want, _, _ := totals.Snapshot()
+		if d := diff(want, e.actual()); d != "" {
+			t.Fatalf("totals after the stop:\n%s", d)
+		}
+		if bs := e.branches(); len(bs) != 0 {
+			t.Fatalf("branches left: %v", bs)
+		}
+	})
+}
