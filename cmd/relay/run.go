@@ -85,7 +85,7 @@ func owner() string {
 }
 
 func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
-	log.Info("starting", zap.String("job", cfg.Job.Name), zap.String("mode", string(cfg.Mode)),
+	log.Info("starting", zap.String("job", cfg.Job.Name), zap.String("instance", cfg.Instance), zap.String("mode", string(cfg.Mode)),
 		zap.Int("subtasks", cfg.Subtasks), zap.Duration("checkpoint_interval", cfg.Checkpoint.Interval),
 		zap.String("mysql", database.Redact(cfg.MySQL.DSN)), zap.String("version", metrics.Version))
 	m := metrics.New(cfg.Job.Name)
@@ -132,7 +132,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	if err := ledger.EnsureSchema(startCtx, ledgerDB); err != nil {
 		return err
 	}
-	led := ledger.New(ledgerDB, cfg.Job.Name)
+	led := ledger.NewInstance(ledgerDB, cfg.Job.Name, cfg.InstanceIndex(), cfg.InstanceCount())
 	fence, err := ledger.Acquire(startCtx, led, owner())
 	if err != nil {
 		return err
@@ -141,7 +141,8 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	log.Named("fence").Info("job fenced", zap.Int64("owner_epoch", fence.Epoch))
 
 	copts := consumer.Options{Brokers: cfg.Kafka.Brokers, Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
-		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties}
+		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties,
+		Instance: cfg.InstanceIndex(), Instances: cfg.InstanceCount()}
 	p := pipeline.New(pipeline.Deps{Config: cfg, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
 		Ledger: led, Fence: fence,
 		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) }})

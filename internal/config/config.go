@@ -37,6 +37,7 @@ type Config struct {
 	Input      Input      `yaml:"input"`
 	HTTPAddr   string     `yaml:"http_addr"`
 	LogLevel   string     `yaml:"log_level"`
+	Instance   string     `yaml:"instance"`
 }
 
 // Job names the pipeline.
@@ -136,6 +137,7 @@ func Default() Config {
 		},
 		HTTPAddr: ":8080",
 		LogLevel: "info",
+		Instance: "0/1",
 	}
 }
 
@@ -172,7 +174,11 @@ func (c *Config) Validate() error {
 	if !jobNameRE.MatchString(c.Job.Name) {
 		return bad("job.name", "%q must match [a-z0-9_]{1,32}: it names XA transactions and ledger rows", c.Job.Name)
 	}
-	if n := len(MaxTag(c.Job.Name, c.Subtasks)); n > MaxTagBytes {
+	_, m, err := ParseInstance(c.Instance)
+	if err != nil {
+		return bad("instance", "%v", err)
+	}
+	if n := len(MaxTag(c.Job.Name, m*c.Subtasks)); n > MaxTagBytes {
 		return bad("job.name", "transaction tag can reach %d bytes, XA allows %d", n, MaxTagBytes)
 	}
 	if strings.TrimSpace(c.Kafka.Brokers) == "" {
@@ -303,6 +309,23 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// ParseInstance reads "i/M": this process is instance i of M, owning partitions p with p mod M == i.
+func ParseInstance(s string) (i, m int, err error) {
+	is, ms, ok := strings.Cut(s, "/")
+	i, err1 := strconv.Atoi(is)
+	m, err2 := strconv.Atoi(ms)
+	if !ok || err1 != nil || err2 != nil || m < 1 || m > 1024 || i < 0 || i >= m {
+		return 0, 0, fmt.Errorf("%q is not i/M with 0 <= i < M <= 1024", s)
+	}
+	return i, m, nil
+}
+
+// InstanceIndex and InstanceCount are the parsed instance (valid after Validate).
+func (c *Config) InstanceIndex() int { i, _, _ := ParseInstance(c.Instance); return i }
+
+// InstanceCount is M of "i/M".
+func (c *Config) InstanceCount() int { _, m, _ := ParseInstance(c.Instance); return m }
 
 // MaxTag is the longest transaction tag this job can produce.
 func MaxTag(job string, subtasks int) string {

@@ -26,6 +26,9 @@ type Options struct {
 	GroupID     string
 	StartOffset string // earliest | latest
 	Properties  map[string]string
+	// Instance of Instances (DESIGN §8): this process reads the partitions p with p mod Instances ==
+	// Instance. Zero Instances means 1.
+	Instance, Instances int
 }
 
 // Consumer is one librdkafka consumer with a manual assignment of every partition of its topics.
@@ -34,8 +37,6 @@ type Consumer struct {
 	opts     Options
 	assigned map[string]map[int32]bool
 	log      *zap.Logger
-	// Own partitions decides which partitions this process reads (all, by default).
-	Own func(topic string, partition int32) bool
 }
 
 // ConfigMap is the librdkafka configuration relay runs with; user properties cannot override the
@@ -61,8 +62,10 @@ func New(o Options, log *zap.Logger) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka consumer: %w", err)
 	}
-	return &Consumer{c: c, opts: o, assigned: map[string]map[int32]bool{}, log: log,
-		Own: func(string, int32) bool { return true }}, nil
+	if o.Instances < 1 {
+		o.Instances = 1
+	}
+	return &Consumer{c: c, opts: o, assigned: map[string]map[int32]bool{}, log: log}, nil
 }
 
 // Close leaves the brokers.
@@ -88,7 +91,7 @@ func (c *Consumer) Partitions(ctx context.Context) (map[string][]int32, error) {
 			return nil, fmt.Errorf("metadata %s: %w", t, tm.Error)
 		}
 		for _, p := range tm.Partitions {
-			if c.Own(t, p.ID) {
+			if int(p.ID)%c.opts.Instances == c.opts.Instance {
 				out[t] = append(out[t], p.ID)
 			}
 		}

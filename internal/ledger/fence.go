@@ -23,81 +23,136 @@ type Fence struct {
 	stop  chan struct{}
 }
 
-// LockName is the GET_LOCK name of a job.
-func LockName(job string) string { return "relay/" + job }
+// LockName is the GET_LOCK name of an instance key.
+func LockName(key string) string { return "relay/" + key }
 
-// Acquire takes the job's lock without waiting and bumps its owner epoch. owner describes this
-// process (host, pid) for the error another process will print.
+// Acquire takes the instance's lock without waiting and bumps its owner epoch. owner describes this
+// process (host, pid) for the error another process will print. Instances of another layout (a
+// different number of instances) must all be stopped before the layout changes.
 func Acquire(ctx context.Context, l *Ledger, owner string) (*Fence, error) {
 	conn, err := l.db.Conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("fence %s: %w", l.job, err)
+		return nil, fmt.Errorf("fence %s: %w", l.key, err)
 	}
 	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 0)`, LockName(l.job)).Scan(&got); err != nil {
+	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 0)`, LockName(l.key)).Scan(&got); err != nil {
 		xa.Discard(conn)
-		return nil, fmt.Errorf("fence %s: %w", l.job, err)
+		return nil, fmt.Errorf("fence %s: %w", l.key, err)
 	}
 	if !got.Valid || got.Int64 != 1 {
 		xa.Discard(conn)
-		return nil, fmt.Errorf("%w: job %s is running elsewhere: %s", ErrFenced, l.job, Holder(ctx, l))
+		return nil, fmt.Errorf("%w: job %s is running elsewhere: %s", ErrFenced, l.key, Holder(ctx, l))
 	}
 	f := &Fence{conn: conn, lost: make(chan struct{}), stop: make(chan struct{})}
-	if _, err := conn.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at)
+	if err := f.claim(ctx, l, owner, l.layout); err != nil {
+		f.Release()
+		return nil, err
+	}
+	go f.watch(l.key)
+	return f, nil
+}
+
+// claim bumps the owner epoch and records the layout, under the job row's lock.
+func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error {
+	tx, err := f.conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("fence %s: %w", l.key, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout)
+		VALUES (?, 0, '', UTC_TIMESTAMP(6), ?)`, l.job, m); err != nil {
+		return fmt.Errorf("fence %s: %w", l.key, err)
+	}
+	var layout int
+	if err := tx.QueryRowContext(ctx, `SELECT layout FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&layout); err != nil {
+		return fmt.Errorf("fence %s: %w", l.key, err)
+	}
+	if layout != m {
+		// A partition must never have two owners: every instance of the old layout must be gone.
+		for j := 0; j < layout; j++ {
+			old := InstanceKey(l.job, j, layout)
+			if old == l.key {
+				continue
+			}
+			var holder sql.NullInt64
+			if err := tx.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(old)).Scan(&holder); err != nil {
+				return fmt.Errorf("fence %s: %w", l.key, err)
+			}
+			if holder.Valid {
+				return fmt.Errorf("%w: job %s runs as %d instances (%s is up); stop them all before running it as %d",
+					ErrFenced, l.job, layout, old, m)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE relay_jobs SET layout = ? WHERE job = ?`, m, l.job); err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at)
 		VALUES (?, 1, ?, UTC_TIMESTAMP(6))
 		ON DUPLICATE KEY UPDATE owner_epoch = owner_epoch + 1, owner = VALUES(owner), acquired_at = VALUES(acquired_at)`,
-		l.job, owner); err != nil {
-		f.Release()
-		return nil, fmt.Errorf("fence %s: bump epoch: %w", l.job, err)
+		l.key, owner); err != nil {
+		return fmt.Errorf("fence %s: bump epoch: %w", l.key, err)
 	}
-	if err := conn.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, l.job).Scan(&f.Epoch); err != nil {
-		f.Release()
-		return nil, fmt.Errorf("fence %s: read epoch: %w", l.job, err)
+	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, l.key).Scan(&f.Epoch); err != nil {
+		return fmt.Errorf("fence %s: read epoch: %w", l.key, err)
 	}
-	go f.watch(l.job)
-	return f, nil
+	return tx.Commit()
 }
 
 // idBlock is how many checkpoint ids one reservation covers: one ledger write per block.
 const idBlock = 1000
 
-// ReserveIDs makes sure ids up to at least upTo are recorded as used, in blocks, so that no later
-// owner hands out an id an earlier one may have used for a branch that left no other trace (an
-// epoch that died before its prepare). It returns the new reserved bound.
-func (f *Fence) ReserveIDs(ctx context.Context, l *Ledger, upTo int64) (int64, error) {
-	bound := upTo + idBlock
-	res, err := l.db.ExecContext(ctx, `UPDATE relay_jobs SET id_reserved = GREATEST(id_reserved, ?) WHERE job = ? AND owner_epoch = ?`,
-		bound, l.job, f.Epoch)
+// ReserveIDs hands this owner the next block of checkpoint ids, all at or above floor. Blocks are
+// disjoint across instances and owners, and recorded: an id is never handed out twice, even when its
+// first use left no trace (an epoch that died before its prepare), and the block tells which
+// instance may hold a branch with that id.
+func (f *Fence) ReserveIDs(ctx context.Context, l *Ledger, floor int64) (first, last int64, err error) {
+	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("reserve checkpoint ids: %w", err)
+		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		var cur int64
-		if err := l.db.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, l.job).Scan(&cur); err != nil || cur != f.Epoch {
-			return 0, fmt.Errorf("reserve checkpoint ids: %w: owner epoch is %d, this process holds %d", ErrFenced, cur, f.Epoch)
-		}
+	defer func() { _ = tx.Rollback() }()
+	var cur int64
+	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ? LOCK IN SHARE MODE`, l.key).Scan(&cur); err != nil {
+		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
 	}
-	return bound, nil
+	if cur != f.Epoch {
+		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w: owner epoch is %d, this process holds %d", ErrFenced, cur, f.Epoch)
+	}
+	var reserved int64
+	if err := tx.QueryRowContext(ctx, `SELECT id_reserved FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&reserved); err != nil {
+		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
+	}
+	first = max(reserved+1, floor)
+	last = first + idBlock - 1
+	if _, err := tx.ExecContext(ctx, `UPDATE relay_jobs SET id_reserved = ? WHERE job = ?`, last, l.job); err != nil {
+		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_id_blocks (job, first_id, last_id, owner_key, reserved_at)
+		VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))`, l.job, first, last, l.key); err != nil {
+		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
+	}
+	return first, last, tx.Commit()
 }
 
-// ReservedIDs returns the highest checkpoint id any owner may have used.
-func (l *Ledger) ReservedIDs(ctx context.Context) (int64, error) {
-	var n int64
-	err := l.db.QueryRowContext(ctx, `SELECT id_reserved FROM relay_jobs WHERE job = ?`, l.job).Scan(&n)
+// BlockOwner tells which instance key reserved checkpoint id; ok is false for an id no block covers.
+func (l *Ledger) BlockOwner(ctx context.Context, id int64) (key string, ok bool, err error) {
+	err = l.db.QueryRowContext(ctx, `SELECT owner_key FROM relay_id_blocks WHERE job = ? AND first_id <= ? AND last_id >= ?
+		ORDER BY first_id DESC LIMIT 1`, l.job, id, id).Scan(&key)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
+		return "", false, nil
 	}
-	return n, err
+	return key, err == nil, err
 }
 
 // Holder describes who holds the job's lock, for error messages and `relay status`.
 func Holder(ctx context.Context, l *Ledger) string {
 	var connID sql.NullInt64
-	_ = l.db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(l.job)).Scan(&connID)
+	_ = l.db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(l.key)).Scan(&connID)
 	var owner string
 	var epoch int64
 	var at time.Time
-	err := l.db.QueryRowContext(ctx, `SELECT owner, owner_epoch, acquired_at FROM relay_jobs WHERE job = ?`, l.job).Scan(&owner, &epoch, &at)
+	err := l.db.QueryRowContext(ctx, `SELECT owner, owner_epoch, acquired_at FROM relay_jobs WHERE job = ?`, l.key).Scan(&owner, &epoch, &at)
 	switch {
 	case !connID.Valid:
 		return "nobody holds the lock"
@@ -111,14 +166,14 @@ func Holder(ctx context.Context, l *Ledger) string {
 // IsHeld reports whether some process holds the job's lock (used by offline commands).
 func IsHeld(ctx context.Context, l *Ledger) (bool, error) {
 	var connID sql.NullInt64
-	if err := l.db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(l.job)).Scan(&connID); err != nil {
+	if err := l.db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(l.key)).Scan(&connID); err != nil {
 		return false, err
 	}
 	return connID.Valid, nil
 }
 
 // watch pings the lock connection; if it dies the lock is gone with it.
-func (f *Fence) watch(job string) {
+func (f *Fence) watch(key string) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -128,7 +183,7 @@ func (f *Fence) watch(job string) {
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			var mine sql.NullInt64
-			err := f.conn.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?) = CONNECTION_ID()`, LockName(job)).Scan(&mine)
+			err := f.conn.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?) = CONNECTION_ID()`, LockName(key)).Scan(&mine)
 			cancel()
 			if err != nil || !mine.Valid || mine.Int64 != 1 {
 				close(f.lost)

@@ -99,19 +99,41 @@ type Checkpoint struct {
 	Records     int64
 	DecidedAt   time.Time
 	CommittedAt *time.Time
+	Instance    string // owner key of the instance that decided it
 }
 
-// Ledger reads and writes one job's rows.
+// Ledger reads and writes one job's rows on behalf of one instance of it.
 type Ledger struct {
-	db  *sql.DB
-	job string
+	db     *sql.DB
+	job    string // the job: checkpoint rows, partition offsets and checkpoint ids are shared by its instances
+	key    string // this instance's fence and owner row: the job itself, or job/i when it runs as several
+	layout int    // how many instances the job runs as
 }
 
-// New binds a ledger to db and job; call EnsureSchema before use.
-func New(db *sql.DB, job string) *Ledger { return &Ledger{db: db, job: job} }
+// New binds a ledger to db and a job that runs as one instance; call EnsureSchema before use.
+func New(db *sql.DB, job string) *Ledger { return &Ledger{db: db, job: job, key: job, layout: 1} }
+
+// NewInstance binds a ledger to instance i of m of a job (DESIGN §8).
+func NewInstance(db *sql.DB, job string, i, m int) *Ledger {
+	return &Ledger{db: db, job: job, key: InstanceKey(job, i, m), layout: m}
+}
+
+// InstanceKey names instance i of m: its lock, its owner row, the instance column of its rows.
+func InstanceKey(job string, i, m int) string {
+	if m <= 1 {
+		return job
+	}
+	return job + "/" + strconv.Itoa(i)
+}
+
+// ForKey is the ledger of another instance of the same job (the resolver acts for dead instances).
+func (l *Ledger) ForKey(key string) *Ledger { return &Ledger{db: l.db, job: l.job, key: key, layout: l.layout} }
 
 // Job is the job this ledger serves.
 func (l *Ledger) Job() string { return l.job }
+
+// Key is this instance's owner key.
+func (l *Ledger) Key() string { return l.key }
 
 // DB is the ledger's database.
 func (l *Ledger) DB() *sql.DB { return l.db }
@@ -126,7 +148,17 @@ var schema = []string{
 		owner_epoch BIGINT NOT NULL,
 		owner VARCHAR(255) NOT NULL,
 		acquired_at DATETIME(6) NOT NULL,
-		id_reserved BIGINT NOT NULL DEFAULT 0
+		id_reserved BIGINT NOT NULL DEFAULT 0,
+		layout INT NOT NULL DEFAULT 1
+	) ENGINE=InnoDB`,
+	// Checkpoint ids are handed out in blocks; the block says which instance may have used an id.
+	`CREATE TABLE IF NOT EXISTS relay_id_blocks (
+		job VARCHAR(64) NOT NULL,
+		first_id BIGINT NOT NULL,
+		last_id BIGINT NOT NULL,
+		owner_key VARCHAR(64) NOT NULL,
+		reserved_at DATETIME(6) NOT NULL,
+		PRIMARY KEY (job, first_id)
 	) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS relay_checkpoints (
 		job VARCHAR(64) NOT NULL,
@@ -136,19 +168,22 @@ var schema = []string{
 		tags TEXT NOT NULL,
 		offsets LONGTEXT NOT NULL,
 		records BIGINT NOT NULL,
+		instance VARCHAR(64) NOT NULL,
 		decided_at DATETIME(6) NOT NULL,
 		committed_at DATETIME(6) NULL,
 		PRIMARY KEY (job, checkpoint_id),
 		KEY state_idx (job, state)
 	) ENGINE=InnoDB`,
-	// Held mode: each partition's next offset, written in the same transaction as its data.
-	`CREATE TABLE IF NOT EXISTS relay_held_offsets (
+	// Each partition's next offset, written in the same local transaction as the decision that
+	// covers it (XA mode) or as its data (held mode): one row per partition, whichever instance
+	// owns it now, so a rescale resumes every partition where its last owner stopped.
+	`CREATE TABLE IF NOT EXISTS relay_offsets (
 		job VARCHAR(64) NOT NULL,
 		topic VARCHAR(249) NOT NULL,
 		kpartition INT NOT NULL,
 		next_offset BIGINT NOT NULL,
 		checkpoint_id BIGINT NOT NULL,
-		owner_epoch BIGINT NOT NULL,
+		owner_key VARCHAR(64) NOT NULL,
 		updated_at DATETIME(6) NOT NULL,
 		PRIMARY KEY (job, topic, kpartition)
 	) ENGINE=InnoDB`,
@@ -189,13 +224,16 @@ func (l *Ledger) Decide(ctx context.Context, epoch int64, c Checkpoint) error {
 		return fmt.Errorf("decide %d: %w", c.ID, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if err := checkEpoch(ctx, tx, l.job, epoch); err != nil {
+	if err := checkEpoch(ctx, tx, l.key, epoch); err != nil {
 		return fmt.Errorf("decide %d: %w", c.ID, err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_checkpoints
-		(job, checkpoint_id, state, owner_epoch, tags, offsets, records, decided_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))`,
-		l.job, c.ID, Committing, epoch, strings.Join(c.Tags, ","), string(offs), c.Records); err != nil {
+		(job, checkpoint_id, state, owner_epoch, tags, offsets, records, instance, decided_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))`,
+		l.job, c.ID, Committing, epoch, strings.Join(c.Tags, ","), string(offs), c.Records, l.key); err != nil {
+		return fmt.Errorf("decide %d: %w", c.ID, err)
+	}
+	if err := l.writeOffsets(ctx, tx, c.ID, c.Offsets); err != nil {
 		return fmt.Errorf("decide %d: %w", c.ID, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -204,10 +242,10 @@ func (l *Ledger) Decide(ctx context.Context, epoch int64, c Checkpoint) error {
 	return nil
 }
 
-func checkEpoch(ctx context.Context, tx *sql.Tx, job string, epoch int64) error {
+func checkEpoch(ctx context.Context, tx *sql.Tx, key string, epoch int64) error {
 	var cur int64
 	var owner string
-	err := tx.QueryRowContext(ctx, `SELECT owner_epoch, owner FROM relay_jobs WHERE job = ? FOR UPDATE`, job).Scan(&cur, &owner)
+	err := tx.QueryRowContext(ctx, `SELECT owner_epoch, owner FROM relay_jobs WHERE job = ? FOR UPDATE`, key).Scan(&cur, &owner)
 	if err != nil {
 		return err
 	}
@@ -247,13 +285,13 @@ func (l *Ledger) Verdict(ctx context.Context, id int64) (decided bool, err error
 	return true, nil
 }
 
-const checkpointCols = `checkpoint_id, state, owner_epoch, tags, offsets, records, decided_at, committed_at`
+const checkpointCols = `checkpoint_id, state, owner_epoch, tags, offsets, records, decided_at, committed_at, instance`
 
 func scanCheckpoint(sc interface{ Scan(...any) error }) (Checkpoint, error) {
 	var c Checkpoint
 	var tags, offs string
 	var committed sql.NullTime
-	if err := sc.Scan(&c.ID, &c.State, &c.OwnerEpoch, &tags, &offs, &c.Records, &c.DecidedAt, &committed); err != nil {
+	if err := sc.Scan(&c.ID, &c.State, &c.OwnerEpoch, &tags, &offs, &c.Records, &c.DecidedAt, &committed, &c.Instance); err != nil {
 		return c, err
 	}
 	if tags != "" {

@@ -221,7 +221,7 @@ type session struct {
 	inflight     chan error // result of the checkpoint in flight; nil when none
 	lastEnd      time.Time
 	committedAny atomic.Bool
-	reserved     int64 // highest checkpoint id reserved in the ledger for this owner
+	blockLast    int64 // last checkpoint id of the block reserved for this session
 }
 
 func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
@@ -242,19 +242,14 @@ func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
 		cons.Close()
 		return nil, err
 	}
-	// Start above every id an earlier owner may have used, even for an epoch that left no trace.
-	reserved, err := p.Ledger.ReservedIDs(ctx)
+	// A fresh block of ids, above every id an earlier owner (or another instance) may have used.
+	first, last, err := p.Fence.ReserveIDs(ctx, p.Ledger, rec.NextID)
 	if err != nil {
 		cons.Close()
 		return nil, err
 	}
-	first := max(rec.NextID, reserved+1)
-	if reserved, err = p.Fence.ReserveIDs(ctx, p.Ledger, first); err != nil {
-		cons.Close()
-		return nil, err
-	}
 	p.sessionFirstID.Store(first)
-	s := &session{p: p, cons: cons, positions: start, cur: p.newEpoch(first), reserved: reserved}
+	s := &session{p: p, cons: cons, positions: start, cur: p.newEpoch(first), blockLast: last}
 	decided := start.Clone()
 	if p.held {
 		// Only what the ledger holds is decided: a partition started from the configured position
@@ -264,7 +259,8 @@ func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
 	s.decided.Store(&decided)
 	s.ctx, s.fail = context.WithCancelCause(context.Background())
 	for i := 0; i < p.Config.Subtasks; i++ {
-		st := newSubtask(i, p.Config.Job.Name, p.Sink, p.schema, p.Config.MySQL.BatchRows, p.Log.Named("subtask"), p.Metrics)
+		global := p.Config.InstanceIndex()*p.Config.Subtasks + i
+		st := newSubtask(i, global, p.Config.Job.Name, p.Sink, p.schema, p.Config.MySQL.BatchRows, p.Log.Named("subtask"), p.Metrics)
 		if p.held {
 			st.held, st.owner = p.Ledger, p.Fence.Epoch
 		}
@@ -292,23 +288,22 @@ func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
 // branches from the ledger; held mode has nothing in doubt: each partition's committed offset is
 // exactly what its committed data covers.
 func (p *Pipeline) recover(ctx context.Context) (Recovered, ledger.Offsets, error) {
-	if p.held {
-		offs, maxID, err := p.Ledger.HeldOffsets(ctx)
-		if maxID > 0 {
-			p.Metrics.LastCommittedID.Set(float64(maxID))
+	var rec Recovered
+	if !p.held {
+		var err error
+		if rec, err = Recover(ctx, p.Ledger, p.Sink, p.Log.Named("recovery"), p.Metrics, metrics.OriginRecovery); err != nil {
+			return rec, nil, err
 		}
-		return Recovered{NextID: maxID + 1}, offs, err
 	}
-	rec, err := Recover(ctx, p.Ledger, p.Sink, p.Log.Named("recovery"), p.Metrics, metrics.OriginRecovery)
+	offs, maxID, err := p.Ledger.PartitionOffsets(ctx)
 	if err != nil {
 		return rec, nil, err
 	}
-	from := ledger.Offsets{}
-	if rec.Last != nil {
-		from = rec.Last.Offsets
-		p.Metrics.LastCommittedID.Set(float64(rec.Last.ID))
+	if maxID > 0 {
+		p.Metrics.LastCommittedID.Set(float64(maxID))
 	}
-	return rec, from, nil
+	rec.NextID = max(rec.NextID, maxID+1)
+	return rec, offs, nil
 }
 
 // close ends the session: subtasks stop and drop their connections, the consumer leaves.
@@ -481,14 +476,15 @@ func (s *session) cut() error {
 			return err
 		}
 	}
-	if e.id+1 > s.reserved {
-		r, err := s.p.Fence.ReserveIDs(s.ctx, s.p.Ledger, e.id+1)
+	next := e.id + 1
+	if next > s.blockLast {
+		first, last, err := s.p.Fence.ReserveIDs(s.ctx, s.p.Ledger, next)
 		if err != nil {
 			return err
 		}
-		s.reserved = r
+		next, s.blockLast = first, last
 	}
-	s.cur = s.p.newEpoch(e.id + 1)
+	s.cur = s.p.newEpoch(next)
 	done := make(chan error, 1)
 	s.inflight = done
 	go func() {

@@ -87,6 +87,10 @@ func Recover(ctx context.Context, led *ledger.Ledger, sinkDB *sql.DB, log *zap.L
 		return r, err
 	}
 	skipped := map[int64]bool{}
+	branches, err = owned(ctx, led, branches)
+	if err != nil {
+		return r, err
+	}
 	for i, b := range branches {
 		maxID = max(maxID, b.Checkpoint)
 		commit, err := resolveBranch(ctx, led, sinkDB, b, log, origin)
@@ -122,6 +126,23 @@ func Recover(ctx context.Context, led *ledger.Ledger, sinkDB *sql.DB, log *zap.L
 	return r, nil
 }
 
+// owned keeps the branches this instance answers for: those whose checkpoint id lies in a block it
+// reserved, and, when the job runs as a single instance, those no block covers (older ledgers).
+// Another instance's branches are the resolver's, once that instance's fence is free.
+func owned(ctx context.Context, led *ledger.Ledger, branches []Branch) ([]Branch, error) {
+	var out []Branch
+	for _, b := range branches {
+		key, ok, err := led.BlockOwner(ctx, b.Checkpoint)
+		if err != nil {
+			return nil, err
+		}
+		if key == led.Key() || (!ok && led.Key() == led.Job()) {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
 // markDone moves decided checkpoints below id to COMMITTED, except those with a branch still
 // pending: a row may only be pruned once none of its branches can still appear in XA RECOVER.
 func markDone(ctx context.Context, led *ledger.Ledger, pending map[int64]bool, below int64, log *zap.Logger, origin string) error {
@@ -130,7 +151,7 @@ func markDone(ctx context.Context, led *ledger.Ledger, pending map[int64]bool, b
 		return err
 	}
 	for _, c := range committing {
-		if c.ID >= below || pending[c.ID] {
+		if c.ID >= below || pending[c.ID] || c.Instance != led.Key() {
 			continue
 		}
 		if err := led.MarkCommitted(ctx, c.ID); err != nil {

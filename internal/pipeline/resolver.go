@@ -8,10 +8,12 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 )
 
@@ -42,35 +44,100 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger, firstSeen m
 	if err != nil {
 		return err
 	}
+	mine, err := owned(ctx, p.Ledger, branches)
+	if err != nil {
+		return err
+	}
+	isMine := map[string]bool{}
+	for _, b := range mine {
+		isMine[b.Tag] = true
+	}
 	live := p.sessionFirstID.Load()
+	byOwner := map[string][]Branch{} // branches to resolve, under the ledger of the instance that owns them
+	var doubt []Branch               // left behind: resolvable now or waiting for an operator
+	for _, b := range branches {
+		key := p.Ledger.Key()
+		if isMine[b.Tag] {
+			if b.Checkpoint >= live {
+				continue // the live session's own, in flight
+			}
+		} else {
+			var ok bool
+			if key, ok, err = p.Ledger.BlockOwner(ctx, b.Checkpoint); err != nil {
+				return err
+			}
+			if !ok {
+				doubt = append(doubt, b) // no block says whose: only an operator can tell
+				continue
+			}
+			if running, err := ledger.IsHeld(ctx, p.Ledger.ForKey(key)); err != nil || running {
+				continue // its instance is up and answers for it
+			}
+		}
+		doubt = append(doubt, b)
+		byOwner[key] = append(byOwner[key], b)
+	}
+	p.exportDoubt(log, doubt, firstSeen)
+	for key, bs := range byOwner {
+		if key == p.Ledger.Key() {
+			err = p.resolveAll(ctx, p.Ledger, bs, live, log)
+		} else {
+			err = p.takeOver(ctx, key, bs, log)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// exportDoubt publishes how many branches are left behind and how long the oldest has been seen
+// (XA RECOVER tells no age, so age counts from the first pass that saw it).
+func (p *Pipeline) exportDoubt(log *zap.Logger, doubt []Branch, firstSeen map[string]time.Time) {
 	now := time.Now()
 	seen := map[string]bool{}
 	var oldest time.Duration
-	var left []Branch
-	for _, b := range branches {
-		if b.Checkpoint >= live {
-			continue
-		}
+	for _, b := range doubt {
 		seen[b.Tag] = true
 		if _, ok := firstSeen[b.Tag]; !ok {
 			firstSeen[b.Tag] = now
 		}
 		oldest = max(oldest, now.Sub(firstSeen[b.Tag]))
-		left = append(left, b)
 	}
 	for tag := range firstSeen {
 		if !seen[tag] {
 			delete(firstSeen, tag)
 		}
 	}
-	p.Metrics.InDoubtBranches.Set(float64(len(left)))
+	p.Metrics.InDoubtBranches.Set(float64(len(doubt)))
 	p.Metrics.InDoubtOldestAge.Set(oldest.Seconds())
 	if oldest > p.Config.Checkpoint.InDoubtAlertAge {
-		log.Warn("in-doubt branch older than the alert age", zap.Duration("age", oldest), zap.Int("branches", len(left)))
+		log.Warn("in-doubt branch older than the alert age", zap.Duration("age", oldest), zap.Int("branches", len(doubt)))
 	}
+}
+
+// takeOver resolves the branches of a stopped instance: it takes that instance's fence first (so a
+// zombie of it can no longer write a decision), applies the ledger's verdicts, and lets go.
+func (p *Pipeline) takeOver(ctx context.Context, key string, bs []Branch, log *zap.Logger) error {
+	other := p.Ledger.ForKey(key)
+	f, err := ledger.Acquire(ctx, other, "resolver of "+p.Ledger.Key())
+	if errors.Is(err, ledger.ErrFenced) {
+		return nil // it came back: its own recovery answers for its branches
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Release()
+	log.Info("resolving a stopped instance's branches", zap.String("instance", key), zap.Int("branches", len(bs)))
+	return p.resolveAll(ctx, other, bs, math.MaxInt64, log)
+}
+
+// resolveAll applies the ledger's verdict to each branch, then marks the checkpoints done whose
+// branches are all resolved.
+func (p *Pipeline) resolveAll(ctx context.Context, led *ledger.Ledger, bs []Branch, below int64, log *zap.Logger) error {
 	pending := map[int64]bool{}
-	for _, b := range left {
-		commit, err := resolveBranch(ctx, p.Ledger, p.Sink, b, log, metrics.OriginResolver)
+	for _, b := range bs {
+		commit, err := resolveBranch(ctx, led, p.Sink, b, log, metrics.OriginResolver)
 		if errors.Is(err, errAttached) {
 			pending[b.Checkpoint] = true
 			continue
@@ -84,8 +151,5 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger, firstSeen m
 		}
 		p.Metrics.Transactions.WithLabelValues(action, metrics.OriginResolver).Inc()
 	}
-	if len(left) == 0 {
-		return nil
-	}
-	return markDone(ctx, p.Ledger, pending, live, log, metrics.OriginResolver)
+	return markDone(ctx, led, pending, below, log, metrics.OriginResolver)
 }

@@ -64,7 +64,8 @@ type decision struct {
 }
 
 type subtask struct {
-	idx    int
+	idx    int // index within this process
+	global int // index across every instance of the job: names the tag
 	job    string
 	db     *sql.DB
 	schema sink.Schema
@@ -80,10 +81,10 @@ type subtask struct {
 	owner int64
 }
 
-func newSubtask(idx int, job string, db *sql.DB, schema sink.Schema, rows int, log *zap.Logger, m *metrics.Metrics) *subtask {
-	return &subtask{idx: idx, job: job, db: db, schema: schema, rows: rows,
+func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, rows int, log *zap.Logger, m *metrics.Metrics) *subtask {
+	return &subtask{idx: idx, global: global, job: job, db: db, schema: schema, rows: rows,
 		data: make(chan batch, 4), ctrl: make(chan decision, 1),
-		log: log.With(zap.Int("subtask", idx)), m: m}
+		log: log.With(zap.Int("subtask", global)), m: m}
 }
 
 func (s *subtask) newTxn(ctx context.Context) (txn, error) {
@@ -199,10 +200,10 @@ func (s *subtask) commitHeld(ctx context.Context, b batch) (string, error) {
 	h := s.branch.(*heldTxn)
 	if err := s.held.WriteHeldOffsets(ctx, h.Conn(), s.owner, b.epoch, b.offsets); err != nil {
 		h.fail()
-		return "", fmt.Errorf("subtask %d: %w", s.idx, err)
+		return "", fmt.Errorf("subtask %d: %w", s.global, err)
 	}
 	if err := h.Commit(ctx); err != nil {
-		return "", fmt.Errorf("subtask %d: %w", s.idx, err)
+		return "", fmt.Errorf("subtask %d: %w", s.global, err)
 	}
 	s.m.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
 	s.log.Debug("committed", zap.String("tag", h.Tag()), zap.Int64("checkpoint", b.epoch))
@@ -224,7 +225,7 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 			j := min(i+s.rows, len(rows))
 			s.buf = s.schema.AppendUpsert(s.buf[:0], rows[i:j])
 			if err := s.branch.Exec(ctx, string(s.buf)); err != nil {
-				return fmt.Errorf("subtask %d: %w", s.idx, err)
+				return fmt.Errorf("subtask %d: %w", s.global, err)
 			}
 		}
 	}
@@ -232,31 +233,31 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 		j := min(i+s.rows, len(b.details))
 		s.buf = s.schema.AppendDetailInsert(s.buf[:0], b.details[i:j])
 		if err := s.branch.Exec(ctx, string(s.buf)); err != nil {
-			return fmt.Errorf("subtask %d: detail rows: %w", s.idx, err)
+			return fmt.Errorf("subtask %d: detail rows: %w", s.global, err)
 		}
 	}
 	for i := 0; i < len(b.dlq); i += s.rows {
 		j := min(i+s.rows, len(b.dlq))
 		s.buf = s.schema.AppendDLQInsert(s.buf[:0], s.job, b.epoch, b.dlq[i:j])
 		if err := s.branch.Exec(ctx, string(s.buf)); err != nil {
-			return fmt.Errorf("subtask %d: dead-letter rows: %w", s.idx, err)
+			return fmt.Errorf("subtask %d: dead-letter rows: %w", s.global, err)
 		}
 	}
 	return nil
 }
 
 func (s *subtask) begin(ctx context.Context, epoch int64) error {
-	tag := config.Tag(s.job, epoch, s.idx)
+	tag := config.Tag(s.job, epoch, s.global)
 	if s.branch != nil && s.branch.State() == xa.Active {
 		if s.branch.Tag() == tag {
 			return nil
 		}
-		return fmt.Errorf("subtask %d: branch %s still active at epoch %d", s.idx, s.branch.Tag(), epoch)
+		return fmt.Errorf("subtask %d: branch %s still active at epoch %d", s.global, s.branch.Tag(), epoch)
 	}
 	if s.branch == nil || s.branch.State() == xa.Broken {
 		b, err := s.newTxn(ctx)
 		if err != nil {
-			return fmt.Errorf("subtask %d: connect: %w", s.idx, err)
+			return fmt.Errorf("subtask %d: connect: %w", s.global, err)
 		}
 		s.branch = b
 	}

@@ -280,31 +280,67 @@ func diff(want, got map[loadgen.Key]loadgen.Acc) string {
 
 // finish runs relay until MySQL matches the totals (or a deadline), stops it with SIGTERM, and
 // checks every end-state invariant.
-func (e *env) finish(totals *loadgen.Totals) {
+func (e *env) finish(totals *loadgen.Totals) { e.finishInstances(totals, 1) }
+
+// startLayout starts instances 0..m-1 of the job (one plain process when m is 1) and waits until
+// each finished recovery: until then SIGTERM would hit a process that has not installed its handler.
+func (e *env) startLayout(m int, extraEnv ...string) []*proc {
+	t := e.t
+	var ps []*proc
+	for i := 0; i < m; i++ {
+		env := extraEnv
+		if m > 1 {
+			env = append([]string{fmt.Sprintf("RELAY_INSTANCE=%d/%d", i, m)}, extraEnv...)
+		}
+		ps = append(ps, e.start(env...))
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for _, p := range ps {
+		for len(logEvents(t, p.log, "recovered")) == 0 {
+			select {
+			case err := <-p.done:
+				t.Fatalf("relay exited early: %v\n%s", err, tail(p.log, 30))
+			case <-time.After(100 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("relay did not finish recovery in time\n%s", tail(p.log, 30))
+			}
+		}
+	}
+	return ps
+}
+
+// stopAll sends SIGTERM to every process and requires each to drain and exit 0.
+func (e *env) stopAll(ps []*proc) {
+	for _, p := range ps {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range ps {
+		if err := p.wait(e.t, 60*time.Second); err != nil {
+			e.t.Fatalf("relay did not stop cleanly on SIGTERM: %v\n%s", err, tail(p.log, 30))
+		}
+	}
+}
+
+// finishInstances runs the job as m instances until MySQL matches the totals, stops them, and checks
+// every end-state invariant.
+func (e *env) finishInstances(totals *loadgen.Totals, m int) {
 	t := e.t
 	t.Helper()
 	want, bad, _ := totals.Snapshot()
-	p := e.start()
+	ps := e.startLayout(m)
 	deadline := time.Now().Add(90 * time.Second)
-	// Until recovery finished, SIGTERM would hit a process that has not installed its handler yet.
-	for len(logEvents(t, p.log, "recovered")) == 0 && time.Now().Before(deadline) {
-		select {
-		case err := <-p.done:
-			t.Fatalf("relay exited early: %v\n%s", err, tail(p.log, 30))
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 	for diff(want, e.actual()) != "" && time.Now().Before(deadline) {
-		select {
-		case err := <-p.done:
-			t.Fatalf("relay exited early: %v\n%s", err, tail(p.log, 30))
-		case <-time.After(300 * time.Millisecond):
+		for _, p := range ps {
+			select {
+			case err := <-p.done:
+				t.Fatalf("relay exited early: %v\n%s", err, tail(p.log, 30))
+			default:
+			}
 		}
+		time.Sleep(300 * time.Millisecond)
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	if err := p.wait(t, 60*time.Second); err != nil {
-		t.Fatalf("relay did not stop cleanly on SIGTERM: %v\n%s", err, tail(p.log, 30))
-	}
+	e.stopAll(ps)
 	if d := diff(want, e.actual()); d != "" {
 		t.Fatalf("totals differ from what Kafka committed:\n%s", d)
 	}
@@ -399,20 +435,9 @@ func (e *env) checkOffsetsAtEnd() {
 	t := e.t
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	led := ledger.New(e.db, e.job)
-	var final ledger.Offsets
-	if e.held {
-		offs, _, err := led.HeldOffsets(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		final = offs
-	} else {
-		last, err := led.LastDecided(ctx)
-		if err != nil || last == nil {
-			t.Fatalf("no decided checkpoint: %v", err)
-		}
-		final = last.Offsets
+	final, _, err := ledger.New(e.db, e.job).PartitionOffsets(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
 	c, err := consumer.New(consumer.Options{Brokers: e.brokers, Topics: []string{e.topic}, GroupID: "check-" + e.job, StartOffset: "earliest"}, zap.NewNop())
 	if err != nil {

@@ -119,11 +119,7 @@ func randomKills(t *testing.T, kills int, extra ...string) {
 
 func (e *env) maxCheckpoint() int64 {
 	var id int64
-	table := "relay_checkpoints"
-	if e.held {
-		table = "relay_held_offsets"
-	}
-	_ = e.db.QueryRow(`SELECT COALESCE(MAX(checkpoint_id), 0) FROM `+table+` WHERE job = ?`, e.job).Scan(&id)
+	_ = e.db.QueryRow(`SELECT COALESCE(MAX(checkpoint_id), 0) FROM relay_offsets WHERE job = ?`, e.job).Scan(&id)
 	return id
 }
 

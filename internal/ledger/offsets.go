@@ -1,0 +1,84 @@
+// Partition offsets: where each partition resumes, committed with what it covers.
+//
+// Invariant: a partition's row changes only inside the local transaction that makes its records'
+// effect durable: the decision transaction in XA mode, the data transaction in held mode (after a
+// shared lock on the owner row confirms the owner epoch, which a new owner's bump must wait for).
+// A transaction that did not commit leaves data and offset as they were.
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+)
+
+// PartitionOffsets returns the committed offset of every partition of the job, whichever instance
+// wrote it, and the highest checkpoint id among them.
+func (l *Ledger) PartitionOffsets(ctx context.Context) (Offsets, int64, error) {
+	rows, err := l.db.QueryContext(ctx, `SELECT topic, kpartition, next_offset, checkpoint_id FROM relay_offsets WHERE job = ?`, l.job)
+	if err != nil {
+		return nil, 0, fmt.Errorf("partition offsets: %w", err)
+	}
+	defer rows.Close()
+	offs := Offsets{}
+	var maxID int64
+	for rows.Next() {
+		var t string
+		var p int32
+		var off, id int64
+		if err := rows.Scan(&t, &p, &off, &id); err != nil {
+			return nil, 0, err
+		}
+		offs.Set(t, p, off)
+		maxID = max(maxID, id)
+	}
+	return offs, maxID, rows.Err()
+}
+
+// HeldOffsets is PartitionOffsets under its former name, until its last callers move.
+func (l *Ledger) HeldOffsets(ctx context.Context) (Offsets, int64, error) { return l.PartitionOffsets(ctx) }
+
+// Execer is a connection or transaction that runs statements.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// writeOffsets upserts offs for checkpoint id in one statement, inside the caller's transaction.
+func (l *Ledger) writeOffsets(ctx context.Context, conn Execer, id int64, offs Offsets) error {
+	var q strings.Builder
+	var args []any
+	q.WriteString(`INSERT INTO relay_offsets (job, topic, kpartition, next_offset, checkpoint_id, owner_key, updated_at) VALUES `)
+	for t, ps := range offs {
+		for p, off := range ps {
+			if len(args) > 0 {
+				q.WriteString(",")
+			}
+			q.WriteString("(?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))")
+			args = append(args, l.job, t, p, off, id, l.key)
+		}
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	q.WriteString(` ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), checkpoint_id = VALUES(checkpoint_id),
+		owner_key = VALUES(owner_key), updated_at = VALUES(updated_at)`)
+	if _, err := conn.ExecContext(ctx, q.String(), args...); err != nil {
+		return fmt.Errorf("partition offsets: %w", err)
+	}
+	return nil
+}
+
+// WriteHeldOffsets checks the fence and records offs for checkpoint id inside the caller's open
+// held-mode transaction on conn; the caller's COMMIT makes them durable with the data.
+func (l *Ledger) WriteHeldOffsets(ctx context.Context, conn Execer, epoch, id int64, offs Offsets) error {
+	var cur int64
+	if err := conn.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ? LOCK IN SHARE MODE`, l.key).Scan(&cur); err != nil {
+		return fmt.Errorf("held fence check: %w", err)
+	}
+	if cur != epoch {
+		return fmt.Errorf("%w: owner epoch is %d, this process holds %d", ErrFenced, cur, epoch)
+	}
+	return l.writeOffsets(ctx, conn, id, offs)
+}

@@ -1,0 +1,145 @@
+package crash
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relay-sh/relay/internal/loadgen"
+)
+
+// Three instances of one job, each SIGKILLed on its own at random moments while orders keep
+// arriving; at the end, exact totals and no branch left in doubt.
+func TestThreeInstancesRandomKills(t *testing.T) {
+	kills := 10
+	if v, err := strconv.Atoi(os.Getenv("RELAY_CRASH_INSTANCE_KILLS")); err == nil && v > 0 {
+		kills = v
+	}
+	e := newEnv(t, 6, "RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s")
+	totals := loadgen.NewTotals()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	produced := make(chan error, 1)
+	go func() {
+		produced <- e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 3000, Batch: 40,
+			AbortRate: 0.1, BadRate: 0.005, SKUs: 50, Windows: 5, Seed: 51})
+	}()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	exits := map[string]int{}
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(i)))
+			for k := 0; k < kills; k++ {
+				p := e.start(fmt.Sprintf("RELAY_INSTANCE=%d/3", i))
+				select {
+				case err := <-p.done:
+					// An instance may stop by itself only when another one's resolver took its
+					// fence over for a moment; it must say so.
+					mu.Lock()
+					exits[fmt.Sprint(err)]++
+					mu.Unlock()
+				case <-time.After(time.Duration(400+rng.IntN(2000)) * time.Millisecond):
+					p.kill()
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	cancel()
+	if err := <-produced; err != nil && ctx.Err() == nil {
+		t.Fatal(err)
+	}
+	for reason, n := range exits {
+		if !strings.Contains(reason, "exit status 3") {
+			t.Fatalf("%d runs ended by themselves with %q, want only fenced exits (status 3)", n, reason)
+		}
+	}
+	_, bad, good := totals.Snapshot()
+	t.Logf("3 instances x %d kills; %d good orders, %d bad, %d aborted; self-ended runs: %v", kills, good, len(bad), totals.Aborted, exits)
+	e.finishInstances(totals, 3)
+}
+
+// Changing the number of instances with the job stopped keeps exactly-once: each partition resumes
+// where its last owner stopped. An instance of a new layout refuses to start while one of the old
+// layout runs.
+func TestRescale(t *testing.T) {
+	e := newEnv(t, 6)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	totals := loadgen.NewTotals()
+	for phase, m := range []int{2, 3, 1} {
+		if err := e.produce(ctx, totals, loadgen.Options{Orders: 3000, Batch: 100, AbortRate: 0.1, SKUs: 40, Windows: 4,
+			Seed: uint64(60 + phase), TxnID: fmt.Sprintf("rescale-%d-%s", phase, e.topic)}); err != nil {
+			t.Fatal(err)
+		}
+		ps := e.startLayout(m)
+		if phase == 0 {
+			intruder := e.start("RELAY_INSTANCE=2/3")
+			if err := intruder.wait(t, 30*time.Second); err == nil || !strings.Contains(tail(intruder.log, 3), "stop them all") {
+				t.Fatalf("an instance of another layout started next to a running one: %v\n%s", err, tail(intruder.log, 3))
+			}
+		}
+		time.Sleep(3 * time.Second)
+		e.stopAll(ps)
+		if bs := e.branches(); len(bs) != 0 {
+			t.Fatalf("layout %d left branches: %v", m, bs)
+		}
+	}
+	e.finishInstances(totals, 1)
+}
+
+// An instance dies holding prepared, decided branches whose row locks another instance needs; the
+// survivor's resolver takes the dead instance's fence and commits them, and the survivor goes on.
+func TestSurvivorResolvesBlockingBranch(t *testing.T) {
+	e := newEnv(t, 2, "RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s", "RELAY_MYSQL_LOCK_WAIT_TIMEOUT=5s")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	totals := loadgen.NewTotals()
+	// Few keys: both partitions, hence both instances, write the same rows.
+	few := loadgen.Options{Orders: 2000, Batch: 100, SKUs: 3, Windows: 1, Seed: 71}
+	if err := e.produce(ctx, totals, few); err != nil {
+		t.Fatal(err)
+	}
+	dead := e.start("RELAY_INSTANCE=0/2", "RELAY_CRASH_AT=after-decide")
+	if err := dead.wait(t, 60*time.Second); !killedBySIGKILL(err) {
+		t.Fatalf("instance 0 was not killed after its decision: %v\n%s", err, tail(dead.log, 10))
+	}
+	blocking := e.branches()
+	if len(blocking) == 0 {
+		t.Fatal("instance 0 left no prepared branch")
+	}
+	survivor := e.startLayoutInstance(1, 2)
+	start := time.Now()
+	waitFor(t, 30*time.Second, func() bool { return len(e.branches()) == 0 }, "the survivor to resolve the dead instance's branches")
+	took := time.Since(start)
+	if ev := logEvents(t, survivor.log, "resolving a stopped instance's branches"); len(ev) != 1 || ev[0]["instance"] != e.job+"/0" {
+		t.Fatalf("survivor log: %v, want one take-over of %s/0", ev, e.job)
+	}
+	for _, ev := range logEvents(t, survivor.log, "in-doubt branch resolved") {
+		if ev["action"] != "commit" || ev["origin"] != "resolver" {
+			t.Fatalf("resolution %v, want a commit by the resolver (the branches were decided)", ev)
+		}
+	}
+	t.Logf("%d blocking branches resolved by the survivor in %s", len(blocking), took.Round(time.Millisecond))
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 1000, Batch: 100, SKUs: 3, Windows: 1, Seed: 72, TxnID: "more-" + e.topic}); err != nil {
+		t.Fatal(err)
+	}
+	e.stopAll([]*proc{survivor})
+	e.finishInstances(totals, 2)
+}
+
+// startLayoutInstance starts instance i of m and waits for its recovery.
+func (e *env) startLayoutInstance(i, m int) *proc {
+	p := e.start(fmt.Sprintf("RELAY_INSTANCE=%d/%d", i, m))
+	waitFor(e.t, 60*time.Second, func() bool { return len(logEvents(e.t, p.log, "recovered")) > 0 }, "recovery")
+	return p
+}
