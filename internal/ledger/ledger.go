@@ -127,7 +127,9 @@ func InstanceKey(job string, i, m int) string {
 }
 
 // ForKey is the ledger of another instance of the same job (the resolver acts for dead instances).
-func (l *Ledger) ForKey(key string) *Ledger { return &Ledger{db: l.db, job: l.job, key: key, layout: l.layout} }
+func (l *Ledger) ForKey(key string) *Ledger {
+	return &Ledger{db: l.db, job: l.job, key: key, layout: l.layout}
+}
 
 // Job is the job this ledger serves.
 func (l *Ledger) Job() string { return l.job }

@@ -37,7 +37,9 @@ func (l *Ledger) PartitionOffsets(ctx context.Context) (Offsets, int64, error) {
 }
 
 // HeldOffsets is PartitionOffsets under its former name, until its last callers move.
-func (l *Ledger) HeldOffsets(ctx context.Context) (Offsets, int64, error) { return l.PartitionOffsets(ctx) }
+func (l *Ledger) HeldOffsets(ctx context.Context) (Offsets, int64, error) {
+	return l.PartitionOffsets(ctx)
+}
 
 // Execer is a connection or transaction that runs statements.
 type Execer interface {
