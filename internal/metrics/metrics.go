@@ -42,6 +42,7 @@ type Metrics struct {
 	ThreadsConnected    prometheus.Gauge
 	Ready               prometheus.Gauge
 	Recoveries          prometheus.Counter
+	Takeovers           prometheus.Counter
 }
 
 // New builds and registers every collector; job becomes the relay_job constant label.
@@ -81,6 +82,8 @@ func New(job string) *Metrics {
 			"1 when recovery finished and the last checkpoint is recent (the /readyz verdict)."),
 		Recoveries: f.counter("relay_recoveries_total",
 			"Recovery passes run (start-up and after a failed checkpoint)."),
+		Takeovers: f.counter("relay_resolver_takeovers_total",
+			"Times this instance's resolver took a stopped instance's fence to finish its branches."),
 	}
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "relay_build_info",
 		Help: "Build information; the value is 1."}, []string{"version", "goversion"})

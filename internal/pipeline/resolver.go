@@ -128,6 +128,7 @@ func (p *Pipeline) takeOver(ctx context.Context, key string, bs []Branch, log *z
 		return err
 	}
 	defer f.Release()
+	p.Metrics.Takeovers.Inc()
 	log.Info("resolving a stopped instance's branches", zap.String("instance", key), zap.Int("branches", len(bs)))
 	return p.resolveAll(ctx, other, bs, math.MaxInt64, log)
 }

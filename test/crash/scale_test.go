@@ -130,6 +130,9 @@ func TestSurvivorResolvesBlockingBranch(t *testing.T) {
 		}
 	}
 	t.Logf("%d blocking branches resolved by the survivor in %s", len(blocking), took.Round(time.Millisecond))
+	if took > 20*time.Second {
+		t.Fatalf("the survivor took %s to resolve the blocking branches (bound: 20s with a 1s resolve interval)", took)
+	}
 	if err := e.produce(ctx, totals, loadgen.Options{Orders: 1000, Batch: 100, SKUs: 3, Windows: 1, Seed: 72, TxnID: "more-" + e.topic}); err != nil {
 		t.Fatal(err)
 	}
