@@ -1,0 +1,335 @@
+package crash
+
+// What the operator surface says after a crash and during recovery, read from the real binary's
+// /metrics and /readyz.
+//
+// Invariant checked here: the series an operator alerts on tell the truth about the state in MySQL
+// and the ledger: recovery counts exactly the branches XA RECOVER listed, records are counted once
+// and only when committed, the last committed checkpoint id is the ledger's, nothing stays pending
+// at rest; and /readyz says "not ready" for as long as recovery is held up, "ready" once it is done.
+
+import (
+	"context"
+	"database/sql/driver"
+	"io"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/xa"
+)
+
+// httpAddr waits for relay's "http listening" log line and returns the bound address.
+func httpAddr(t *testing.T, p *proc) string {
+	t.Helper()
+	var addr string
+	waitFor(t, 60*time.Second, func() bool {
+		select {
+		case err := <-p.done:
+			t.Fatalf("relay exited before listening: %v\n%s", err, tail(p.log, 20))
+		default:
+		}
+		for _, ev := range logEvents(t, p.log, "http listening") {
+			addr, _ = ev["addr"].(string)
+		}
+		return addr != ""
+	}, "relay's http listener")
+	return addr
+}
+
+// get fetches path from relay and returns the status and the body.
+func get(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// scrape is one parsed /metrics page.
+type scrape map[string]*dto.MetricFamily
+
+func scrapeMetrics(t *testing.T, addr string) scrape {
+	t.Helper()
+	code, body := get(t, addr, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics answered %d", code)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	return scrape(mfs)
+}
+
+// value returns the sample of family name whose labels include want (relay_job is implied).
+// It fails the test when no series or several series match: a missing series is itself a bug.
+func (s scrape) value(t *testing.T, name string, want ...string) float64 {
+	t.Helper()
+	mf, ok := s[name]
+	if !ok {
+		t.Fatalf("/metrics has no %s", name)
+	}
+	var found []float64
+	for _, m := range mf.GetMetric() {
+		labels := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			labels[lp.GetName()] = lp.GetValue()
+		}
+		match := true
+		for i := 0; i+1 < len(want); i += 2 {
+			match = match && labels[want[i]] == want[i+1]
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			found = append(found, m.GetCounter().GetValue())
+		case m.Gauge != nil:
+			found = append(found, m.GetGauge().GetValue())
+		case m.Untyped != nil:
+			found = append(found, m.GetUntyped().GetValue())
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%s%v: %d matching series, want 1", name, want, len(found))
+	}
+	return found[0]
+}
+
+func (e *env) maxLedgerID() int64 {
+	e.t.Helper()
+	var id int64
+	if err := e.db.QueryRow(`SELECT COALESCE(MAX(checkpoint_id), 0) FROM relay_checkpoints WHERE job = ?`, e.job).Scan(&id); err != nil {
+		e.t.Fatal(err)
+	}
+	return id
+}
+
+func (e *env) committedOrders() int64 {
+	e.t.Helper()
+	var n int64
+	if err := e.db.QueryRow(`SELECT COALESCE(SUM(order_count), 0) FROM order_stats_minute`).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// After a crash between the ledger decision and the commits, the restarted relay's metrics agree
+// with XA RECOVER, the ledger and the sink table.
+func TestMetricsAfterCrash(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	totals := loadgen.NewTotals()
+	// No bad records before the crash: the crashed checkpoint's ledger record count is then exactly
+	// its good orders, which the restarted process must not count again.
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 3000, Batch: 100, AbortRate: 0.2, Seed: 21}); err != nil {
+		t.Fatal(err)
+	}
+	crashed := e.start("RELAY_CRASH_AT=after-decide")
+	if err := crashed.wait(t, 60*time.Second); !killedBySIGKILL(err) {
+		t.Fatalf("relay was not killed at after-decide: %v\n%s", err, tail(crashed.log, 20))
+	}
+	k := len(e.branches())
+	if k == 0 {
+		t.Fatal("no prepared branch of the job after the after-decide crash")
+	}
+	decided, err := ledger.New(e.db, e.job).LastDecided(ctx)
+	if err != nil || decided == nil || decided.State != ledger.Committing {
+		t.Fatalf("after the crash: last decided checkpoint %+v (%v), want one in COMMITTING", decided, err)
+	}
+	_, _, goodA := totals.Snapshot()
+	// Orders the restarted process itself commits: all good ones except the crashed checkpoint's,
+	// which recovery commits from the crashed run's decision.
+	wantOK := goodA - decided.Records
+
+	p := e.start()
+	addr := httpAddr(t, p)
+	// Recovery's counters are final once it logged its outcome.
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.log, "recovered")) > 0 }, "recovery to finish")
+	var first scrape
+	waitFor(t, 90*time.Second, func() bool {
+		first = scrapeMetrics(t, addr)
+		return first.value(t, "relay_records_total", "result", "ok") >= float64(wantOK)
+	}, "relay to commit the orders produced before the crash")
+	if got := first.value(t, "relay_records_total", "result", "ok"); got != float64(wantOK) {
+		t.Fatalf("relay_records_total{result=ok} = %v, want %d (%d good orders, %d committed by recovery)", got, wantOK, goodA, decided.Records)
+	}
+	if got := first.value(t, "relay_transactions_total", "action", "commit", "origin", "recovery"); got != float64(k) {
+		t.Errorf("relay_transactions_total{commit,recovery} = %v, want %d: the branches XA RECOVER listed", got, k)
+	}
+	if got := first.value(t, "relay_transactions_total", "action", "rollback", "origin", "recovery"); got != 0 {
+		t.Errorf("relay_transactions_total{rollback,recovery} = %v, want 0: the crashed checkpoint was decided", got)
+	}
+	// Zero when the crashed checkpoint already held every order produced so far.
+	committed1 := first.value(t, "relay_checkpoints_total", "result", "committed")
+	if (committed1 == 0) != (wantOK == 0) {
+		t.Fatalf("relay_checkpoints_total{committed} = %v after committing %d orders itself", committed1, wantOK)
+	}
+	t.Logf("crashed checkpoint %d held %d of %d good orders; %d branches in doubt; %v checkpoints committed since",
+		decided.ID, decided.Records, goodA, k, committed1)
+	if got := e.committedOrders(); got != goodA {
+		t.Fatalf("MySQL holds %d orders, want %d", got, goodA)
+	}
+
+	// More orders while it runs, some bad this time: the counters move by exactly what commits.
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 1500, Batch: 100, AbortRate: 0.2, BadRate: 0.02, Seed: 22}); err != nil {
+		t.Fatal(err)
+	}
+	_, bad, good := totals.Snapshot()
+	if len(bad) == 0 {
+		t.Fatal("the second batch produced no bad records; the dlq check would prove nothing")
+	}
+	wantOK = good - decided.Records
+	var last scrape
+	waitFor(t, 90*time.Second, func() bool {
+		last = scrapeMetrics(t, addr)
+		return last.value(t, "relay_records_total", "result", "ok") >= float64(wantOK) &&
+			last.value(t, "relay_records_total", "result", "dlq") >= float64(len(bad))
+	}, "relay to commit the second batch")
+	// Settle: once caught up nothing is in flight, so the gauges must be at rest and agree with the ledger.
+	waitFor(t, 10*time.Second, func() bool {
+		last = scrapeMetrics(t, addr)
+		return last.value(t, "relay_xa_pending_transactions") == 0 &&
+			last.value(t, "relay_last_committed_checkpoint_id") == float64(e.maxLedgerID())
+	}, "pending transactions to drain and the last committed id to match the ledger")
+	if got := last.value(t, "relay_records_total", "result", "ok"); got != float64(wantOK) {
+		t.Errorf("relay_records_total{result=ok} = %v, want %d", got, wantOK)
+	}
+	if got := last.value(t, "relay_records_total", "result", "dlq"); got != float64(len(bad)) {
+		t.Errorf("relay_records_total{result=dlq} = %v, want %d", got, len(bad))
+	}
+	if got := e.committedOrders(); got != good {
+		t.Errorf("MySQL holds %d orders, want %d", got, good)
+	}
+	if committed2 := last.value(t, "relay_checkpoints_total", "result", "committed"); committed2 <= committed1 {
+		t.Errorf("relay_checkpoints_total{committed} went from %v to %v across a second batch", committed1, committed2)
+	}
+	if got := last.value(t, "relay_transactions_total", "action", "commit", "origin", "recovery"); got != float64(k) {
+		t.Errorf("relay_transactions_total{commit,recovery} = %v later, want still %d", got, k)
+	}
+	if got := last.value(t, "relay_transactions_total", "action", "commit", "origin", "normal"); got < 1 {
+		t.Errorf("relay_transactions_total{commit,normal} = %v after committing checkpoints", got)
+	}
+	if got, want := last.value(t, "relay_last_committed_checkpoint_id"), float64(e.maxLedgerID()); got != want {
+		t.Errorf("relay_last_committed_checkpoint_id = %v, ledger max checkpoint id %v", got, want)
+	}
+	if age := float64(time.Now().Unix()) - last.value(t, "relay_last_committed_checkpoint_timestamp_seconds"); age < -5 || age > 30 {
+		t.Errorf("last committed checkpoint timestamp is %.0fs old while checkpoints run every 200ms", age)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := p.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.log, 20))
+	}
+	e.finish(totals)
+}
+
+// /readyz answers 503 while recovery waits for a prepared branch of the job that another session
+// still holds, and 200 once that session ends and recovery rolled the branch back (no ledger row).
+func TestReadyzDuringRecovery(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := e.db.ExecContext(ctx, "CREATE TABLE readyz_probe (id INT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	// A branch with the job's tag for a checkpoint that has no ledger row: the verdict is rollback.
+	// MariaDB refuses to resolve it from another session while this connection lives, so relay's
+	// recovery has to wait.
+	tag := config.Tag(e.job, 5, 0)
+	conn, err := e.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			xa.Discard(conn)
+		}
+	}()
+	for _, q := range []string{"XA START " + xa.XID(tag), "INSERT INTO readyz_probe VALUES (1)", "XA END " + xa.XID(tag), "XA PREPARE " + xa.XID(tag)} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+
+	p := e.start()
+	addr := httpAddr(t, p)
+	waitFor(t, 30*time.Second, func() bool {
+		return len(logEvents(t, p.log, "branch still attached to a session, waiting")) > 0
+	}, "recovery to find the held branch")
+	code, body := get(t, addr, "/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "recovery") {
+		t.Fatalf("/readyz while recovery waits: %d %q, want 503 naming recovery", code, body)
+	}
+	if got := scrapeMetrics(t, addr).value(t, "relay_ready"); got != 0 {
+		t.Fatalf("relay_ready = %v while /readyz answers 503", got)
+	}
+	if len(logEvents(t, p.log, "recovered")) != 0 {
+		t.Fatal("relay logged recovered while the branch was still held")
+	}
+
+	// End the session without handing the connection back to the pool: the prepared branch
+	// outlives it, now resolvable by relay.
+	if err := conn.Raw(func(any) error { return driver.ErrBadConn }); err != driver.ErrBadConn {
+		t.Fatalf("discarding the connection: %v", err)
+	}
+	_ = conn.Close()
+	closed = true
+
+	waitFor(t, 60*time.Second, func() bool {
+		code, _ := get(t, addr, "/readyz")
+		return code == http.StatusOK
+	}, "/readyz to answer 200 after recovery")
+	if left := logEvents(t, p.log, "in-doubt branch left to the resolver"); len(left) != 0 {
+		t.Fatalf("recovery gave up on the branch before the session ended (the test closed it too late): %v", left)
+	}
+	if bs := e.branches(); len(bs) != 0 {
+		t.Fatalf("XA RECOVER still lists %v", bs)
+	}
+	var rows int
+	if err := e.db.QueryRow("SELECT COUNT(*) FROM readyz_probe").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Fatalf("the undecided branch's row is visible: it was committed, not rolled back")
+	}
+	resolved := logEvents(t, p.log, "in-doubt branch resolved")
+	if len(resolved) != 1 || resolved[0]["tag"] != tag || resolved[0]["action"] != "rollback" {
+		t.Fatalf("recovery resolved %v, want one rollback of %s", resolved, tag)
+	}
+	s := scrapeMetrics(t, addr)
+	for _, c := range []struct {
+		action, origin string
+		want           float64
+	}{{"rollback", "recovery", 1}, {"commit", "recovery", 0}, {"rollback", "resolver", 0}} {
+		if got := s.value(t, "relay_transactions_total", "action", c.action, "origin", c.origin); got != c.want {
+			t.Errorf("relay_transactions_total{%s,%s} = %v, want %v", c.action, c.origin, got, c.want)
+		}
+	}
+	// relay refreshes relay_ready itself every 5 s, whether or not anything polls /readyz.
+	waitFor(t, 15*time.Second, func() bool { return scrapeMetrics(t, addr).value(t, "relay_ready") == 1 }, "relay_ready to become 1")
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := p.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.log, 20))
+	}
+}
