@@ -143,21 +143,23 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	failures := 0
 	for {
 		s, err := p.newSession(ctx)
-		if err != nil && fault.Retryable(err) {
-			// MySQL or Kafka unavailable during recovery: same treatment as a failed checkpoint.
-			err = &checkpointError{err}
-		}
 		if err == nil {
 			err = s.run(ctx)
 			if s.committedAny.Load() {
 				failures = 0
 			}
 		}
-		if err == nil {
+		if err == nil || (ctx.Err() != nil && errors.Is(err, context.Canceled)) {
+			// Stopped, after the drain or before a session started: the ledger is consistent.
 			p.setState(Stopped)
 			return nil
 		}
 		var ce *checkpointError
+		if !errors.As(err, &ce) && fault.Retryable(err) {
+			// MySQL or Kafka unavailable (recovery, discovery, a lost connection): the same
+			// treatment as a failed checkpoint.
+			err = &checkpointError{err}
+		}
 		if !errors.As(err, &ce) || ctx.Err() != nil {
 			p.setState(Failed)
 			return err
