@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
@@ -44,7 +45,10 @@ func Acquire(ctx context.Context, l *Ledger, owner string) (*Fence, error) {
 		return nil, fmt.Errorf("%w: job %s is running elsewhere: %s", ErrFenced, l.key, Holder(ctx, l))
 	}
 	f := &Fence{conn: conn, lost: make(chan struct{}), stop: make(chan struct{})}
-	if err := f.claim(ctx, l, owner, l.layout); err != nil {
+	// Instances starting together queue on the job row; a deadlock report is retried like any.
+	if err := fault.Do(ctx, fault.DefaultPolicy(), func(ctx context.Context) error {
+		return f.claim(ctx, l, owner, l.layout)
+	}, nil); err != nil {
 		f.Release()
 		return nil, err
 	}
@@ -59,8 +63,10 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		return fmt.Errorf("fence %s: %w", l.key, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout)
-		VALUES (?, 0, '', UTC_TIMESTAMP(6), ?)`, l.job, m); err != nil {
+	// Lock the job row exclusively from the first statement: a shared lock taken first (as INSERT
+	// IGNORE's duplicate check does) and upgraded later deadlocks against a sibling doing the same.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout)
+		VALUES (?, 0, '', UTC_TIMESTAMP(6), ?) ON DUPLICATE KEY UPDATE layout = layout`, l.job, m); err != nil {
 		return fmt.Errorf("fence %s: %w", l.key, err)
 	}
 	var layout int
