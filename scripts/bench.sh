@@ -1,7 +1,41 @@
 #!/usr/bin/env bash
-# bench.sh — micro-benchmarks of the hot path (decode, parse, aggregate). The end-to-end benchmark
-# against the local Kafka and MariaDB lives in bench/ (see docs/BENCHMARKS.md).
+# bench.sh — relay's benchmarks against the local Kafka and MariaDB (scripts/services.sh), written
+# into docs/BENCHMARKS.md (generated section) and bench/results/last-run.json.
+#
+#   make bench                                  # everything, about 15 minutes on 2 cores
+#   BENCH_STEPS=throughput,latency make bench   # some steps; the others keep their last results
+#
+# Steps: micro (Go micro-benchmarks, one core), throughput (bare consumer vs relay XA / held /
+# XA+append, first record to last commit), latency (checkpoint phases and visibility at 200ms, 1s and
+# 10s intervals under half the measured maximum load), recovery (start-up with 100 in-doubt XA
+# branches), rss (peak memory with ~1M keys in one epoch), profile (pprof of relay's pipeline
+# in-process, perf of the binary).
+#
+# Scale (defaults): BENCH_ORDERS=2000000 BENCH_REPS=3 BENCH_SKUS=1000 BENCH_WINDOWS=10
+# BENCH_SUBTASKS=2 BENCH_TP_INTERVAL=1s BENCH_TP_CLIENTS=default,tuned BENCH_LAT_DURATION=30s
+# (10s interval: twice that) BENCH_LAT_RATE=<auto: half the XA maximum> BENCH_RECOVERY_BRANCHES=100
+# BENCH_RSS_ORDERS=1500000 BENCH_RSS_SKUS=200000 BENCH_MICRO_COUNT=3 BENCH_MICRO_TIME=1s.
+# BENCH_OUT is where logs, profiles and perf data go (default: a new directory under $TMPDIR).
+#
+# Every topic, database and job it makes has a random suffix and is removed at the end (Ctrl-C too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go test -run '^$' -bench . -benchmem -count 5 ./internal/order/ ./internal/money/ ./internal/aggregate/
-if [ -x bench/e2e.sh ]; then bench/e2e.sh; fi
+eval "$(scripts/services.sh up)"
+export RELAY_TEST_KAFKA RELAY_TEST_MYSQL_DSN
+
+# A private build: bin/relay may be rebuilt by someone else while the benchmark runs.
+export BENCH_BIN=${BENCH_BIN:-$PWD/.cache/bench/bin}
+mkdir -p "$BENCH_BIN"
+VERSION=$(git describe --always --dirty 2>/dev/null || echo dev)
+export CGO_ENABLED=1
+go build -ldflags "-X github.com/relay-sh/relay/internal/metrics.Version=$VERSION" -o "$BENCH_BIN/relay" ./cmd/relay
+for c in relaybench rawconsume relayprof; do
+  go build -o "$BENCH_BIN/$c" "./bench/cmd/$c"
+done
+
+cmd="make bench"
+for v in $(env | grep -o '^BENCH_[A-Z_]*' | grep -vx 'BENCH_BIN\|BENCH_OUT\|BENCH_COMMAND' | sort); do
+  cmd="$v=${!v} $cmd"
+done
+export BENCH_COMMAND=${BENCH_COMMAND:-$cmd}
+exec "$BENCH_BIN/relaybench"

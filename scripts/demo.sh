@@ -61,6 +61,10 @@ bad = [k for k in set(got) | set(want) if got.get(k) != want.get(k)]
 print(f"{len(want)} keys expected, {len(got)} in MySQL, {len(bad)} differ")
 sys.exit(1 if bad else 0)
 PY
+echo "== relay status"
+bin/relay status
+echo "== relay verify (recount the topic, diff against MySQL)"
+bin/relay verify
 echo "== metrics"
 curl -s "http://$HTTP/metrics" | grep -E '^relay_(checkpoints_total|records_total|bad_records_total\{.*(not_json|bad_amount)|transactions_total\{action="commit",origin="normal"|last_committed_checkpoint_id|xa_pending_transactions|consumer_lag_records)' || true
 echo "== readiness: $(curl -s "http://$HTTP/readyz")"

@@ -30,12 +30,24 @@ const usage = `relay moves order events from Kafka into MySQL exactly once.
 Usage:
   relay run       [--config FILE]            consume and commit checkpoints until SIGTERM
   relay loadgen   [flags]                    produce synthetic orders with known totals
+  relay preflight [--config FILE]            check MySQL, Kafka and the configuration before a run
+  relay status    [--json]                   fence, last checkpoint, lag, prepared branches of the job
+  relay txns list [--json]                   prepared XA branches with the ledger's verdict
+  relay txns resolve <tag> --commit|--rollback [--force]
+                                             settle one branch by hand; refuses to contradict the
+                                             ledger unless --force
+  relay offsets reset --to earliest|latest|<time>|<topic:partition=offset,...>
+                                             move a stopped job's resume offsets
+  relay verify    [--from earliest|<checkpoint>] [--expected FILE] [--json]
+                                             recount the topic and diff it against MySQL
   relay version                              print the version
   relay help                                 this text
 
 Configuration comes from --config FILE (YAML) and RELAY_* environment variables, which override
 the file; see docs/CONFIG.md. The essentials: RELAY_JOB_NAME, RELAY_KAFKA_BROKERS,
 RELAY_KAFKA_TOPICS, RELAY_MYSQL_DSN.
+
+Run 'relay <command> --help' for a command's flags, examples and exit codes.
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 fenced (the job runs elsewhere), 4 differences found.
 `
@@ -49,6 +61,11 @@ func commands() []command {
 	return []command{
 		{"run", cmdRun},
 		{"loadgen", cmdLoadgen},
+		{"preflight", cmdPreflight},
+		{"status", cmdStatus},
+		{"txns", cmdTxns},
+		{"offsets", cmdOffsets},
+		{"verify", cmdVerify},
 		{"version", cmdVersion},
 	}
 }
@@ -90,8 +107,7 @@ func flagSet(name, synopsis string) (*flag.FlagSet, *string) {
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
-			return err
+			return err // the flag package already printed fs.Usage
 		}
 		return usageError{fmt.Sprintf("%s: %v", fs.Name(), err)}
 	}

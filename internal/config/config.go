@@ -178,6 +178,12 @@ func (c *Config) Validate() error {
 	if err != nil {
 		return bad("instance", "%v", err)
 	}
+	// Instances own partitions, not keys, so they write the same rows. With one branch per instance
+	// a prepared branch never waits, and every wait ends; with several, instance A's branch can wait
+	// for B's prepared one while B's waits for A's: a cycle only a lock wait timeout breaks.
+	if m > 1 && c.Subtasks > 1 {
+		return bad("subtasks", "%d with instance %s: a job split into instances runs one subtask per instance (several would deadlock across instances on shared rows); scale with more instances", c.Subtasks, c.Instance)
+	}
 	if n := len(MaxTag(c.Job.Name, m*c.Subtasks)); n > MaxTagBytes {
 		return bad("job.name", "transaction tag can reach %d bytes, XA allows %d", n, MaxTagBytes)
 	}

@@ -53,6 +53,8 @@ func TestValidateRefuses(t *testing.T) {
 		{"mode", func(c *Config) { c.Mode = "2pc" }, "xa or held"},
 		{"subtasks", func(c *Config) { c.Subtasks = 0 }, "outside"},
 		{"subtasks", func(c *Config) { c.Subtasks = 1000 }, "outside"},
+		{"subtasks", func(c *Config) { c.Instance = "1/3" }, "one subtask per instance"},
+		{"instance", func(c *Config) { c.Instance = "3/3" }, "not i/M"},
 		{"checkpoint.interval", func(c *Config) { c.Checkpoint.Interval = time.Millisecond }, "below"},
 		{"checkpoint.min_pause", func(c *Config) { c.Checkpoint.MinPause = time.Hour }, "between"},
 		{"checkpoint.timeout", func(c *Config) { c.Checkpoint.Timeout = time.Millisecond }, "below"},

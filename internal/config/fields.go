@@ -66,7 +66,7 @@ var (
 		"input.dlq_payload_bytes":       "Bytes of a bad record's payload kept in the dead-letter table.",
 		"http_addr":                     "Listen address for /metrics, /healthz and /readyz.",
 		"log_level":                     "debug, info, warn or error.",
-		"instance":                      "i/M: this process is instance i of M and reads the partitions p with p mod M == i (a StatefulSet ordinal). Each instance has its own fence; subtask indexes, hence tags, are unique across instances.",
+		"instance":                      "i/M: this process is instance i of M and reads the partitions p with p mod M == i (a StatefulSet ordinal). Each instance has its own fence and runs one subtask (instances share rows, and several branches per instance could wait on each other across instances); tags stay unique across instances.",
 	}
 	envNames = map[string]string{
 		"mysql.ledger_dsn":   "RELAY_LEDGER_DSN",

@@ -74,7 +74,9 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		return fmt.Errorf("fence %s: %w", l.key, err)
 	}
 	if layout != m {
-		// A partition must never have two owners: every instance of the old layout must be gone.
+		// A partition must never have two owners: no instance of the last layout may still run.
+		// Claims queue on the job row, so an instance holding its lock but not yet claimed (its
+		// owner row does not name its connection) checks after this one, against this layout.
 		for j := 0; j < layout; j++ {
 			old := InstanceKey(l.job, j, layout)
 			if old == l.key {
@@ -84,19 +86,26 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 			if err := tx.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(old)).Scan(&holder); err != nil {
 				return fmt.Errorf("fence %s: %w", l.key, err)
 			}
-			if holder.Valid {
+			var claimedBy int64
+			var claimedLayout int
+			err := tx.QueryRowContext(ctx, `SELECT conn_id, layout FROM relay_jobs WHERE job = ?`, old).Scan(&claimedBy, &claimedLayout)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("fence %s: %w", l.key, err)
+			}
+			if holder.Valid && err == nil && holder.Int64 == claimedBy && claimedLayout != m {
 				return fmt.Errorf("%w: job %s runs as %d instances (%s is up); stop them all before running it as %d",
-					ErrFenced, l.job, layout, old, m)
+					ErrFenced, l.job, claimedLayout, old, m)
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE relay_jobs SET layout = ? WHERE job = ?`, m, l.job); err != nil {
 			return fmt.Errorf("fence %s: %w", l.key, err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at)
-		VALUES (?, 1, ?, UTC_TIMESTAMP(6))
-		ON DUPLICATE KEY UPDATE owner_epoch = owner_epoch + 1, owner = VALUES(owner), acquired_at = VALUES(acquired_at)`,
-		l.key, owner); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout, conn_id)
+		VALUES (?, 1, ?, UTC_TIMESTAMP(6), ?, CONNECTION_ID())
+		ON DUPLICATE KEY UPDATE owner_epoch = owner_epoch + 1, owner = VALUES(owner), acquired_at = VALUES(acquired_at),
+			layout = VALUES(layout), conn_id = VALUES(conn_id)`,
+		l.key, owner, m); err != nil {
 		return fmt.Errorf("fence %s: bump epoch: %w", l.key, err)
 	}
 	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, l.key).Scan(&f.Epoch); err != nil {

@@ -151,7 +151,8 @@ var schema = []string{
 		owner VARCHAR(255) NOT NULL,
 		acquired_at DATETIME(6) NOT NULL,
 		id_reserved BIGINT NOT NULL DEFAULT 0,
-		layout INT NOT NULL DEFAULT 1
+		layout INT NOT NULL DEFAULT 1,
+		conn_id BIGINT NOT NULL DEFAULT 0
 	) ENGINE=InnoDB`,
 	// Checkpoint ids are handed out in blocks; the block says which instance may have used an id.
 	`CREATE TABLE IF NOT EXISTS relay_id_blocks (
@@ -189,6 +190,7 @@ var schema = []string{
 		updated_at DATETIME(6) NOT NULL,
 		PRIMARY KEY (job, topic, kpartition)
 	) ENGINE=InnoDB`,
+	auditTable,
 }
 
 // EnsureSchema creates the ledger tables and refuses a ledger written by a newer relay.

@@ -36,11 +36,6 @@ func (l *Ledger) PartitionOffsets(ctx context.Context) (Offsets, int64, error) {
 	return offs, maxID, rows.Err()
 }
 
-// HeldOffsets is PartitionOffsets under its former name, until its last callers move.
-func (l *Ledger) HeldOffsets(ctx context.Context) (Offsets, int64, error) {
-	return l.PartitionOffsets(ctx)
-}
-
 // Execer is a connection or transaction that runs statements.
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)

@@ -8,6 +8,7 @@ package loadgen
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -224,14 +225,29 @@ func Run(ctx context.Context, o Options, totals *Totals) error {
 			}
 			totals.commit(recs)
 		case abort:
-			if err := p.AbortTransaction(ctx); err != nil {
+			// Deliver first: aborting while records are still queued can race the broker's view of
+			// the transaction's partitions and fail with INVALID_TXN_STATE (seen with Kafka 4.1).
+			p.Flush(30000)
+			if err := endTxn(ctx, p.AbortTransaction); err != nil {
 				return fmt.Errorf("abort: %w", err)
 			}
 			totals.mu.Lock()
 			totals.Aborted += int64(n)
 			totals.mu.Unlock()
 		default:
-			if err := p.CommitTransaction(ctx); err != nil {
+			err := endTxn(ctx, p.CommitTransaction)
+			var ke kafka.Error
+			if errors.As(err, &ke) && ke.TxnRequiresAbort() {
+				// The broker could not commit it: abort, and count it as aborted, as it is.
+				if err := endTxn(ctx, p.AbortTransaction); err != nil {
+					return fmt.Errorf("abort after failed commit: %w", err)
+				}
+				totals.mu.Lock()
+				totals.Aborted += int64(n)
+				totals.mu.Unlock()
+				break
+			}
+			if err != nil {
 				return fmt.Errorf("commit: %w", err)
 			}
 			totals.commit(recs)
@@ -254,6 +270,61 @@ func Run(ctx context.Context, o Options, totals *Totals) error {
 	return nil
 }
 
+// File is a totals file read back: what relay verify --expected compares MySQL against.
+type File struct {
+	Keys          map[Key]Acc
+	BadRecords    map[string]int // bad records by the reason relay must give them
+	GoodOrders    int64
+	AbortedOrders int64
+}
+
+type fileJSON struct {
+	GoodOrders    int64          `json:"good_orders"`
+	AbortedOrders int64          `json:"aborted_orders"`
+	BadRecords    map[string]int `json:"bad_records"`
+	Totals        []fileRow      `json:"totals"`
+}
+
+const fileWindowLayout = "2006-01-02 15:04:05"
+
+// ReadFile reads a totals file written by WriteFile.
+func ReadFile(path string) (*File, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var j fileJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	f := &File{Keys: map[Key]Acc{}, BadRecords: j.BadRecords, GoodOrders: j.GoodOrders, AbortedOrders: j.AbortedOrders}
+	for _, r := range j.Totals {
+		w, err := time.Parse(fileWindowLayout, r.WindowStart)
+		if err != nil {
+			return nil, fmt.Errorf("%s: window_start %q: %w", path, r.WindowStart, err)
+		}
+		sum, err := money.ParseSum(r.AmountSum)
+		if err != nil {
+			return nil, fmt.Errorf("%s: amount_sum %q: %w", path, r.AmountSum, err)
+		}
+		f.Keys[Key{WindowMS: w.UnixMilli(), SKU: r.SKU}] = Acc{Count: r.OrderCount, Sum: sum}
+	}
+	return f, nil
+}
+
+// endTxn commits or aborts, retrying what the client marks retriable (a timeout leaves the outcome
+// to a repeated call, which librdkafka makes idempotent).
+func endTxn(ctx context.Context, op func(context.Context) error) error {
+	for attempt := 0; ; attempt++ {
+		err := op(ctx)
+		var ke kafka.Error
+		if err == nil || !errors.As(err, &ke) || !ke.IsRetriable() || attempt >= 10 {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // fileRow is one expected total in the totals file.
 type fileRow struct {
 	WindowStart string `json:"window_start"`
@@ -267,7 +338,7 @@ func (t *Totals) WriteFile(path string) error {
 	keys, bad, good := t.Snapshot()
 	rows := make([]fileRow, 0, len(keys))
 	for k, a := range keys {
-		rows = append(rows, fileRow{WindowStart: time.UnixMilli(k.WindowMS).UTC().Format("2006-01-02 15:04:05"),
+		rows = append(rows, fileRow{WindowStart: time.UnixMilli(k.WindowMS).UTC().Format(fileWindowLayout),
 			SKU: k.SKU, OrderCount: a.Count, AmountSum: a.Sum.String()})
 	}
 	sort.Slice(rows, func(i, j int) bool {
@@ -280,8 +351,7 @@ func (t *Totals) WriteFile(path string) error {
 	for _, b := range bad {
 		reasons[b.Reason]++
 	}
-	b, err := json.MarshalIndent(map[string]any{"good_orders": good, "aborted_orders": t.Aborted,
-		"bad_records": reasons, "totals": rows}, "", "  ")
+	b, err := json.MarshalIndent(fileJSON{GoodOrders: good, AbortedOrders: t.Aborted, BadRecords: reasons, Totals: rows}, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -98,18 +98,23 @@ func New(d Deps) *Pipeline {
 	c := d.Config
 	p := &Pipeline{Deps: d, schema: sink.Schema{Table: c.MySQL.Table, DLQ: c.MySQL.DLQTable, Detail: c.MySQL.DetailTable},
 		windowMS: c.Input.Window.Milliseconds(), held: c.Mode == config.ModeHeld}
-	lim := order.DefaultLimits()
-	lim.MaxPayloadBytes = c.Input.MaxPayloadBytes
-	lim.MinTS = c.Input.MinEventTime.UnixMilli()
-	lim.MaxTS = c.Input.MaxEventTime.UnixMilli()
-	p.decoder = order.NewDecoder(order.Fields{OrderID: c.Input.OrderIDField, SKU: c.Input.SKUField,
-		Amount: c.Input.AmountField, TS: c.Input.TSField}, lim)
+	p.decoder = NewDecoder(c)
 	var reasons []string
 	for _, r := range order.AllReasons() {
 		reasons = append(reasons, r.String())
 	}
 	d.Metrics.InitReasons(reasons)
 	return p
+}
+
+// NewDecoder builds the record decoder a configuration asks for (the pipeline's, and `relay verify`'s).
+func NewDecoder(c config.Config) *order.Decoder {
+	lim := order.DefaultLimits()
+	lim.MaxPayloadBytes = c.Input.MaxPayloadBytes
+	lim.MinTS = c.Input.MinEventTime.UnixMilli()
+	lim.MaxTS = c.Input.MaxEventTime.UnixMilli()
+	return order.NewDecoder(order.Fields{OrderID: c.Input.OrderIDField, SKU: c.Input.SKUField,
+		Amount: c.Input.AmountField, TS: c.Input.TSField}, lim)
 }
 
 // State is the current lifecycle state.

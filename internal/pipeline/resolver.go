@@ -40,6 +40,14 @@ func (p *Pipeline) ResolveLoop(ctx context.Context) error {
 }
 
 func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger, firstSeen map[string]time.Time) error {
+	// Operators' `relay txns resolve` runs in another process: it leaves an audit row, counted here once.
+	if n, err := p.Ledger.ClaimManualResolves(ctx); err != nil {
+		log.Warn("counting manual resolutions failed", zap.Error(err))
+	} else {
+		for action, k := range n {
+			p.Metrics.Transactions.WithLabelValues(action, metrics.OriginManual).Add(float64(k))
+		}
+	}
 	branches, err := JobBranches(ctx, p.Sink, p.Config.Job.Name)
 	if err != nil {
 		return err

@@ -290,7 +290,7 @@ func (e *env) startLayout(m int, extraEnv ...string) []*proc {
 	for i := 0; i < m; i++ {
 		env := extraEnv
 		if m > 1 {
-			env = append([]string{fmt.Sprintf("RELAY_INSTANCE=%d/%d", i, m)}, extraEnv...)
+			env = append([]string{fmt.Sprintf("RELAY_INSTANCE=%d/%d", i, m), "RELAY_SUBTASKS=1"}, extraEnv...)
 		}
 		ps = append(ps, e.start(env...))
 	}

@@ -39,7 +39,7 @@ func TestThreeInstancesRandomKills(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(i)))
 			for k := 0; k < kills; k++ {
-				p := e.start(fmt.Sprintf("RELAY_INSTANCE=%d/3", i))
+				p := e.start(fmt.Sprintf("RELAY_INSTANCE=%d/3", i), "RELAY_SUBTASKS=1")
 				select {
 				case err := <-p.done:
 					// An instance may stop by itself only when another one's resolver took its
@@ -83,7 +83,7 @@ func TestRescale(t *testing.T) {
 		}
 		ps := e.startLayout(m)
 		if phase == 0 {
-			intruder := e.start("RELAY_INSTANCE=2/3")
+			intruder := e.start("RELAY_INSTANCE=2/3", "RELAY_SUBTASKS=1")
 			if err := intruder.wait(t, 30*time.Second); err == nil || !strings.Contains(tail(intruder.log, 3), "stop them all") {
 				t.Fatalf("an instance of another layout started next to a running one: %v\n%s", err, tail(intruder.log, 3))
 			}
@@ -109,7 +109,7 @@ func TestSurvivorResolvesBlockingBranch(t *testing.T) {
 	if err := e.produce(ctx, totals, few); err != nil {
 		t.Fatal(err)
 	}
-	dead := e.start("RELAY_INSTANCE=0/2", "RELAY_CRASH_AT=after-decide")
+	dead := e.start("RELAY_INSTANCE=0/2", "RELAY_SUBTASKS=1", "RELAY_CRASH_AT=after-decide")
 	if err := dead.wait(t, 60*time.Second); !killedBySIGKILL(err) {
 		t.Fatalf("instance 0 was not killed after its decision: %v\n%s", err, tail(dead.log, 10))
 	}
@@ -140,7 +140,7 @@ func TestSurvivorResolvesBlockingBranch(t *testing.T) {
 
 // startLayoutInstance starts instance i of m and waits for its recovery.
 func (e *env) startLayoutInstance(i, m int) *proc {
-	p := e.start(fmt.Sprintf("RELAY_INSTANCE=%d/%d", i, m))
+	p := e.start(fmt.Sprintf("RELAY_INSTANCE=%d/%d", i, m), "RELAY_SUBTASKS=1")
 	waitFor(e.t, 60*time.Second, func() bool { return len(logEvents(e.t, p.log, "recovered")) > 0 }, "recovery")
 	return p
 }

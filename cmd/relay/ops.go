@@ -1,0 +1,122 @@
+// Operator commands' shared wiring: help text, configuration, databases and output.
+//
+// Invariant: every operator command works on the same configuration and the same database
+// sessions as relay run (loadConfig, openDBs), prints its result on stdout (a table, or JSON with
+// --json) and its log lines on stderr, and never leaves a pool or a fence open when it returns.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/ops"
+)
+
+const exitCodes = `exit codes:
+  0  ok
+  1  error, or a refusal (the message says why)
+  2  usage error
+  3  fenced: the job is running (stop it first)
+  4  differences found (verify)
+`
+
+const configHelp = `Configuration is relay run's: --config FILE (YAML) and RELAY_* variables, which override it
+(RELAY_JOB_NAME, RELAY_KAFKA_BROKERS, RELAY_KAFKA_TOPICS, RELAY_MYSQL_DSN, ...; see docs/CONFIG.md).
+`
+
+// opsFlags builds a command's flags, with help that says what it does, its flags and defaults,
+// examples and exit codes.
+func opsFlags(name, synopsis, about, examples string) (*flag.FlagSet, *string) {
+	fs, path := flagSet(name, synopsis)
+	fs.Usage = func() {
+		fs.SetOutput(os.Stdout)
+		fmt.Printf("usage: relay %s %s\n\n%s\n%s\nflags:\n", name, synopsis, about, configHelp)
+		fs.PrintDefaults()
+		fmt.Printf("\nexamples:\n%s\n%s", examples, exitCodes)
+	}
+	return fs, path
+}
+
+// parseWithArg parses flags around one positional argument ("" when there is none).
+func parseWithArg(fs *flag.FlagSet, args []string) (string, error) {
+	if err := parse(fs, args); err != nil {
+		return "", err
+	}
+	if fs.NArg() == 0 {
+		return "", nil
+	}
+	arg := fs.Arg(0)
+	if err := parse(fs, fs.Args()[1:]); err != nil {
+		return "", err
+	}
+	if fs.NArg() > 0 {
+		return "", usageError{fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))}
+	}
+	return arg, nil
+}
+
+// withEnv loads and validates the configuration, opens the databases and the ledger, and runs fn.
+func withEnv(ctx context.Context, path string, fn func(context.Context, *ops.Env) error) error {
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return err
+	}
+	env, closeEnv, err := openEnv(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeEnv()
+	if err := ledger.EnsureSchema(ctx, env.Ledger.DB()); err != nil {
+		return err
+	}
+	return fn(ctx, env)
+}
+
+// openEnv opens what a command works on; cfg need not be valid (preflight reports why).
+func openEnv(cfg config.Config) (*ops.Env, func(), error) {
+	log, err := newLogger(cfg.LogLevel)
+	if err != nil {
+		// An invalid log_level is preflight's to report, not a reason to report nothing.
+		if log, err = newLogger("info"); err != nil {
+			return nil, nil, err
+		}
+	}
+	sinkDB, ledgerDB, err := openDBs(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	env := &ops.Env{Config: cfg, Sink: sinkDB, Ledger: ledger.New(ledgerDB, cfg.Job.Name), Log: log, Operator: operator()}
+	return env, func() {
+		if ledgerDB != sinkDB {
+			ledgerDB.Close()
+		}
+		sinkDB.Close()
+		_ = log.Sync()
+	}, nil
+}
+
+// operator names who runs a command, for audit rows and fence ownership: user@host pid N.
+func operator() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	return name + "@" + owner()
+}
+
+// textOrJSON prints a report as JSON, or as its text rendering.
+func textOrJSON(asJSON bool, r interface{ WriteText(io.Writer) error }) error {
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	return r.WriteText(os.Stdout)
+}

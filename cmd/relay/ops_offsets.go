@@ -1,0 +1,75 @@
+// relay offsets reset: move a stopped job's resume offsets.
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/relay-sh/relay/internal/ops"
+)
+
+const offsetsUsage = `usage: relay offsets reset --to earliest|latest|<RFC 3339 time>|<topic:partition=offset,...> [--json] [--config FILE]
+
+Run 'relay offsets reset --help' for details.
+`
+
+const offsetsResetAbout = `Moves where the job resumes reading, for every partition of the configured topics, by writing a
+new commit of the offsets alone (mode xa: a COMMITTED ledger checkpoint row without transactions;
+mode held: every partition's offset row); relay resumes from it on its next start. It prints the
+old and the new offset of each partition.
+
+  --to earliest        the first retained offset (re-reads everything still in the topic)
+  --to latest          the end of each partition (skips everything not read yet)
+  --to 2025-11-24T16:00:00Z
+                       the first record at or after that time (the end when there is none)
+  --to orders:0=1200,orders:3=980
+                       these partitions at these offsets (within the partition's retained range);
+                       the others keep their current offsets
+
+Only while the job is stopped: it takes the job's fence (exit 3 while a relay runs; a job run as
+several instances needs every instance stopped), and it refuses (exit 1) while XA RECOVER lists
+prepared branches of the job: they belong to the current offsets; start relay once (recovery
+resolves them) or use relay txns resolve. Totals already in MySQL are not changed: re-reading
+records counts them again, skipping loses them. Recorded in relay_audit.
+`
+
+func cmdOffsets(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usageError{"offsets: reset?"}
+	}
+	switch args[0] {
+	case "reset":
+		return cmdOffsetsReset(ctx, args[1:])
+	case "help", "-h", "--help":
+		fmt.Print(offsetsUsage)
+		return nil
+	}
+	return usageError{fmt.Sprintf("offsets: unknown subcommand %q (reset)", args[0])}
+}
+
+func cmdOffsetsReset(ctx context.Context, args []string) error {
+	fs, path := opsFlags("offsets reset", "--to earliest|latest|<time>|<topic:partition=offset,...> [--json] [--config FILE]", offsetsResetAbout,
+		`  relay offsets reset --to latest
+  relay offsets reset --to 2025-11-24T16:00:00Z
+  relay offsets reset --to orders:0=1200,orders:1=1175
+`)
+	to := fs.String("to", "", "where to move the offsets (required): earliest, latest, an RFC 3339 time, or topic:partition=offset,...")
+	asJSON := fs.Bool("json", false, "print JSON {job, to, previous_checkpoint, checkpoint, partitions: [{topic, partition, old, new}]}")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	target, err := ops.ParseResetTarget(*to)
+	if err != nil {
+		return usageError{"offsets reset: " + err.Error()}
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return withEnv(ctx, *path, func(ctx context.Context, e *ops.Env) error {
+		r, err := ops.ResetOffsets(ctx, e, target)
+		if err != nil {
+			return err
+		}
+		return textOrJSON(*asJSON, r)
+	})
+}

@@ -1,0 +1,62 @@
+// relay preflight: check the servers and the configuration before the first relay run.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/ops"
+)
+
+const preflightAbout = `Checks what relay run needs, one line per check: "ok|warn|FAIL <name>: <detail>". A FAIL says
+which setting is wrong, by how much, and what to change; a warn does not fail preflight.
+
+  config             the configuration validates (every refusal names its key and variable)
+  mysql              server flavour and version: MySQL >= 5.7.7 or MariaDB >= 10.5.2 for XA
+  galera             not a Galera node (Galera has no XA: use mode held)
+  schema             relay's tables exist or can be created (CREATE privilege, ledger version)
+  xa                 a probe branch (relaypreflight-...) is started, prepared and rolled back
+  xa_recover         XA RECOVER is allowed (MySQL 8: XA_RECOVER_ADMIN)
+  binlog_format      ROW when the binary log is on (warn otherwise)
+  session_timeout    the wait_timeout relay's sessions really get exceeds checkpoint.interval +
+                     checkpoint.timeout + checkpoint.restart_allowance
+  lock_wait_timeout  the innodb_lock_wait_timeout they get is below checkpoint.timeout
+  connections        max_connections has room for the subtasks and relay's own connections
+  orphans            prepared branches of jobs missing from the ledger (warn: they hold locks)
+  topics             every configured topic exists; its partitions
+  tag_length         the longest transaction tag fits XA's 64 bytes
+`
+
+func cmdPreflight(ctx context.Context, args []string) error {
+	fs, path := opsFlags("preflight", "[--config FILE]", preflightAbout,
+		`  relay preflight --config relay.yaml
+  RELAY_MYSQL_SESSION_TIMEOUT=10m relay preflight
+`)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*path, os.Environ())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	configErr := cfg.Validate()
+	e, closeEnv, err := openEnv(cfg)
+	if err != nil {
+		fmt.Println(ops.Check{Name: "mysql", Status: ops.CheckFail, Detail: err.Error()})
+		return fmt.Errorf("preflight: %w", err)
+	}
+	defer closeEnv()
+	checks := ops.Preflight(ctx, e, configErr)
+	for _, c := range checks {
+		fmt.Println(c)
+	}
+	if n := ops.Failed(checks); n > 0 {
+		return fmt.Errorf("preflight: %d of %d checks failed", n, len(checks))
+	}
+	return nil
+}

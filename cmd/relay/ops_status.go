@@ -1,0 +1,48 @@
+// relay status: the job at a glance, read-only.
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/relay-sh/relay/internal/ops"
+)
+
+const statusAbout = `Shows one job: for each instance, whether a relay holds its fence (and who: host, pid, MySQL
+connection) and its owner epoch; the last decided checkpoint (id, state, decided_at, age; in mode
+held the newest partition offset row); each partition's resume offset against its high watermark
+(lag; on a transactional topic the last commit marker counts as 1); the job's prepared XA branches
+with the ledger's verdict (decided checkpoint: commit; no ledger row: rollback); ledger rows still
+COMMITTING; and the last manual actions (relay txns resolve, relay offsets reset). It changes
+nothing and locks nothing: safe to run while relay runs.
+
+--json prints one object with these fields (stable; null means "none" or "unknown"):
+  job, mode, server_time
+  fences: [{instance, held, holder, owner, owner_epoch, acquired_at}]   (one per instance: the job,
+          or job/0..job/M-1 when it runs as M instances)
+  last_checkpoint: {id, state, decided_at, committed_at, age_seconds, records, tags} | null
+  partitions: [{topic, partition, offset, high_watermark, lag}]
+  branches: [{tag, job, kind, checkpoint, subtask, verdict, ledger_state, decided_at, age_seconds}]
+  committing: [{id, state, decided_at, committed_at, age_seconds, records, tags}]
+  manual_actions: [{id, job, target, action, origin, operator, at, forced, detail}]
+`
+
+func cmdStatus(ctx context.Context, args []string) error {
+	fs, path := opsFlags("status", "[--json] [--config FILE]", statusAbout,
+		`  RELAY_JOB_NAME=orders_eu relay status
+  relay status --config relay.yaml --json | jq '.partitions[] | select(.lag > 10000)'
+`)
+	asJSON := fs.Bool("json", false, "print JSON (fields above) instead of a table")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return withEnv(ctx, *path, func(ctx context.Context, e *ops.Env) error {
+		r, err := ops.Status(ctx, e)
+		if err != nil {
+			return err
+		}
+		return textOrJSON(*asJSON, r)
+	})
+}

@@ -1,0 +1,121 @@
+// relay txns list | resolve: prepared XA branches, and settling one by hand.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/relay-sh/relay/internal/ops"
+)
+
+const txnsUsage = `usage: relay txns list [--json] [--config FILE]
+       relay txns resolve <tag> --commit|--rollback [--force] [--config FILE]
+
+Prepared XA branches (XA RECOVER) with the ledger's verdict, and settling one by hand.
+Run 'relay txns list --help' or 'relay txns resolve --help' for details.
+`
+
+const txnsListAbout = `Lists every prepared XA branch on the sink server whose xid is a relay tag
+(<job>-<checkpoint>-<subtask>), with:
+  kind     job (the configured job), other_job (another job of this ledger), or orphan (its job
+           is not in relay_jobs: a renamed job, a preflight probe, or another ledger database on
+           the same server)
+  ledger   the checkpoint's ledger state: COMMITTING, COMMITTED, or "no row"
+  verdict  commit when the ledger decided the checkpoint, rollback otherwise (orphans: rollback)
+  age      since the ledger's decision; "unknown" when undecided (XA RECOVER has no age)
+A relay running for the job resolves its own branches from the ledger (at start and every
+checkpoint.resolve_interval); branches listed for long are worth a look.
+
+--json prints {branches: [{tag, job, kind, checkpoint, subtask, verdict, ledger_state,
+decided_at, age_seconds}], foreign} where foreign counts prepared XA transactions that are not
+relay's.
+`
+
+const txnsResolveAbout = `Commits (--commit) or rolls back (--rollback) one prepared branch, by its tag.
+
+It refuses (exit 1) to contradict the ledger: committing a branch of a checkpoint the ledger never
+decided, or rolling back one of a decided checkpoint, breaks the checkpoint's all-or-nothing
+commit. --force overrides that refusal, for when you know the ledger is wrong; the audit row says
+so.
+
+It takes the job's fence while it acts, so no relay can decide the checkpoint meanwhile: while the
+job runs it refuses with exit 3 (the running relay resolves its own branches), except --commit of
+a decided branch, which is what the relay would do anyway. A branch still attached to a live
+session (MySQL answers XAER_NOTA) cannot be resolved from outside: stop that process first.
+
+Every resolution is logged (origin "manual", with the tag) and recorded in relay_audit (job, tag,
+action, operator, time, forced); a running relay counts it in
+relay_transactions_total{origin="manual"}.
+`
+
+func cmdTxns(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usageError{"txns: list or resolve?"}
+	}
+	switch args[0] {
+	case "list":
+		return cmdTxnsList(ctx, args[1:])
+	case "resolve":
+		return cmdTxnsResolve(ctx, args[1:])
+	case "help", "-h", "--help":
+		fmt.Print(txnsUsage)
+		return nil
+	}
+	return usageError{fmt.Sprintf("txns: unknown subcommand %q (list or resolve)", args[0])}
+}
+
+func cmdTxnsList(ctx context.Context, args []string) error {
+	fs, path := opsFlags("txns list", "[--json] [--config FILE]", txnsListAbout,
+		`  relay txns list
+  relay txns list --json | jq -r '.branches[] | select(.kind == "orphan") | .tag'
+`)
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return withEnv(ctx, *path, func(ctx context.Context, e *ops.Env) error {
+		l, err := ops.ListTxns(ctx, e)
+		if err != nil {
+			return err
+		}
+		return textOrJSON(*asJSON, l)
+	})
+}
+
+func cmdTxnsResolve(ctx context.Context, args []string) error {
+	fs, path := opsFlags("txns resolve", "<tag> --commit|--rollback [--force] [--config FILE]", txnsResolveAbout,
+		`  relay txns resolve orders_eu-1042-3 --commit      # the ledger decided 1042: same as recovery
+  relay txns resolve orders_eu-1043-0 --rollback    # 1043 has no ledger row
+  relay txns resolve oldname-7-0 --rollback         # an orphan of a renamed job
+  relay txns resolve orders_eu-1042-3 --rollback --force   # against the ledger: only if it is wrong
+`)
+	commit := fs.Bool("commit", false, "commit the branch")
+	rollback := fs.Bool("rollback", false, "roll the branch back")
+	force := fs.Bool("force", false, "act even against the ledger's verdict (recorded as forced)")
+	tag, err := parseWithArg(fs, args)
+	if err != nil {
+		return err
+	}
+	if tag == "" || *commit == *rollback {
+		return usageError{"txns resolve: give a tag and exactly one of --commit or --rollback"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return withEnv(ctx, *path, func(ctx context.Context, e *ops.Env) error {
+		r, err := ops.Resolve(ctx, e, tag, *commit, *force)
+		if err != nil {
+			return err
+		}
+		done := map[string]string{ops.VerdictCommit: "committed", ops.VerdictRollback: "rolled back"}[r.Action]
+		if r.Forced {
+			fmt.Fprintf(os.Stdout, "%s %s AGAINST the ledger's verdict (%s), forced; recorded in relay_audit\n", done, tag, r.Verdict)
+		} else {
+			fmt.Fprintf(os.Stdout, "%s %s (ledger verdict: %s); recorded in relay_audit\n", done, tag, r.Verdict)
+		}
+		return nil
+	})
+}

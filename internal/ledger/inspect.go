@@ -1,0 +1,114 @@
+// Inspection: read-only lookups for operator commands (relay status, txns, verify).
+//
+// Invariant: nothing here locks a row or a gap, so an operator polling status never delays a
+// running relay's decision; the locking read that may decide an action is Verdict, and only it.
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// OwnerRow is an instance's ownership record: who last took its fence, with which owner epoch.
+type OwnerRow struct {
+	Key        string    `json:"instance"` // the job, or job/i when it runs as several instances
+	Owner      string    `json:"owner"`
+	Epoch      int64     `json:"owner_epoch"`
+	AcquiredAt time.Time `json:"acquired_at"`
+}
+
+// Jobs lists the names of every job that ever took a fence in the ledger database db.
+func Jobs(ctx context.Context, db *sql.DB) (map[string]bool, error) {
+	rows, err := db.QueryContext(ctx, `SELECT job FROM relay_jobs`)
+	if err != nil {
+		return nil, fmt.Errorf("ledger jobs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var key string
+		if err := rows.Scan(&key); err != nil {
+			return nil, fmt.Errorf("ledger jobs: %w", err)
+		}
+		job, _, _ := strings.Cut(key, "/")
+		out[job] = true
+	}
+	return out, rows.Err()
+}
+
+// Owner returns this instance's ownership record, or nil when no process ever took its fence.
+func (l *Ledger) Owner(ctx context.Context) (*OwnerRow, error) {
+	o := OwnerRow{Key: l.key}
+	err := l.db.QueryRowContext(ctx, `SELECT owner, owner_epoch, acquired_at FROM relay_jobs WHERE job = ?`, l.key).
+		Scan(&o.Owner, &o.Epoch, &o.AcquiredAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job owner: %w", err)
+	}
+	return &o, nil
+}
+
+// Layout is how many instances the job last ran as (1 for a job that never ran).
+func (l *Ledger) Layout(ctx context.Context) (int, error) {
+	m := 1
+	err := l.db.QueryRowContext(ctx, `SELECT layout FROM relay_jobs WHERE job = ?`, l.job).Scan(&m)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("job layout: %w", err)
+	}
+	return m, nil
+}
+
+// Lookup returns the rows of the given checkpoints that exist (a missing id is undecided).
+func (l *Ledger) Lookup(ctx context.Context, ids []int64) (map[int64]Checkpoint, error) {
+	out := map[int64]Checkpoint{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	args := []any{l.job}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	rows, err := l.db.QueryContext(ctx, `SELECT `+checkpointCols+` FROM relay_checkpoints
+		WHERE job = ? AND checkpoint_id IN (`+placeholders(len(ids))+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("lookup checkpoints: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		c, err := scanCheckpoint(rows)
+		if err != nil {
+			return nil, err
+		}
+		out[c.ID] = c
+	}
+	return out, rows.Err()
+}
+
+// OffsetsCommittedAt is when a partition offset of the job last committed; zero when none did.
+func (l *Ledger) OffsetsCommittedAt(ctx context.Context) (time.Time, error) {
+	var at sql.NullTime
+	if err := l.db.QueryRowContext(ctx, `SELECT MAX(updated_at) FROM relay_offsets WHERE job = ?`, l.job).Scan(&at); err != nil {
+		return time.Time{}, fmt.Errorf("partition offsets: %w", err)
+	}
+	return at.Time, nil
+}
+
+// ServerNow is the ledger server's UTC clock: ages are measured against the clock that wrote
+// decided_at, not against the operator's machine.
+func ServerNow(ctx context.Context, db *sql.DB) (time.Time, error) {
+	var now time.Time
+	if err := db.QueryRowContext(ctx, `SELECT UTC_TIMESTAMP(6)`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("server clock: %w", err)
+	}
+	return now, nil
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}

@@ -1,0 +1,176 @@
+package ops
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/loadgen"
+)
+
+func TestParseResetTarget(t *testing.T) {
+	for _, s := range []string{"earliest", "latest"} {
+		if r, err := ParseResetTarget(s); err != nil || r.Kind != s {
+			t.Fatalf("%s: %+v, %v", s, r, err)
+		}
+	}
+	r, err := ParseResetTarget("2025-11-24T16:00:00Z")
+	if err != nil || r.Kind != "time" || !r.At.Equal(time.Date(2025, 11, 24, 16, 0, 0, 0, time.UTC)) {
+		t.Fatalf("time: %+v, %v", r, err)
+	}
+	r, err = ParseResetTarget("orders:0=12, orders:3=0,a:b:1=7")
+	if err != nil || r.Kind != "explicit" || !r.Explicit.Equal(ledger.Offsets{"orders": {0: 12, 3: 0}, "a:b": {1: 7}}) {
+		t.Fatalf("explicit: %+v, %v", r, err)
+	}
+	for _, bad := range []string{"", "middle", "orders=5", "orders:x=5", "orders:0=-1", "orders:0=1,orders:0=2", ":0=1"} {
+		if _, err := ParseResetTarget(bad); err == nil {
+			t.Fatalf("%q was accepted", bad)
+		}
+	}
+}
+
+// A reset writes a COMMITTED checkpoint row with the new offsets above every id, records it, and
+// refuses while the job runs or while a branch of the job is prepared.
+func TestResetOffsets(t *testing.T) {
+	e, ctx := newEnv(t, 2)
+	topic := e.Config.Kafka.Topics[0]
+	if err := loadgen.Run(ctx, loadgen.Options{Brokers: e.Config.Kafka.Brokers, Topic: topic, Orders: 40, Batch: 10, Seed: 1}, loadgen.NewTotals()); err != nil {
+		t.Fatal(err)
+	}
+	hi := highWatermarks(t, e)
+
+	r, err := ResetOffsets(ctx, e, mustTarget(t, "latest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Checkpoint != 1 || r.Previous != nil || len(r.Partitions) != 2 || r.Partitions[0].Old != nil {
+		t.Fatalf("first reset %+v: want checkpoint 1, no previous, two partitions without old offsets", r)
+	}
+	last, err := e.Ledger.LastDecided(ctx)
+	if err != nil || last == nil || last.ID != 1 || last.State != ledger.Committed || len(last.Tags) != 0 || !last.Offsets.Equal(hi) {
+		t.Fatalf("ledger row %+v, %v: want checkpoint 1 COMMITTED, no tags, offsets %v", last, err, hi)
+	}
+
+	decide(t, ctx, e, 7, hi) // the job ran on to checkpoint 7
+	// The fuller partition: loadgen picks partitions itself.
+	p := int32(0)
+	if hi[topic][1] > hi[topic][0] {
+		p = 1
+	}
+	if r, err = ResetOffsets(ctx, e, mustTarget(t, fmt.Sprintf("%s:%d=3", topic, p))); err != nil {
+		t.Fatal(err)
+	}
+	want := hi.Clone()
+	want.Set(topic, p, 3)
+	// Ids come in reserved blocks: the reset's is above 7 and above the first reset's block.
+	if last, _ = e.Ledger.LastDecided(ctx); r.Checkpoint <= 7 || last.ID != r.Checkpoint || *r.Previous != 7 || !last.Offsets.Equal(want) {
+		t.Fatalf("explicit reset: report %+v, ledger %+v; want a checkpoint above 7 with %v", r, last, want)
+	}
+	if offs, id, err := e.Ledger.PartitionOffsets(ctx); err != nil || id != r.Checkpoint || !offs.Equal(want) {
+		t.Fatalf("partition offsets after the reset: %v at %d (%v); want %v at %d", offs, id, err, want, r.Checkpoint)
+	}
+	if pr := r.Partitions[p]; pr.Old == nil || *pr.Old != hi[topic][p] || pr.New != 3 {
+		t.Fatalf("explicit reset old/new of partition %d: %+v", p, pr)
+	}
+
+	if _, err = ResetOffsets(ctx, e, mustTarget(t, "2000-01-01T00:00:00Z")); err != nil {
+		t.Fatal(err)
+	}
+	if last, _ = e.Ledger.LastDecided(ctx); !last.Offsets.Equal(ledger.Offsets{topic: {0: 0, 1: 0}}) {
+		t.Fatalf("reset to a time before every record: %v, want the beginning", last.Offsets)
+	}
+	if _, err = ResetOffsets(ctx, e, mustTarget(t, time.Now().Add(time.Hour).Format(time.RFC3339))); err != nil {
+		t.Fatal(err)
+	}
+	if last, _ = e.Ledger.LastDecided(ctx); !last.Offsets.Equal(hi) {
+		t.Fatalf("reset to a time after every record: %v, want the end %v", last.Offsets, hi)
+	}
+	if _, err = ResetOffsets(ctx, e, mustTarget(t, topic+":0=100000")); err == nil || !strings.Contains(err.Error(), "outside") {
+		t.Fatalf("offset past the end: %v, want a refusal", err)
+	}
+	if _, err = ResetOffsets(ctx, e, mustTarget(t, "other:0=1")); err == nil || !strings.Contains(err.Error(), "not a partition") {
+		t.Fatalf("unknown topic: %v, want a refusal", err)
+	}
+
+	running, err := ledger.Acquire(ctx, e.Ledger, "a running relay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = ResetOffsets(ctx, e, mustTarget(t, "earliest")); !errors.Is(err, ledger.ErrFenced) {
+		t.Fatalf("reset while the job runs: %v, want ErrFenced", err)
+	}
+	running.Release()
+	prepare(t, ctx, e, tag(e, 20, 1))
+	if _, err = ResetOffsets(ctx, e, mustTarget(t, "earliest")); err == nil || !strings.Contains(err.Error(), tag(e, 20, 1)) {
+		t.Fatalf("reset with a prepared branch: %v, want a refusal naming it", err)
+	}
+
+	log, err := e.Ledger.AuditLog(ctx, 10)
+	if err != nil || len(log) != 4 || log[0].Action != ledger.AuditOffsetsReset || !strings.Contains(log[3].Detail, "checkpoint 1") {
+		t.Fatalf("audit rows %+v, %v: want the 4 resets", log, err)
+	}
+}
+
+func mustTarget(t *testing.T, s string) ResetTarget {
+	t.Helper()
+	r, err := ParseResetTarget(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func highWatermarks(t *testing.T, e *Env) ledger.Offsets {
+	t.Helper()
+	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": e.Config.Kafka.Brokers, "group.id": "hw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	out := ledger.Offsets{}
+	topic := e.Config.Kafka.Topics[0]
+	for p := int32(0); p < 2; p++ {
+		_, hi, err := c.QueryWatermarkOffsets(topic, p, 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Set(topic, p, hi)
+	}
+	return out
+}
+
+// In held mode the reset writes every partition's offset row (where held mode resumes from).
+func TestResetOffsetsHeld(t *testing.T) {
+	e, ctx := newEnv(t, 2, func(c *config.Config) { c.Mode = config.ModeHeld })
+	topic := e.Config.Kafka.Topics[0]
+	if err := loadgen.Run(ctx, loadgen.Options{Brokers: e.Config.Kafka.Brokers, Topic: topic, Orders: 30, Batch: 10, Seed: 2}, loadgen.NewTotals()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ResetOffsets(ctx, e, mustTarget(t, "latest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs, id, err := e.Ledger.PartitionOffsets(ctx)
+	if err != nil || id != r.Checkpoint || id != 1 || !offs.Equal(highWatermarks(t, e)) {
+		t.Fatalf("held offsets %v at checkpoint %d (%v); want the high watermarks at checkpoint 1", offs, id, err)
+	}
+	if last, err := e.Ledger.LastDecided(ctx); err != nil || last != nil {
+		t.Fatalf("a held-mode reset wrote checkpoint row %+v (%v)", last, err)
+	}
+	if r, err = ResetOffsets(ctx, e, mustTarget(t, "earliest")); err != nil || *r.Previous != 1 || r.Checkpoint <= 1 {
+		t.Fatalf("second reset: %+v, %v", r, err)
+	}
+	if offs, _, _ = e.Ledger.PartitionOffsets(ctx); !offs.Equal(ledger.Offsets{topic: {0: 0, 1: 0}}) {
+		t.Fatalf("held offsets after reset to earliest: %v", offs)
+	}
+	st, err := Status(ctx, e)
+	if err != nil || st.LastCheckpoint == nil || st.LastCheckpoint.ID != r.Checkpoint || st.Partitions[0].Offset == nil || *st.Partitions[0].Offset != 0 {
+		t.Fatalf("status in held mode: %+v, %v", st, err)
+	}
+}

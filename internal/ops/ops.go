@@ -1,0 +1,142 @@
+// Package ops is the logic behind relay's operator commands: status, txns list/resolve, offsets
+// reset, verify and preflight (DESIGN §7), kept out of cmd/relay so it is testable without the
+// binary.
+//
+// Invariant: an operator command never contradicts the ledger unless the operator forces it; every
+// action that changes a branch or the resume offsets runs under the fence of the instance that
+// could otherwise decide concurrently (the one exception: committing a branch the ledger already
+// decided, as the running relay itself would), and leaves one relay_audit row.
+package ops
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/consumer"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/xa"
+)
+
+// Env is what every command works on: the validated configuration and the opened databases.
+type Env struct {
+	Config   config.Config
+	Sink     *sql.DB
+	Ledger   *ledger.Ledger // the configured job's ledger (its DB may be the sink's)
+	Log      *zap.Logger
+	Operator string // who runs the command (user@host pid), for audit rows and fence ownership
+}
+
+// consumer opens a read_committed consumer on the configured topics. Its group id is not the job's:
+// an operator command never touches the job's consumer group.
+func (e *Env) consumer() (*consumer.Consumer, error) {
+	k := e.Config.Kafka
+	return consumer.New(consumer.Options{Brokers: k.Brokers, Topics: k.Topics, GroupID: "relay-ops-" + e.Config.Job.Name,
+		StartOffset: "earliest", Properties: k.Properties}, e.Log.Named("consumer"))
+}
+
+// Kinds of a prepared branch, by the job its tag names.
+const (
+	KindJob      = "job"       // the configured job
+	KindOtherJob = "other_job" // another job of this ledger
+	KindOrphan   = "orphan"    // a relay-shaped tag whose job is not in the ledger (renamed job, preflight probe)
+)
+
+// Verdicts: what the ledger says must happen to a branch.
+const (
+	VerdictCommit   = "commit"
+	VerdictRollback = "rollback"
+)
+
+// Txn is one prepared branch listed by XA RECOVER, with the ledger's verdict.
+type Txn struct {
+	Tag         string     `json:"tag"`
+	Job         string     `json:"job"`
+	Kind        string     `json:"kind"`
+	Checkpoint  int64      `json:"checkpoint"`
+	Subtask     int        `json:"subtask"`
+	Verdict     string     `json:"verdict"`
+	LedgerState string     `json:"ledger_state"` // COMMITTING, COMMITTED, or "" (no row: undecided)
+	DecidedAt   *time.Time `json:"decided_at"`
+	AgeSeconds  *float64   `json:"age_seconds"` // null: unknown (XA RECOVER has no age; only a decision has a time)
+}
+
+// Age renders the branch's age for people.
+func (t Txn) Age() string {
+	if t.AgeSeconds == nil {
+		return "unknown"
+	}
+	return ageString(*t.AgeSeconds)
+}
+
+// splitTag reads a relay-shaped tag <job>-<checkpoint>-<subtask> of any job. Job names have no '-'.
+func splitTag(tag string) (job string, checkpoint int64, subtask int, ok bool) {
+	job, _, found := strings.Cut(tag, "-")
+	if !found {
+		return "", 0, 0, false
+	}
+	checkpoint, subtask, ok = config.ParseTag(job, tag)
+	return job, checkpoint, subtask, ok
+}
+
+// inventory lists every relay-shaped prepared branch on the sink server with its verdict; other
+// XA transactions (not relay's tag shape) are only counted.
+func (e *Env) inventory(ctx context.Context) (txns []Txn, foreign int, err error) {
+	all, err := xa.Recover(ctx, e.Sink)
+	if err != nil {
+		return nil, 0, err
+	}
+	jobs, err := ledger.Jobs(ctx, e.Ledger.DB())
+	if err != nil {
+		return nil, 0, err
+	}
+	byJob := map[string][]int64{}
+	for _, r := range all {
+		job, c, s, ok := splitTag(r.GTRID)
+		if !ok || r.BQual != "" {
+			foreign++
+			continue
+		}
+		kind := KindOrphan
+		switch {
+		case job == e.Config.Job.Name:
+			kind = KindJob
+		case jobs[job]:
+			kind = KindOtherJob
+		}
+		txns = append(txns, Txn{Tag: r.GTRID, Job: job, Kind: kind, Checkpoint: c, Subtask: s, Verdict: VerdictRollback})
+		if kind != KindOrphan {
+			byJob[job] = append(byJob[job], c)
+		}
+	}
+	now, err := ledger.ServerNow(ctx, e.Ledger.DB())
+	if err != nil {
+		return nil, 0, err
+	}
+	rows := map[string]map[int64]ledger.Checkpoint{}
+	for job, ids := range byJob {
+		if rows[job], err = ledger.New(e.Ledger.DB(), job).Lookup(ctx, ids); err != nil {
+			return nil, 0, err
+		}
+	}
+	for i := range txns {
+		if c, ok := rows[txns[i].Job][txns[i].Checkpoint]; ok {
+			txns[i].withDecision(c, now)
+		}
+	}
+	return txns, foreign, nil
+}
+
+// withDecision fills in the verdict of a decided checkpoint.
+func (t *Txn) withDecision(c ledger.Checkpoint, now time.Time) {
+	t.Verdict = VerdictCommit
+	t.LedgerState = string(c.State)
+	at := c.DecidedAt
+	t.DecidedAt = &at
+	age := now.Sub(at).Seconds()
+	t.AgeSeconds = &age
+}

@@ -1,0 +1,312 @@
+// Preflight: everything relay run needs from MySQL and Kafka, checked before the first start.
+//
+// Invariant: a check that says ok has exercised the real thing (an XA branch was prepared and
+// rolled back on a real connection, XA RECOVER ran, the session settings were read back after relay
+// set them), and a FAIL says which setting is wrong, by how much, and what to change. Checks never
+// leave anything behind but the tables relay run would create anyway.
+package ops
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/sink"
+	"github.com/relay-sh/relay/internal/xa"
+)
+
+// Check statuses. A warn does not fail preflight.
+const (
+	CheckOK   = "ok"
+	CheckWarn = "warn"
+	CheckFail = "FAIL"
+)
+
+// Check is one preflight line.
+type Check struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Detail string `json:"detail"`
+}
+
+func (c Check) String() string { return fmt.Sprintf("%s %s: %s", c.Status, c.Name, c.Detail) }
+
+// Failed counts the FAIL checks.
+func Failed(cs []Check) int {
+	n := 0
+	for _, c := range cs {
+		if c.Status == CheckFail {
+			n++
+		}
+	}
+	return n
+}
+
+type checks []Check
+
+func (cs *checks) add(name, status, format string, args ...any) {
+	*cs = append(*cs, Check{Name: name, Status: status, Detail: fmt.Sprintf(format, args...)})
+}
+
+func (cs *checks) result(name string, err error, okFormat string, args ...any) bool {
+	if err != nil {
+		cs.add(name, CheckFail, "%v", err)
+		return false
+	}
+	cs.add(name, CheckOK, okFormat, args...)
+	return true
+}
+
+// Minimum server versions with usable XA: prepared branches that survive a disconnect.
+var (
+	minMySQL   = [3]int{5, 7, 7}
+	minMariaDB = [3]int{10, 5, 2}
+)
+
+// Preflight runs every check. configErr is the configuration's Validate result: the checks that
+// can still run on an invalid configuration do, so one run shows everything to fix.
+func Preflight(ctx context.Context, e *Env, configErr error) []Check {
+	var cs checks
+	cfg := e.Config
+	cs.result("config", configErr, "valid: job %s, mode %s, %d subtasks, topics %s", cfg.Job.Name, cfg.Mode, cfg.Subtasks,
+		strings.Join(cfg.Kafka.Topics, ","))
+	if serverChecks(ctx, e, &cs) {
+		jobChecks(ctx, e, &cs)
+	}
+	topicCheck(ctx, e, &cs)
+	// Subtask indexes are unique across instances, so the last instance's last subtask is the longest.
+	longest := config.MaxTag(cfg.Job.Name, cfg.InstanceCount()*cfg.Subtasks)
+	if n := len(longest); n > config.MaxTagBytes {
+		cs.add("tag_length", CheckFail, "tags of job %s can reach %d bytes (%s), XA allows %d: shorten job.name", cfg.Job.Name, n, longest, config.MaxTagBytes)
+	} else {
+		cs.add("tag_length", CheckOK, "the longest tag (%s) is %d bytes, XA allows %d", longest, n, config.MaxTagBytes)
+	}
+	return cs
+}
+
+// serverChecks checks the sink server; false when it cannot be reached.
+func serverChecks(ctx context.Context, e *Env, cs *checks) bool {
+	cfg := e.Config
+	flavor, version, err := sink.DetectFlavor(ctx, e.Sink)
+	if err != nil {
+		cs.add("mysql", CheckFail, "cannot reach the sink database %s: %v", database.Redact(cfg.MySQL.DSN), err)
+		return false
+	}
+	name, least := "MySQL", minMySQL
+	if flavor == sink.MariaDB {
+		name, least = "MariaDB", minMariaDB
+	}
+	v, ok := parseVersion(version)
+	switch {
+	case !ok:
+		cs.add("mysql", CheckWarn, "%s %q: cannot read the version; XA needs %s >= %d.%d.%d", name, version, name, least[0], least[1], least[2])
+	case less(v, least) && cfg.Mode == config.ModeXA:
+		cs.add("mysql", CheckFail, "%s %s is too old for XA mode: prepared branches need %s >= %d.%d.%d to survive a disconnect (or use mode held)",
+			name, version, name, least[0], least[1], least[2])
+	default:
+		cs.add("mysql", CheckOK, "%s %s (XA needs >= %d.%d.%d)", name, version, least[0], least[1], least[2])
+	}
+
+	wsrep, _, err := serverString(ctx, e.Sink, "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'")
+	switch {
+	case err != nil:
+		cs.add("galera", CheckFail, "reading wsrep_on: %v", err)
+	case strings.EqualFold(wsrep, "ON"):
+		size, _, _ := serverString(ctx, e.Sink, "SHOW GLOBAL STATUS LIKE 'wsrep_cluster_size'")
+		if cfg.Mode == config.ModeXA {
+			cs.add("galera", CheckFail, "Galera cluster (wsrep_on=ON, wsrep_cluster_size %s) does not support XA: use mode held (RELAY_MODE=held)", size)
+		} else {
+			cs.add("galera", CheckOK, "Galera cluster (wsrep_cluster_size %s): fine for mode held", size)
+		}
+	default:
+		cs.add("galera", CheckOK, "not a Galera node")
+	}
+
+	schemaErr := errors.Join(
+		(sink.Schema{Table: cfg.MySQL.Table, DLQ: cfg.MySQL.DLQTable, Detail: cfg.MySQL.DetailTable}).Create(ctx, e.Sink, flavor),
+		ledger.EnsureSchema(ctx, e.Ledger.DB()))
+	schemaOK := cs.result("schema", schemaErr, "tables %s, %s and the ledger's relay_* exist (created if missing)", cfg.MySQL.Table, cfg.MySQL.DLQTable)
+
+	if cfg.Mode == config.ModeXA {
+		if schemaOK {
+			cs.result("xa", probeXA(ctx, e.Sink, cfg.MySQL.Table), "XA START, END, PREPARE and ROLLBACK of a probe branch on %s", cfg.MySQL.Table)
+		}
+		all, err := xa.Recover(ctx, e.Sink)
+		if err != nil {
+			cs.add("xa_recover", CheckFail, "%v: relay's MySQL user may not list prepared branches (MySQL 8 needs the XA_RECOVER_ADMIN privilege)", err)
+		} else {
+			cs.add("xa_recover", CheckOK, "allowed (%d prepared XA transactions on the server)", len(all))
+		}
+	}
+
+	logBin, _, err := serverString(ctx, e.Sink, "SHOW GLOBAL VARIABLES LIKE 'log_bin'")
+	format, _, ferr := serverString(ctx, e.Sink, "SHOW GLOBAL VARIABLES LIKE 'binlog_format'")
+	switch {
+	case errors.Join(err, ferr) != nil:
+		cs.add("binlog_format", CheckFail, "reading log_bin/binlog_format: %v", errors.Join(err, ferr))
+	case !strings.EqualFold(logBin, "ON"):
+		cs.add("binlog_format", CheckOK, "binary log is off (binlog_format %s)", format)
+	case strings.EqualFold(format, "ROW"):
+		cs.add("binlog_format", CheckOK, "ROW")
+	default:
+		cs.add("binlog_format", CheckWarn, "%s: prepared XA transactions replicate safely only with binlog_format=ROW", format)
+	}
+
+	sessionChecks(ctx, e, cs)
+
+	maxConn, err1 := database.ServerVar(ctx, e.Sink, "SHOW GLOBAL VARIABLES LIKE 'max_connections'")
+	threads, err2 := database.ServerVar(ctx, e.Sink, "SHOW GLOBAL STATUS LIKE 'Threads_connected'")
+	if err := errors.Join(err1, err2); err != nil {
+		cs.add("connections", CheckFail, "reading max_connections/Threads_connected: %v", err)
+	} else {
+		cs.result("connections", cfg.CheckServer(maxConn, threads), "max_connections %d, %d in use: room for %d subtasks and relay's ledger, fence and resolver connections",
+			maxConn, threads, cfg.Subtasks)
+	}
+	return schemaOK
+}
+
+// sessionChecks reads back what relay's sessions really get (the server may clamp what relay sets)
+// and holds it to the session-timeout rule.
+func sessionChecks(ctx context.Context, e *Env, cs *checks) {
+	cp := e.Config.Checkpoint
+	var wait, global, lockWait int64
+	err := e.Sink.QueryRowContext(ctx, `SELECT @@SESSION.wait_timeout, @@GLOBAL.wait_timeout, @@SESSION.innodb_lock_wait_timeout`).
+		Scan(&wait, &global, &lockWait)
+	if err != nil {
+		cs.add("session_timeout", CheckFail, "reading wait_timeout: %v", err)
+		return
+	}
+	eff, set := time.Duration(wait)*time.Second, e.Config.MySQL.SessionTimeout
+	clamped := ""
+	if set.Truncate(time.Second) != eff {
+		clamped = fmt.Sprintf(", not the %s of mysql.session_timeout: the server changed it", set)
+	}
+	need := cp.Interval + cp.Timeout + cp.RestartAllowance
+	if eff <= need {
+		cs.add("session_timeout", CheckFail, "relay's sessions get wait_timeout %s%s (server global %s); it must exceed checkpoint.interval %s + checkpoint.timeout %s + checkpoint.restart_allowance %s = %s (short by %s): raise mysql.session_timeout (RELAY_MYSQL_SESSION_TIMEOUT) or lower the others",
+			eff, clamped, time.Duration(global)*time.Second, cp.Interval, cp.Timeout, cp.RestartAllowance, need, need-eff+time.Second)
+	} else {
+		cs.add("session_timeout", CheckOK, "relay's sessions get wait_timeout %s%s (server global %s) > checkpoint.interval %s + checkpoint.timeout %s + checkpoint.restart_allowance %s = %s",
+			eff, clamped, time.Duration(global)*time.Second, cp.Interval, cp.Timeout, cp.RestartAllowance, need)
+	}
+	lw := time.Duration(lockWait) * time.Second
+	if lw >= cp.Timeout {
+		cs.add("lock_wait_timeout", CheckFail, "relay's sessions get innodb_lock_wait_timeout %s; it must be below checkpoint.timeout %s so a blocked flush fails inside the checkpoint: lower mysql.lock_wait_timeout (RELAY_MYSQL_LOCK_WAIT_TIMEOUT)",
+			lw, cp.Timeout)
+	} else {
+		cs.add("lock_wait_timeout", CheckOK, "relay's sessions get innodb_lock_wait_timeout %s < checkpoint.timeout %s", lw, cp.Timeout)
+	}
+}
+
+// jobChecks look at the ledger: branches that no job of this ledger will ever resolve.
+func jobChecks(ctx context.Context, e *Env, cs *checks) {
+	txns, _, err := e.inventory(ctx)
+	if err != nil {
+		cs.add("orphans", CheckFail, "listing prepared branches: %v", err)
+		return
+	}
+	var orphans []string
+	for _, t := range txns {
+		if t.Kind == KindOrphan {
+			orphans = append(orphans, t.Tag)
+		}
+	}
+	if len(orphans) == 0 {
+		cs.add("orphans", CheckOK, "no prepared relay branch of a job missing from the ledger")
+		return
+	}
+	// A warning, not a failure: another ledger database on the same server looks the same from here.
+	cs.add("orphans", CheckWarn, "%d prepared branches name jobs that are not in this ledger (%s): they hold their row locks until resolved; if no other ledger on this server owns them (a renamed job), roll them back with relay txns resolve <tag> --rollback",
+		len(orphans), strings.Join(orphans, ", "))
+}
+
+func topicCheck(ctx context.Context, e *Env, cs *checks) {
+	c, err := e.consumer()
+	if err != nil {
+		cs.add("topics", CheckFail, "%v", err)
+		return
+	}
+	defer c.Close()
+	parts, err := c.Partitions(ctx)
+	if err != nil {
+		cs.add("topics", CheckFail, "%v (brokers %s)", err, e.Config.Kafka.Brokers)
+		return
+	}
+	var s []string
+	for _, t := range sortedTopics(parts) {
+		s = append(s, fmt.Sprintf("%s (%d partitions)", t, len(parts[t])))
+	}
+	cs.add("topics", CheckOK, "%s", strings.Join(s, ", "))
+}
+
+// probeXA prepares and rolls back a branch that inserts one row no input can produce.
+func probeXA(ctx context.Context, db *sql.DB, table string) error {
+	tag := fmt.Sprintf("relaypreflight-%d-%d", time.Now().UnixNano(), os.Getpid())
+	b, err := xa.NewBranch(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if err := b.Start(ctx, tag); err != nil {
+		return err
+	}
+	// The tag is the sku: unique per probe, so the probe never waits on another one's lock.
+	if err := b.Exec(ctx, "INSERT INTO `"+table+"` (window_start, sku, order_count, amount_sum) VALUES ('1000-01-01 00:00:00', '"+tag+"', 0, 0)"); err != nil {
+		return err
+	}
+	if err := b.Prepare(ctx); err != nil {
+		return err
+	}
+	if err := b.Rollback(ctx); err != nil {
+		return fmt.Errorf("%w (probe branch %s may be left prepared: relay txns resolve %s --rollback)", err, tag, tag)
+	}
+	return nil
+}
+
+// serverString reads one SHOW ... LIKE value; ok is false when the server has no such name.
+func serverString(ctx context.Context, db *sql.DB, query string) (val string, ok bool, err error) {
+	var name string
+	err = db.QueryRowContext(ctx, query).Scan(&name, &val)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return val, err == nil, err
+}
+
+// parseVersion reads the leading x.y.z of a server version string.
+func parseVersion(s string) ([3]int, bool) {
+	var v [3]int
+	parts := strings.SplitN(s, ".", 3)
+	if len(parts) < 3 {
+		return v, false
+	}
+	for i, p := range parts {
+		end := 0
+		for end < len(p) && p[end] >= '0' && p[end] <= '9' {
+			end++
+		}
+		n, err := strconv.Atoi(p[:end])
+		if err != nil {
+			return v, false
+		}
+		v[i] = n
+	}
+	return v, true
+}
+
+func less(a, b [3]int) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
+}

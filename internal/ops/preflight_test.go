@@ -1,0 +1,75 @@
+package ops
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/testenv"
+)
+
+func checkNamed(t *testing.T, cs []Check, name string) Check {
+	t.Helper()
+	for _, c := range cs {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no %s check in %v", name, cs)
+	return Check{}
+}
+
+// On the test setup every check passes; an orphan branch is a warning, not a failure.
+func TestPreflightPasses(t *testing.T) {
+	e, ctx := newEnv(t, 3)
+	cs := Preflight(ctx, e, e.Config.Validate())
+	for _, c := range cs {
+		if c.Status == CheckFail {
+			t.Errorf("%s", c)
+		}
+	}
+	for _, name := range []string{"config", "mysql", "galera", "schema", "xa", "xa_recover", "binlog_format", "session_timeout",
+		"lock_wait_timeout", "connections", "orphans", "topics", "tag_length"} {
+		checkNamed(t, cs, name)
+	}
+	if c := checkNamed(t, cs, "topics"); !strings.Contains(c.Detail, "3 partitions") {
+		t.Fatalf("topics: %s", c)
+	}
+	orphan := "renamed" + testenv.Suffix() + "-9-0"
+	prepare(t, ctx, e, orphan)
+	cs = Preflight(ctx, e, e.Config.Validate())
+	if c := checkNamed(t, cs, "orphans"); c.Status != CheckWarn || !strings.Contains(c.Detail, orphan) {
+		t.Fatalf("orphans with %s prepared: %s", orphan, c)
+	}
+	if n := Failed(cs); n != 0 {
+		t.Fatalf("%d checks failed: %v", n, cs)
+	}
+}
+
+// A session timeout shorter than interval + timeout + restart allowance fails twice: as the
+// configuration's own rule, and as what the server's sessions really get, with the numbers.
+func TestPreflightFailsOnShortSessionTimeout(t *testing.T) {
+	e, ctx := newEnv(t, 1, func(c *config.Config) {
+		c.MySQL.SessionTimeout = time.Minute
+		c.Kafka.Topics = []string{"missing_" + testenv.Suffix()}
+	})
+	cs := Preflight(ctx, e, e.Config.Validate())
+	if c := checkNamed(t, cs, "config"); c.Status != CheckFail ||
+		!strings.Contains(c.Detail, "mysql.session_timeout (RELAY_MYSQL_SESSION_TIMEOUT): 1m0s must exceed") || !strings.Contains(c.Detail, "short by 2m2s") {
+		t.Fatalf("config: %s", c)
+	}
+	if c := checkNamed(t, cs, "session_timeout"); c.Status != CheckFail ||
+		!strings.Contains(c.Detail, "wait_timeout 1m0s") || !strings.Contains(c.Detail, "= 3m1s (short by 2m2s)") || !strings.Contains(c.Detail, "RELAY_MYSQL_SESSION_TIMEOUT") {
+		t.Fatalf("session_timeout: %s", c)
+	}
+	if c := checkNamed(t, cs, "topics"); c.Status != CheckFail || !strings.Contains(c.Detail, "does not exist") {
+		t.Fatalf("topics: %s", c)
+	}
+	if c := checkNamed(t, cs, "xa"); c.Status != CheckOK {
+		t.Fatalf("xa should still pass: %s", c)
+	}
+	if n := Failed(cs); n != 3 {
+		t.Fatalf("%d checks failed, want 3: %v", n, cs)
+	}
+}

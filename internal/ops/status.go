@@ -1,0 +1,290 @@
+// Status: one job's fence, last decision, per-partition lag and prepared branches, as one report.
+//
+// Invariant: gathering status changes nothing and locks nothing (no locking reads, no fence), so it
+// is safe to run as often as an operator or a monitor likes, while relay runs.
+package ops
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/pipeline"
+)
+
+// StatusReport is `relay status`; its JSON field names are part of the operator interface.
+type StatusReport struct {
+	Job            string              `json:"job"`
+	Mode           string              `json:"mode"`
+	Fences         []InstanceFence     `json:"fences"`          // one per instance (DESIGN §8)
+	LastCheckpoint *CheckpointInfo     `json:"last_checkpoint"` // null: the job never decided a checkpoint
+	Partitions     []PartitionLag      `json:"partitions"`
+	Branches       []Txn               `json:"branches"`
+	Committing     []CheckpointInfo    `json:"committing"`
+	ManualActions  []ledger.AuditEntry `json:"manual_actions"` // newest first, at most 5
+	ServerTime     time.Time           `json:"server_time"`
+}
+
+// InstanceFence says whether a process holds one instance of the job, and who took it last.
+type InstanceFence struct {
+	Instance   string     `json:"instance"` // the job, or job/i when it runs as several instances
+	Held       bool       `json:"held"`
+	Holder     string     `json:"holder"` // ledger.Holder's description
+	Owner      string     `json:"owner"`  // last owner recorded in relay_jobs ("" when none)
+	OwnerEpoch int64      `json:"owner_epoch"`
+	AcquiredAt *time.Time `json:"acquired_at"`
+}
+
+// CheckpointInfo is one ledger row, summarised.
+type CheckpointInfo struct {
+	ID          int64      `json:"id"`
+	State       string     `json:"state"`
+	DecidedAt   time.Time  `json:"decided_at"`
+	CommittedAt *time.Time `json:"committed_at"`
+	AgeSeconds  float64    `json:"age_seconds"` // since decided_at, on the ledger server's clock
+	Records     int64      `json:"records"`
+	Tags        []string   `json:"tags"`
+}
+
+// PartitionLag is one partition's resume offset against its high watermark.
+type PartitionLag struct {
+	Topic         string `json:"topic"`
+	Partition     int32  `json:"partition"`
+	Offset        *int64 `json:"offset"` // next offset relay reads; null: not in the ledger yet (start_offset applies)
+	HighWatermark int64  `json:"high_watermark"`
+	Lag           *int64 `json:"lag"` // high_watermark - offset; null when offset is
+}
+
+func checkpointInfo(c ledger.Checkpoint, now time.Time) CheckpointInfo {
+	return CheckpointInfo{ID: c.ID, State: string(c.State), DecidedAt: c.DecidedAt, CommittedAt: c.CommittedAt,
+		AgeSeconds: now.Sub(c.DecidedAt).Seconds(), Records: c.Records, Tags: c.Tags}
+}
+
+// Status gathers the report.
+func Status(ctx context.Context, e *Env) (*StatusReport, error) {
+	led := e.Ledger
+	r := &StatusReport{Job: led.Job(), Mode: string(e.Config.Mode), Partitions: []PartitionLag{}, Branches: []Txn{},
+		Committing: []CheckpointInfo{}}
+	now, err := ledger.ServerNow(ctx, led.DB())
+	if err != nil {
+		return nil, err
+	}
+	r.ServerTime = now
+	if r.Fences, err = fences(ctx, led); err != nil {
+		return nil, err
+	}
+	decided, err := e.lastCommit(ctx, r, now)
+	if err != nil {
+		return nil, err
+	}
+	if r.Partitions, err = e.lags(ctx, decided); err != nil {
+		return nil, err
+	}
+	branches, err := pipeline.JobBranches(ctx, e.Sink, led.Job())
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, len(branches))
+	for i, b := range branches {
+		ids[i] = b.Checkpoint
+	}
+	rows, err := led.Lookup(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range branches {
+		t := Txn{Tag: b.Tag, Job: led.Job(), Kind: KindJob, Checkpoint: b.Checkpoint, Subtask: b.Subtask, Verdict: VerdictRollback}
+		if c, ok := rows[b.Checkpoint]; ok {
+			t.withDecision(c, now)
+		}
+		r.Branches = append(r.Branches, t)
+	}
+	committing, err := led.Committing(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range committing {
+		r.Committing = append(r.Committing, checkpointInfo(c, now))
+	}
+	if r.ManualActions, err = led.AuditLog(ctx, 5); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// fences reports every instance of the job's layout.
+func fences(ctx context.Context, led *ledger.Ledger) ([]InstanceFence, error) {
+	m, err := led.Layout(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]InstanceFence, m)
+	for i := range out {
+		il := ledger.NewInstance(led.DB(), led.Job(), i, m)
+		f := InstanceFence{Instance: il.Key(), Holder: ledger.Holder(ctx, il)}
+		if f.Held, err = ledger.IsHeld(ctx, il); err != nil {
+			return nil, fmt.Errorf("fence %s: %w", il.Key(), err)
+		}
+		o, err := il.Owner(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if o != nil {
+			f.Owner, f.OwnerEpoch, f.AcquiredAt = o.Owner, o.Epoch, &o.AcquiredAt
+		}
+		out[i] = f
+	}
+	return out, nil
+}
+
+// lastCommit fills in the last checkpoint and returns the offsets the job resumes from (each
+// partition's row, committed with the decision or the data that covers it). In held mode, which
+// writes no checkpoint rows, the last checkpoint is the newest of those offset rows.
+func (e *Env) lastCommit(ctx context.Context, r *StatusReport, now time.Time) (ledger.Offsets, error) {
+	led := e.Ledger
+	offs, id, err := led.PartitionOffsets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if e.Config.Mode == config.ModeHeld {
+		if id == 0 {
+			return offs, nil
+		}
+		at, err := led.OffsetsCommittedAt(ctx)
+		if err != nil {
+			return nil, err
+		}
+		info := checkpointInfo(ledger.Checkpoint{ID: id, State: ledger.Committed, DecidedAt: at, CommittedAt: &at}, now)
+		r.LastCheckpoint = &info
+		return offs, nil
+	}
+	last, err := led.LastDecided(ctx)
+	if err != nil || last == nil {
+		return offs, err
+	}
+	info := checkpointInfo(*last, now)
+	r.LastCheckpoint = &info
+	return offs, nil
+}
+
+// lags pairs every partition of the configured topics with its resume offset and high watermark.
+func (e *Env) lags(ctx context.Context, decided ledger.Offsets) ([]PartitionLag, error) {
+	c, err := e.consumer()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	parts, err := c.Partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []PartitionLag{}
+	for _, t := range sortedTopics(parts) {
+		for _, p := range parts[t] {
+			_, hi, err := c.Kafka().QueryWatermarkOffsets(t, p, timeoutMS(ctx))
+			if err != nil {
+				return nil, fmt.Errorf("watermarks %s/%d: %w", t, p, err)
+			}
+			pl := PartitionLag{Topic: t, Partition: p, HighWatermark: hi}
+			if off, ok := decided.Get(t, p); ok {
+				lag := max(hi-off, 0)
+				pl.Offset, pl.Lag = &off, &lag
+			}
+			out = append(out, pl)
+		}
+	}
+	return out, nil
+}
+
+func sortedTopics(parts map[string][]int32) []string {
+	ts := make([]string, 0, len(parts))
+	for t := range parts {
+		ts = append(ts, t)
+	}
+	sort.Strings(ts)
+	return ts
+}
+
+// timeoutMS bounds one Kafka round trip by ctx, and by 10s.
+func timeoutMS(ctx context.Context) int {
+	d := 10 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return int(max(d, time.Millisecond) / time.Millisecond)
+}
+
+// WriteText renders the report for people.
+func (r *StatusReport) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "job\t%s (mode %s)\n", r.Job, r.Mode)
+	for _, f := range r.Fences {
+		running := "not running"
+		if f.Held {
+			running = "running"
+		}
+		fmt.Fprintf(tw, "fence %s\t%s: %s\n", f.Instance, running, f.Holder)
+		if f.AcquiredAt != nil {
+			fmt.Fprintf(tw, "  last owner\t%s, owner epoch %d, since %s\n", f.Owner, f.OwnerEpoch, f.AcquiredAt.Format(time.RFC3339))
+		}
+	}
+	if c := r.LastCheckpoint; c != nil {
+		fmt.Fprintf(tw, "last checkpoint\t%d %s, decided %s (%s ago), %d records\n", c.ID, c.State,
+			c.DecidedAt.Format(time.RFC3339), ageString(c.AgeSeconds), c.Records)
+	} else {
+		fmt.Fprintf(tw, "last checkpoint\tnone (the job has not committed a checkpoint)\n")
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOFFSET\tHIGH WATERMARK\tLAG")
+	for _, p := range r.Partitions {
+		off, lag := "-", "-"
+		if p.Offset != nil {
+			off, lag = fmt.Sprint(*p.Offset), fmt.Sprint(*p.Lag)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", p.Topic, p.Partition, off, p.HighWatermark, lag)
+	}
+	fmt.Fprintln(tw)
+	if len(r.Branches) == 0 {
+		fmt.Fprintln(tw, "prepared branches\tnone")
+	} else {
+		fmt.Fprintf(tw, "prepared branches\t%d (XA RECOVER)\n", len(r.Branches))
+		writeTxns(tw, r.Branches)
+	}
+	if len(r.Committing) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "COMMITTING CHECKPOINT\tDECIDED\tAGE\tTAGS")
+		for _, c := range r.Committing {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", c.ID, c.DecidedAt.Format(time.RFC3339), ageString(c.AgeSeconds), strings.Join(c.Tags, ","))
+		}
+	}
+	if len(r.ManualActions) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "MANUAL ACTION\tTARGET\tAT\tOPERATOR\tFORCED")
+		for _, a := range r.ManualActions {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", a.Action, a.Target, a.At.Format(time.RFC3339), a.Operator, a.Forced)
+		}
+	}
+	return tw.Flush()
+}
+
+func ageString(seconds float64) string {
+	return time.Duration(seconds * float64(time.Second)).Round(time.Second).String()
+}
+
+// writeTxns renders branches as table rows.
+func writeTxns(w io.Writer, txns []Txn) {
+	fmt.Fprintln(w, "TAG\tJOB\tKIND\tCHECKPOINT\tSUBTASK\tLEDGER\tVERDICT\tAGE")
+	for _, t := range txns {
+		state := t.LedgerState
+		if state == "" {
+			state = "no row"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.Tag, t.Job, t.Kind, t.Checkpoint, t.Subtask, state, t.Verdict, t.Age())
+	}
+}

@@ -1,0 +1,197 @@
+// Txns: listing prepared branches with the ledger's verdict, and resolving one by hand.
+//
+// Invariant: a manual resolution agrees with the ledger unless forced; it is applied under the fence
+// of the instance that may decide the branch's checkpoint (the verdict is read after taking it, so
+// no decision can land in between), except a commit of an already decided branch, which is what a
+// running relay would do itself and is allowed while it runs. Every resolution is logged with
+// origin "manual" and leaves one relay_audit row.
+package ops
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/xa"
+)
+
+var (
+	// ErrNoBranch means XA RECOVER does not list the tag.
+	ErrNoBranch = errors.New("no such prepared branch")
+	// ErrContradiction means the requested action goes against the ledger's verdict.
+	ErrContradiction = errors.New("contradicts the ledger")
+	// ErrAttached means the branch still belongs to a live session, which alone may end it.
+	ErrAttached = errors.New("branch is still attached to a running process")
+)
+
+// TxnList is `relay txns list`.
+type TxnList struct {
+	Branches []Txn `json:"branches"`
+	// Foreign counts prepared XA transactions whose xid is not a relay tag (other applications).
+	Foreign int `json:"foreign"`
+}
+
+// ListTxns lists every relay branch on the sink server: the job's, other jobs' of this ledger, and
+// orphans (their job is not in the ledger).
+func ListTxns(ctx context.Context, e *Env) (*TxnList, error) {
+	txns, foreign, err := e.inventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if txns == nil {
+		txns = []Txn{}
+	}
+	return &TxnList{Branches: txns, Foreign: foreign}, nil
+}
+
+// WriteText renders the list for people.
+func (l *TxnList) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(l.Branches) == 0 {
+		fmt.Fprintln(tw, "no prepared relay branches")
+	} else {
+		writeTxns(tw, l.Branches)
+	}
+	if l.Foreign > 0 {
+		fmt.Fprintf(tw, "(%d other prepared XA transactions do not carry a relay tag)\n", l.Foreign)
+	}
+	return tw.Flush()
+}
+
+// Resolution is the outcome of `relay txns resolve`.
+type Resolution struct {
+	Txn
+	Action string `json:"action"`
+	Forced bool   `json:"forced"` // the action went against the ledger's verdict
+}
+
+// attachedRetry bounds the wait for a session the server has not yet noticed is gone; past it, the
+// session is taken to be alive.
+var attachedRetry = fault.Policy{Attempts: 6, Initial: 250 * time.Millisecond, Max: time.Second}
+
+var errGone = errors.New("branch no longer listed by XA RECOVER")
+
+// Resolve commits (commit) or rolls back a prepared branch. It refuses to contradict the ledger
+// unless force is set.
+func Resolve(ctx context.Context, e *Env, tag string, commit, force bool) (*Resolution, error) {
+	t, err := e.find(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	action := VerdictRollback
+	if commit {
+		action = VerdictCommit
+	}
+	if t.Kind != KindOrphan {
+		led, err := owner(ctx, e.Ledger.DB(), t)
+		if err != nil {
+			return nil, err
+		}
+		fence, err := ledger.Acquire(ctx, led, "relay txns resolve by "+e.Operator)
+		switch {
+		case err == nil:
+			defer fence.Release()
+			// Under the fence no decision can land any more: read the verdict that stays.
+			decided, err := led.Verdict(ctx, t.Checkpoint)
+			if err != nil {
+				return nil, err
+			}
+			if decided != (t.Verdict == VerdictCommit) {
+				if t, err = e.find(ctx, tag); err != nil {
+					return nil, err
+				}
+			}
+		case errors.Is(err, ledger.ErrFenced) && commit && t.Verdict == VerdictCommit:
+			// The decision is durable; committing its branch is what the running relay would do.
+		case errors.Is(err, ledger.ErrFenced):
+			return nil, fmt.Errorf("resolve %s: %w (while the job runs, its resolver settles the job's branches from the ledger; stop it to %s by hand)", tag, err, action)
+		default:
+			return nil, err
+		}
+	}
+	forced := action != t.Verdict
+	if forced && !force {
+		return nil, fmt.Errorf("%w: refusing to %s %s: %s; use --force only if you know the ledger is wrong", ErrContradiction, action, tag, t.why())
+	}
+	err = fault.Do(ctx, attachedRetry, func(ctx context.Context) error {
+		err := xa.Resolve(ctx, e.Sink, tag, commit)
+		if fault.IsMySQL(err, fault.XAErNota) {
+			if _, lerr := e.find(ctx, tag); errors.Is(lerr, ErrNoBranch) {
+				return errGone
+			} else if lerr != nil {
+				return lerr
+			}
+			return fault.Transient(err)
+		}
+		return err
+	}, nil)
+	switch {
+	case fault.IsMySQL(err, fault.XAErNota):
+		return nil, fmt.Errorf("%w: %s: MySQL answers XAER_NOTA while XA RECOVER lists it, so the session that prepared it is alive (a running relay, or a client still connected); stop that process, or wait until the server notices it is gone, then retry",
+			ErrAttached, tag)
+	case errors.Is(err, errGone):
+		return nil, fmt.Errorf("resolve %s: another process resolved it meanwhile: %w", tag, err)
+	case err != nil:
+		return nil, fmt.Errorf("resolve %s: %w", tag, err)
+	}
+	res := &Resolution{Txn: t, Action: action, Forced: forced}
+	e.Log.Named("txns").Info("in-doubt branch resolved", zap.String("tag", tag), zap.String("job", t.Job),
+		zap.Int64("checkpoint", t.Checkpoint), zap.String("action", action), zap.String("origin", metrics.OriginManual),
+		zap.String("verdict", t.Verdict), zap.Bool("forced", forced), zap.String("operator", e.Operator))
+	detail := fmt.Sprintf("checkpoint %d subtask %d (%s); ledger verdict %s", t.Checkpoint, t.Subtask, t.Kind, t.Verdict)
+	if err := ledger.New(e.Ledger.DB(), t.Job).Audit(ctx, tag, action, e.Operator, forced, detail); err != nil {
+		return res, fmt.Errorf("%s of %s done, but not recorded: %w", action, tag, err)
+	}
+	return res, nil
+}
+
+// owner is the ledger of the instance that may decide t's checkpoint: the one whose id block holds
+// it. Without a block (a ledger older than id blocks), the job as a whole, whose fence is granted
+// only while no instance runs.
+func owner(ctx context.Context, db *sql.DB, t Txn) (*ledger.Ledger, error) {
+	job := ledger.New(db, t.Job)
+	key, ok, err := job.BlockOwner(ctx, t.Checkpoint)
+	if err != nil || !ok {
+		return job, err
+	}
+	m, err := job.Layout(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ledger.NewInstance(db, t.Job, 0, m).ForKey(key), nil
+}
+
+// find returns the prepared branch named tag with its verdict.
+func (e *Env) find(ctx context.Context, tag string) (Txn, error) {
+	txns, _, err := e.inventory(ctx)
+	if err != nil {
+		return Txn{}, err
+	}
+	for _, t := range txns {
+		if t.Tag == tag {
+			return t, nil
+		}
+	}
+	return Txn{}, fmt.Errorf("%w: XA RECOVER does not list %q as a relay branch (already resolved, or not a <job>-<checkpoint>-<subtask> tag)", ErrNoBranch, tag)
+}
+
+// why explains the verdict in the words of the ledger.
+func (t Txn) why() string {
+	switch {
+	case t.Kind == KindOrphan:
+		return fmt.Sprintf("job %s is not in the ledger (an orphan, e.g. of a renamed job): nothing ever decided checkpoint %d, so its branches must roll back", t.Job, t.Checkpoint)
+	case t.Verdict == VerdictCommit:
+		return fmt.Sprintf("the ledger decided checkpoint %d of job %s (%s, decided %s): its branches must commit", t.Checkpoint, t.Job, t.LedgerState, t.DecidedAt.Format(time.RFC3339))
+	default:
+		return fmt.Sprintf("checkpoint %d of job %s has no ledger row: it was never decided, so its branches must roll back", t.Checkpoint, t.Job)
+	}
+}

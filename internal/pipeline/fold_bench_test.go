@@ -1,0 +1,167 @@
+package pipeline
+
+import (
+	"context"
+	"testing"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/aggregate"
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/order"
+)
+
+// benchPayloads are records exactly as `relay loadgen` writes them (same generator), with the key
+// space of the end-to-end benchmark: skus × windows distinct (window, sku) keys.
+func benchPayloads(n, skus, windows int) [][]byte {
+	g := loadgen.NewGenerator(loadgen.Options{Seed: 7, SKUs: skus, Windows: windows})
+	out := make([][]byte, n)
+	for i := range out {
+		out[i], _ = g.Next()
+	}
+	return out
+}
+
+// BenchmarkDecodeRouteAggregate is the per-record CPU work of the consume loop without Kafka:
+// decode + validate (order.Decoder), window, route to one of 2 subtasks, add to that subtask's table.
+// The tables are warm (steady state inside an epoch): every key is already present.
+func BenchmarkDecodeRouteAggregate(b *testing.B) {
+	for _, c := range []struct {
+		name          string
+		skus, windows int
+	}{{"keys=1k", 100, 10}, {"keys=10k", 1000, 10}, {"keys=100k", 10000, 10}} {
+		b.Run(c.name, func(b *testing.B) {
+			const windowMS, subtasks = 60000, 2
+			recs := benchPayloads(1<<16, c.skus, c.windows)
+			d := order.NewDecoder(order.DefaultFields(), order.DefaultLimits())
+			tables := []*aggregate.Table{aggregate.NewTable(), aggregate.NewTable()}
+			var o order.Order
+			fold := func(p []byte) {
+				if r := d.Decode(p, &o); r != order.OK {
+					b.Fatal(r)
+				}
+				w := aggregate.Window(o.TS, windowMS)
+				tables[aggregate.Route(w, o.SKU, subtasks)].Add(w, o.SKU, o.Amount)
+			}
+			for _, p := range recs {
+				fold(p)
+			}
+			var bytes int64
+			for _, p := range recs {
+				bytes += int64(len(p))
+			}
+			b.SetBytes(bytes / int64(len(recs)))
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				fold(recs[i])
+				i = (i + 1) & (len(recs) - 1)
+			}
+		})
+	}
+}
+
+// BenchmarkSessionFold runs the consume loop's real per-record function, session.fold, on
+// kafka.Message values built in memory (no broker): decode, validate, offsets bookkeeping, route,
+// aggregate — and, for "append", the detail row of the append sink. The epoch is replaced every
+// epochRecs records, as a checkpoint does, so per-epoch allocations are counted at their real rate.
+func BenchmarkSessionFold(b *testing.B) {
+	for _, c := range []struct {
+		name      string
+		detail    bool
+		epochRecs int
+	}{
+		{"aggregate/epoch=300k", false, 300000},
+		{"aggregate/epoch=60k", false, 60000},
+		{"append/epoch=300k", true, 300000},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := config.Default()
+			cfg.Job.Name = "bench"
+			cfg.Subtasks = 2
+			cfg.Checkpoint.BufferKeys = 1 << 30
+			if c.detail {
+				cfg.MySQL.DetailTable = "order_details"
+			}
+			p := New(Deps{Config: cfg, Log: zap.NewNop(), Metrics: metrics.New("bench")})
+			s := &session{p: p, positions: ledger.Offsets{}, cur: p.newEpoch(1)}
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			s.ctx, s.fail = ctx, cancel
+			for i := 0; i < cfg.Subtasks; i++ {
+				st := &subtask{idx: i, data: make(chan batch, 64)}
+				s.subs = append(s.subs, st)
+				go func() { // a sink that accepts and drops batches
+					for {
+						select {
+						case <-ctx.Done():
+							return
+						case <-st.data:
+						}
+					}
+				}()
+			}
+			recs := benchPayloads(1<<16, 1000, 10)
+			topic := "orders"
+			msgs := make([]kafka.Message, len(recs))
+			for i, v := range recs {
+				msgs[i] = kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: int32(i % 4),
+					Offset: kafka.Offset(i / 4)}, Value: v}
+			}
+			var o order.Order
+			b.ReportAllocs()
+			i, n := 0, 0
+			for b.Loop() {
+				if err := s.fold(&msgs[i], &o); err != nil {
+					b.Fatal(err)
+				}
+				i = (i + 1) & (len(msgs) - 1)
+				if n++; n == c.epochRecs {
+					s.cur, n = p.newEpoch(s.cur.id+1), 0
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPositions is the per-record offset bookkeeping of session.fold (ledger.Offsets.Set: a
+// map lookup by topic string, then by partition) against a cache of the last topic's partition
+// map, to size what fold spends on it.
+func BenchmarkPositions(b *testing.B) {
+	topic := "orders"
+	tps := make([]kafka.TopicPartition, 1024)
+	for i := range tps {
+		tps[i] = kafka.TopicPartition{Topic: &topic, Partition: int32(i % 4), Offset: kafka.Offset(i)}
+	}
+	b.Run("Offsets.Set", func(b *testing.B) {
+		pos := ledger.Offsets{}
+		i := 0
+		for b.Loop() {
+			tp := &tps[i&1023]
+			pos.Set(*tp.Topic, tp.Partition, int64(tp.Offset)+1)
+			i++
+		}
+	})
+	b.Run("last-topic-cache", func(b *testing.B) {
+		pos := ledger.Offsets{}
+		var lastTopic *string
+		var parts map[int32]int64
+		i := 0
+		for b.Loop() {
+			tp := &tps[i&1023]
+			if tp.Topic != lastTopic {
+				if parts = pos[*tp.Topic]; parts == nil {
+					parts = map[int32]int64{}
+					pos[*tp.Topic] = parts
+				}
+				lastTopic = tp.Topic
+			}
+			parts[tp.Partition] = int64(tp.Offset) + 1
+			i++
+		}
+	})
+}

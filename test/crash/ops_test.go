@@ -1,0 +1,378 @@
+package crash
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/xa"
+)
+
+// cli runs an operator command of the binary with the job's configuration (as e.start does) and
+// returns its stdout, its stderr and its exit code.
+func (e *env) cli(extraEnv []string, args ...string) (stdout, stderr string, code int) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, relayBin, args...)
+	cmd.Env = append(os.Environ(),
+		"RELAY_JOB_NAME="+e.job,
+		"RELAY_KAFKA_BROKERS="+e.brokers,
+		"RELAY_KAFKA_TOPICS="+e.topic,
+		"RELAY_MYSQL_DSN="+e.dsn,
+		"RELAY_SUBTASKS=2",
+		"RELAY_CHECKPOINT_INTERVAL=200ms",
+		"RELAY_CHECKPOINT_TIMEOUT=20s",
+		"RELAY_MYSQL_LOCK_WAIT_TIMEOUT=10s",
+	)
+	cmd.Env = append(cmd.Env, e.extra...)
+	cmd.Env = append(cmd.Env, extraEnv...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		e.t.Fatalf("relay %s: %v", strings.Join(args, " "), err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+func (e *env) lastCheckpoint() *ledger.Checkpoint {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := ledger.New(e.db, e.job).LastDecided(ctx)
+	if err != nil || c == nil {
+		e.t.Fatalf("no decided checkpoint: %v", err)
+	}
+	return c
+}
+
+// offsets reset refuses while relay runs (exit 3, naming the holder) and, with the job stopped,
+// moves the resume offsets: the next run reads only what came after them, so records produced in
+// between never reach MySQL.
+func TestOpsOffsetsReset(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := context.Background()
+	totals := loadgen.NewTotals()
+	if err := e.produceAborting(ctx, totals, loadgen.Options{Orders: 1500, Batch: 100, AbortRate: 0.1, BadRate: 0.01, SKUs: 30, Windows: 3, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.start()
+	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, p.log, "recovered")) > 0 }, "relay running")
+	_, stderr, code := e.cli(nil, "offsets", "reset", "--to", "latest")
+	if code != 3 || !strings.Contains(stderr, "running elsewhere") || !strings.Contains(stderr, fmt.Sprintf("pid %d", p.cmd.Process.Pid)) {
+		t.Fatalf("reset while relay runs: exit %d, want 3 naming pid %d\n%s", code, p.cmd.Process.Pid, stderr)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := p.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("relay did not stop cleanly: %v", err)
+	}
+	e.finish(totals)
+
+	// Produced while the job is stopped, then skipped by the reset: never counted.
+	if err := e.produce(ctx, loadgen.NewTotals(), loadgen.Options{Orders: 700, Batch: 100, SKUs: 30, Windows: 3, Seed: 2}); err != nil {
+		t.Fatal(err)
+	}
+	before := e.lastCheckpoint()
+	stdout, stderr, code := e.cli(nil, "offsets", "reset", "--to", "latest", "--json")
+	if code != 0 {
+		t.Fatalf("reset with the job stopped: exit %d\n%s%s", code, stdout, stderr)
+	}
+	var r struct {
+		Previous   int64 `json:"previous_checkpoint"`
+		Checkpoint int64 `json:"checkpoint"`
+		Partitions []struct {
+			Topic     string `json:"topic"`
+			Partition int32  `json:"partition"`
+			Old, New  int64
+		} `json:"partitions"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatalf("reset --json: %v\n%s", err, stdout)
+	}
+	after := e.lastCheckpoint()
+	if r.Previous != before.ID || r.Checkpoint <= before.ID || after.ID != r.Checkpoint || after.State != ledger.Committed || len(r.Partitions) != 2 {
+		t.Fatalf("reset report %+v, ledger %+v; want a new committed checkpoint after %d", r, after, before.ID)
+	}
+	skipped := int64(0)
+	for _, pr := range r.Partitions {
+		if old, _ := before.Offsets.Get(pr.Topic, pr.Partition); pr.Old != old {
+			t.Fatalf("partition %d: old offset %d, the ledger had %d", pr.Partition, pr.Old, old)
+		}
+		if now, _ := after.Offsets.Get(pr.Topic, pr.Partition); pr.New != now {
+			t.Fatalf("partition %d: new offset %d, the ledger has %d", pr.Partition, pr.New, now)
+		}
+		skipped += pr.New - pr.Old
+	}
+	if skipped < 700 {
+		t.Fatalf("the reset skipped %d offsets, want at least the 700 records produced while stopped", skipped)
+	}
+
+	if err := e.produceAborting(ctx, totals, loadgen.Options{Orders: 800, Batch: 100, AbortRate: 0.1, SKUs: 30, Windows: 3, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	e.finish(totals) // exactly the first and the last batch: nothing of the skipped one
+	first := logEvents(t, e.logs[len(e.logs)-1], "recovered")[0]
+	if id, _ := first["resume_checkpoint"].(float64); int64(id) <= after.ID {
+		t.Fatalf("the run after the reset resumed at checkpoint %v, want one above the reset's %d", first["resume_checkpoint"], after.ID)
+	}
+	started, _ := first["offsets"].(map[string]any)[e.topic].(map[string]any)
+	for _, pr := range r.Partitions {
+		if got, _ := started[fmt.Sprint(pr.Partition)].(float64); int64(got) != pr.New {
+			t.Fatalf("the run after the reset started partition %d at %v, want the reset's %d", pr.Partition, started[fmt.Sprint(pr.Partition)], pr.New)
+		}
+	}
+}
+
+// verify reports nothing after a clean run, and exactly the key an incident changed (exit 4), both
+// recounting the topic and against the loadgen totals file.
+func TestOpsVerify(t *testing.T) {
+	e := newEnv(t, 3)
+	totals := loadgen.NewTotals()
+	if err := e.produceAborting(context.Background(), totals, loadgen.Options{Orders: 3000, Batch: 100, AbortRate: 0.1, BadRate: 0.01,
+		SKUs: 40, Windows: 4, Seed: 11}); err != nil {
+		t.Fatal(err)
+	}
+	e.finish(totals)
+	file := filepath.Join(e.dir, "expected.json")
+	if err := totals.WriteFile(file); err != nil {
+		t.Fatal(err)
+	}
+	_, bad, good := totals.Snapshot()
+	stdout, stderr, code := e.cli(nil, "verify")
+	if code != 0 || !strings.Contains(stdout, "no differences") || !strings.Contains(stdout, fmt.Sprintf("(%d good, %d bad)", good, len(bad))) {
+		t.Fatalf("verify after a clean run: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if stdout, stderr, code = e.cli(nil, "verify", "--expected", file); code != 0 || !strings.Contains(stdout, "no differences") {
+		t.Fatalf("verify --expected after a clean run: exit %d\n%s%s", code, stdout, stderr)
+	}
+
+	var w time.Time
+	var sku string
+	if err := e.db.QueryRow(`SELECT window_start, sku FROM order_stats_minute ORDER BY sku DESC LIMIT 1`).Scan(&w, &sku); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Exec(`UPDATE order_stats_minute SET amount_sum = amount_sum - 1 WHERE window_start = ? AND sku = ?`, w, sku); err != nil {
+		t.Fatal(err)
+	}
+	key := fmt.Sprintf("%s %q", w.UTC().Format("2006-01-02 15:04:05"), sku)
+	for _, args := range [][]string{{"verify"}, {"verify", "--expected", file}} {
+		stdout, stderr, code = e.cli(nil, args...)
+		if code != 4 || !strings.Contains(stdout, "differs  "+key) || strings.Count(stdout, "differs ") != 1 {
+			t.Fatalf("%s after changing %s: exit %d, want 4 and that key alone\n%s%s", strings.Join(args, " "), key, code, stdout, stderr)
+		}
+	}
+	stdout, _, code = e.cli(nil, "verify", "--json")
+	var r struct {
+		Clean       bool
+		Differences []struct {
+			WindowStart string `json:"window_start"`
+			SKU         string `json:"sku"`
+			Kind        string `json:"kind"`
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil || code != 4 || r.Clean || len(r.Differences) != 1 ||
+		r.Differences[0].SKU != sku || r.Differences[0].Kind != "differs" || r.Differences[0].WindowStart != w.UTC().Format("2006-01-02 15:04:05") {
+		t.Fatalf("verify --json: exit %d, %+v (%v)\n%s", code, r, err, stdout)
+	}
+}
+
+// txns list and resolve through the binary: the verdict shown, the refusal (exit 1), the forced
+// and the ledger-following resolutions (exit 0), each recorded; status shows the same branches.
+func TestOpsTxns(t *testing.T) {
+	e := newEnv(t, 1)
+	totals := loadgen.NewTotals()
+	if err := e.produce(context.Background(), totals, loadgen.Options{Orders: 200, Batch: 50, SKUs: 5, Windows: 1, Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	e.finish(totals)
+	last := e.lastCheckpoint()
+	decided, undecided := config.Tag(e.job, last.ID, 7), config.Tag(e.job, last.ID+50, 0)
+	for _, tag := range []string{decided, undecided} {
+		e.prepareBranch(tag)
+	}
+
+	for _, args := range [][]string{{"txns", "list"}, {"status"}} {
+		stdout, stderr, code := e.cli(nil, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s", args, code, stderr)
+		}
+		for _, tag := range []string{decided, undecided} {
+			verdict := map[string]string{decided: "commit", undecided: "rollback"}[tag]
+			if !lineHas(stdout, tag, verdict) {
+				t.Fatalf("%v does not show %s with verdict %s:\n%s", args, tag, verdict, stdout)
+			}
+		}
+	}
+	_, stderr, code := e.cli(nil, "txns", "resolve", undecided, "--commit")
+	if code != 1 || !strings.Contains(stderr, "never decided") {
+		t.Fatalf("commit of an undecided branch: exit %d, want 1 with the reason\n%s", code, stderr)
+	}
+	_, stderr, code = e.cli(nil, "txns", "resolve", decided, "--commit", "--rollback")
+	if code != 2 {
+		t.Fatalf("both --commit and --rollback: exit %d, want 2\n%s", code, stderr)
+	}
+	stdout, stderr, code := e.cli(nil, "txns", "resolve", undecided, "--rollback")
+	if code != 0 || !strings.Contains(stdout, "rolled back "+undecided) || !strings.Contains(stderr, `"origin":"manual"`) {
+		t.Fatalf("rollback of an undecided branch: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if stdout, stderr, code = e.cli(nil, "txns", "resolve", decided, "--rollback", "--force"); code != 0 || !strings.Contains(stdout, "AGAINST") {
+		t.Fatalf("forced rollback: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if bs := e.branches(); len(bs) != 0 {
+		t.Fatalf("branches left: %v", bs)
+	}
+	var n, forced int
+	if err := e.db.QueryRow(`SELECT COUNT(*), SUM(forced) FROM relay_audit WHERE job = ? AND origin = 'manual'`, e.job).Scan(&n, &forced); err != nil || n != 2 || forced != 1 {
+		t.Fatalf("audit rows: %d (%d forced), %v; want 2, 1 forced", n, forced, err)
+	}
+}
+
+// preflight passes on the test setup and fails, with the numbers, on a session timeout shorter than
+// checkpoint interval + timeout + restart allowance.
+func TestOpsPreflight(t *testing.T) {
+	e := newEnv(t, 2)
+	stdout, stderr, code := e.cli(nil, "preflight")
+	if code != 0 || strings.Contains(stdout, "FAIL") || !strings.Contains(stdout, "ok xa:") {
+		t.Fatalf("preflight on the test setup: exit %d\n%s%s", code, stdout, stderr)
+	}
+	stdout, stderr, code = e.cli([]string{"RELAY_MYSQL_SESSION_TIMEOUT=90s"}, "preflight")
+	if code != 1 || !lineHas(stdout, "FAIL session_timeout", "wait_timeout 1m30s", "2m20.2s (short by 51.2s)", "RELAY_MYSQL_SESSION_TIMEOUT") ||
+		!lineHas(stdout, "FAIL config", "mysql.session_timeout") || !strings.Contains(stderr, "checks failed") {
+		t.Fatalf("preflight with a short session timeout: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
+// prepareBranch leaves a prepared branch named tag, its connection gone, as a killed relay would.
+func (e *env) prepareBranch(tag string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := xa.NewBranch(ctx, e.db)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Start(ctx, tag); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := b.Exec(ctx, "INSERT INTO order_stats_minute VALUES ('2025-01-01 00:00:00', '"+tag+"', 1, 1)"); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := b.Prepare(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// lineHas reports whether one line of out contains every part.
+func lineHas(out string, parts ...string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(l, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// In held mode with the append sink, status shows the last commit and verify checks the detail
+// rows too: clean after a run, exit 4 once one order's row is duplicated.
+func TestOpsHeldAppendSink(t *testing.T) {
+	e := newEnv(t, 2, "RELAY_MODE=held", "RELAY_MYSQL_DETAIL_TABLE=order_details")
+	totals := loadgen.NewTotals()
+	if err := e.produceAborting(context.Background(), totals, loadgen.Options{Orders: 1500, Batch: 100, AbortRate: 0.1, BadRate: 0.01,
+		SKUs: 20, Windows: 2, Seed: 21}); err != nil {
+		t.Fatal(err)
+	}
+	e.finish(totals)
+	_, _, good := totals.Snapshot()
+	stdout, stderr, code := e.cli(nil, "status")
+	if code != 0 || !strings.Contains(stdout, "mode held") || strings.Contains(stdout, "last checkpoint  none") {
+		t.Fatalf("status in held mode: exit %d\n%s%s", code, stdout, stderr)
+	}
+	detail := fmt.Sprintf("append sink order_details: %d rows expected, %d found, 0 duplicated", good, good)
+	stdout, stderr, code = e.cli(nil, "verify")
+	if code != 0 || !strings.Contains(stdout, detail) || !strings.Contains(stdout, "no differences") {
+		t.Fatalf("verify after a clean held run: exit %d, want 0 and %q\n%s%s", code, detail, stdout, stderr)
+	}
+	if _, err := e.db.Exec(`INSERT INTO order_details (order_id, sku, amount, event_time, src_topic, src_partition, src_offset)
+		SELECT order_id, sku, amount, event_time, src_topic, src_partition, src_offset FROM order_details ORDER BY id LIMIT 1`); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code = e.cli(nil, "verify")
+	if code != 4 || !strings.Contains(stdout, fmt.Sprintf("%d rows for %d good records, 1 duplicated", good+1, good)) {
+		t.Fatalf("verify with a duplicated detail row: exit %d, want 4\n%s%s", code, stdout, stderr)
+	}
+}
+
+// verify while relay commits a checkpoint every 200ms under a steady stream: its snapshot is always
+// of one commit, so it never reports a difference that is only a commit in flight.
+func TestOpsVerifyWhileRunning(t *testing.T) {
+	e := newEnv(t, 2)
+	p := e.start()
+	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, p.log, "recovered")) > 0 }, "relay running")
+	totals := loadgen.NewTotals()
+	produced := make(chan error, 1)
+	go func() {
+		produced <- e.produceAborting(context.Background(), totals, loadgen.Options{Orders: 6000, Rate: 1500, Batch: 50, AbortRate: 0.1,
+			BadRate: 0.01, SKUs: 30, Windows: 2, Seed: 31})
+	}()
+	waitFor(t, 30*time.Second, func() bool { return len(e.ledgerRows()) > 0 }, "a first checkpoint")
+	for i := 0; ; i++ {
+		stdout, stderr, code := e.cli(nil, "verify")
+		if code != 0 || !strings.Contains(stdout, "no differences") {
+			t.Fatalf("verify #%d while relay runs: exit %d\n%s%s", i, code, stdout, stderr)
+		}
+		select {
+		case err := <-produced:
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			if err := p.wait(t, 60*time.Second); err != nil {
+				t.Fatalf("relay did not stop cleanly: %v", err)
+			}
+			if i == 0 {
+				t.Fatal("the stream ended before a second verify: the test did not overlap verify with commits")
+			}
+			t.Logf("%d verifies while relay committed", i+1)
+			return
+		default:
+		}
+	}
+}
+
+// produceAborting is e.produce for streams with aborted transactions. The broker now and then
+// answers an abort with an invalid-state error that is fatal to the producer; a new producer with
+// the same transactional.id fences the old one (its open transaction is aborted), and totals
+// already hold exactly what committed, so producing again keeps them exact.
+func (e *env) produceAborting(ctx context.Context, totals *loadgen.Totals, o loadgen.Options) error {
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		if err = e.produce(ctx, totals, o); err == nil {
+			return nil
+		}
+		e.t.Logf("producing, attempt %d: %v", attempt, err)
+	}
+	return err
+}
