@@ -44,9 +44,8 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger, firstSeen m
 	if n, err := p.Ledger.ClaimManualResolves(ctx); err != nil {
 		log.Warn("counting manual resolutions failed", zap.Error(err))
 	} else {
-		for action, k := range n {
-			p.Metrics.Transactions.WithLabelValues(action, metrics.OriginManual).Add(float64(k))
-		}
+		p.Metrics.Transactions.WithLabelValues("commit", metrics.OriginManual).Add(float64(n[ledger.AuditCommit]))
+		p.Metrics.Transactions.WithLabelValues("rollback", metrics.OriginManual).Add(float64(n[ledger.AuditRollback]))
 	}
 	branches, err := JobBranches(ctx, p.Sink, p.Config.Job.Name)
 	if err != nil {
