@@ -243,6 +243,27 @@ func TestOpsTxns(t *testing.T) {
 	if err := e.db.QueryRow(`SELECT COUNT(*), SUM(forced) FROM relay_audit WHERE job = ? AND origin = 'manual'`, e.job).Scan(&n, &forced); err != nil || n != 2 || forced != 1 {
 		t.Fatalf("audit rows: %d (%d forced), %v; want 2, 1 forced", n, forced, err)
 	}
+	// The next relay counts the two manual rollbacks, done while it was stopped, once; the one
+	// after it finds nothing left to count.
+	for run, want := range []float64{2, 0} {
+		p := e.start("RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s")
+		addr := httpAddr(t, p)
+		if want > 0 {
+			waitFor(t, 30*time.Second, func() bool {
+				return scrapeMetrics(t, addr).value(t, "relay_transactions_total", "action", "rollback", "origin", "manual") == want
+			}, "the manual rollbacks to be counted")
+		} else {
+			time.Sleep(2500 * time.Millisecond) // two resolver passes
+		}
+		s := scrapeMetrics(t, addr)
+		if got := s.value(t, "relay_transactions_total", "action", "rollback", "origin", "manual"); got != want {
+			t.Fatalf("run %d: manual rollbacks counted %v, want %v", run, got, want)
+		}
+		if got := s.value(t, "relay_transactions_total", "action", "commit", "origin", "manual"); got != 0 {
+			t.Fatalf("run %d: manual commits counted %v, want 0", run, got)
+		}
+		p.kill()
+	}
 }
 
 // preflight passes on the test setup and fails, with the numbers, on a session timeout shorter than
