@@ -42,7 +42,10 @@ type Consumer struct {
 // ConfigMap is the librdkafka configuration relay runs with; user properties cannot override the
 // keys exactly-once depends on (config.Validate refuses them).
 func ConfigMap(o Options) *kafka.ConfigMap {
-	cm := kafka.ConfigMap{}
+	// librdkafka waits fetch.queue.backoff.ms (1 s by default) before fetching again once its local
+	// queue passed a threshold; a consumer that drains the queue as fast as relay does spends most
+	// of that second idle (bench: the bare consumer went from 134 k to 638 k records/s with 10 ms).
+	cm := kafka.ConfigMap{"fetch.queue.backoff.ms": 10}
 	for k, v := range o.Properties {
 		cm[k] = v
 	}

@@ -106,20 +106,7 @@ func (e *env) start(extraEnv ...string) *proc {
 		e.t.Fatal(err)
 	}
 	cmd := exec.Command(relayBin, "run")
-	cmd.Env = append(os.Environ(),
-		"RELAY_JOB_NAME="+e.job,
-		"RELAY_KAFKA_BROKERS="+e.brokers,
-		"RELAY_KAFKA_TOPICS="+e.topic,
-		"RELAY_MYSQL_DSN="+e.dsn,
-		"RELAY_SUBTASKS=2",
-		"RELAY_CHECKPOINT_INTERVAL=200ms",
-		"RELAY_CHECKPOINT_TIMEOUT=20s",
-		"RELAY_MYSQL_LOCK_WAIT_TIMEOUT=10s",
-		"RELAY_HTTP_ADDR=127.0.0.1:0",
-		"RELAY_LOG_LEVEL=info",
-	)
-	cmd.Env = append(cmd.Env, e.extra...)
-	cmd.Env = append(cmd.Env, extraEnv...)
+	cmd.Env = e.environ(append([]string{"RELAY_HTTP_ADDR=127.0.0.1:0", "RELAY_LOG_LEVEL=info"}, extraEnv...))
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
@@ -130,6 +117,23 @@ func (e *env) start(extraEnv ...string) *proc {
 		f.Close()
 	}()
 	return p
+}
+
+// environ is the environment of a relay process (run or another command) for this job: the test's
+// defaults, then the env's extras, then extraEnv (later entries win).
+func (e *env) environ(extraEnv []string) []string {
+	env := append(os.Environ(),
+		"RELAY_JOB_NAME="+e.job,
+		"RELAY_KAFKA_BROKERS="+e.brokers,
+		"RELAY_KAFKA_TOPICS="+e.topic,
+		"RELAY_MYSQL_DSN="+e.dsn,
+		"RELAY_SUBTASKS=2",
+		"RELAY_CHECKPOINT_INTERVAL=200ms",
+		"RELAY_CHECKPOINT_TIMEOUT=20s",
+		"RELAY_MYSQL_LOCK_WAIT_TIMEOUT=10s",
+	)
+	env = append(env, e.extra...)
+	return append(env, extraEnv...)
 }
 
 func (p *proc) kill() {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -27,18 +26,7 @@ func (e *env) cli(extraEnv []string, args ...string) (stdout, stderr string, cod
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, relayBin, args...)
-	cmd.Env = append(os.Environ(),
-		"RELAY_JOB_NAME="+e.job,
-		"RELAY_KAFKA_BROKERS="+e.brokers,
-		"RELAY_KAFKA_TOPICS="+e.topic,
-		"RELAY_MYSQL_DSN="+e.dsn,
-		"RELAY_SUBTASKS=2",
-		"RELAY_CHECKPOINT_INTERVAL=200ms",
-		"RELAY_CHECKPOINT_TIMEOUT=20s",
-		"RELAY_MYSQL_LOCK_WAIT_TIMEOUT=10s",
-	)
-	cmd.Env = append(cmd.Env, e.extra...)
-	cmd.Env = append(cmd.Env, extraEnv...)
+	cmd.Env = e.environ(extraEnv)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
