@@ -340,6 +340,15 @@ func (s *session) run(ctx context.Context) (err error) {
 	lagEvery := time.NewTicker(5 * time.Second)
 	defer lagEvery.Stop()
 	nextCut := time.Now().Add(cfg.Checkpoint.Interval)
+	// The barrier is checked after every event; this keeps an idle loop checking it too.
+	wake := time.NewTicker(10 * time.Millisecond)
+	defer wake.Stop()
+	batches := make(chan polled, 4)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.poll(batches)
+	}()
 	var o order.Order
 	for {
 		select {
@@ -368,7 +377,17 @@ func (s *session) run(ctx context.Context) (err error) {
 			}
 		case <-lagEvery.C:
 			s.exportLag()
-		default:
+		case <-wake.C:
+		case b := <-batches:
+			// Whole batches only: a barrier falls between two records, never inside the fold of one.
+			for _, msg := range b.msgs {
+				if err := s.fold(msg, &o); err != nil {
+					return err
+				}
+			}
+			if b.err != nil {
+				return b.err
+			}
 		}
 		if s.inflight == nil && !time.Now().Before(nextCut) {
 			if err := s.cut(); err != nil {
@@ -376,18 +395,41 @@ func (s *session) run(ctx context.Context) (err error) {
 			}
 			nextCut = time.Now().Add(cfg.Checkpoint.Interval)
 		}
-		// Poll in bursts: the select above is cheap but not free, and a burst keeps timers honest.
-		for i := 0; i < 512; i++ {
+	}
+}
+
+// polled is a batch of records in the order librdkafka delivered them, and the error that ended it.
+type polled struct {
+	msgs []*kafka.Message
+	err  error
+}
+
+// poll runs on its own goroutine so that librdkafka's Poll (a cgo call per record) and the fold
+// use two cores. It stops with the session; the session closes the consumer only after it returned.
+func (s *session) poll(out chan<- polled) {
+	for s.ctx.Err() == nil {
+		b := polled{msgs: make([]*kafka.Message, 0, 256)}
+		for len(b.msgs) < cap(b.msgs) {
 			msg, err := s.cons.Poll(20 * time.Millisecond)
 			if err != nil {
-				return err
+				b.err = err
+				break
 			}
 			if msg == nil {
 				break
 			}
-			if err := s.fold(msg, &o); err != nil {
-				return err
-			}
+			b.msgs = append(b.msgs, msg)
+		}
+		if len(b.msgs) == 0 && b.err == nil {
+			continue
+		}
+		select {
+		case out <- b:
+		case <-s.ctx.Done():
+			return
+		}
+		if b.err != nil {
+			return
 		}
 	}
 }
