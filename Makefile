@@ -31,7 +31,7 @@ test-unit:
 
 # The long crash test: hundreds of SIGKILLs of relay, and of MariaDB itself.
 crashtest:
-	RELAY_CRASH_KILLS=$${RELAY_CRASH_KILLS:-200} RELAY_CRASH_KILL_DB=1 scripts/test.sh -run 'TestRandomKills' -timeout 60m ./test/crash/
+	RELAY_CRASH_KILLS=$${RELAY_CRASH_KILLS:-200} RELAY_CRASH_KILL_DB=1 scripts/test.sh -v -run 'TestRandomKills' -timeout 60m ./test/crash/
 
 demo:
 	scripts/demo.sh
