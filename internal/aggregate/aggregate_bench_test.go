@@ -127,3 +127,81 @@ func BenchmarkTableMemory(b *testing.B) {
 		runtime.KeepAlive(rows)
 	}
 }
+
+// internedTable is a candidate layout for Table, here only to be measured against it: skus are
+// interned to dense ids, the map key is a pointer-free struct and the deltas live in one slice, so
+// an Add touches no string data but the (small, hot) sku map's and allocates nothing per new key
+// once the slice has grown.
+type internedTable struct {
+	skus map[string]uint32
+	idx  map[internedKey]uint32
+	accs []Acc
+}
+
+type internedKey struct {
+	window int64
+	sku    uint32
+}
+
+func newInternedTable() *internedTable {
+	return &internedTable{skus: map[string]uint32{}, idx: map[internedKey]uint32{}}
+}
+
+func (t *internedTable) Add(windowMS int64, sku []byte, amount int64) {
+	id, ok := t.skus[string(sku)]
+	if !ok {
+		id = uint32(len(t.skus))
+		t.skus[string(sku)] = id
+	}
+	k := internedKey{windowMS, id}
+	i, ok := t.idx[k]
+	if !ok {
+		i = uint32(len(t.accs))
+		t.accs = append(t.accs, Acc{})
+		t.idx[k] = i
+	}
+	a := &t.accs[i]
+	a.Count++
+	a.Sum.Add(amount)
+}
+
+var churnSink []byte
+
+// BenchmarkTableAddChurn is TableAdd (10k keys, warm) with the memory traffic relay's consume loop
+// has around each Add: confluent-kafka-go allocates about 360 B in 6 objects per message (see the
+// allocation profile in docs/BENCHMARKS.md), which evicts the table from cache between Adds. It
+// compares the current Table with internedTable.
+func BenchmarkTableAddChurn(b *testing.B) {
+	recs := benchRecs(1<<16, 1000, 10)
+	type adder interface{ Add(int64, []byte, int64) }
+	for _, c := range []struct {
+		name  string
+		table adder
+	}{{"Table", NewTable()}, {"interned", newInternedTable()}} {
+		for _, churn := range []bool{false, true} {
+			name := c.name + "/quiet"
+			if churn {
+				name = c.name + "/churn=360B"
+			}
+			b.Run(name, func(b *testing.B) {
+				t := c.table
+				for _, r := range recs {
+					t.Add(Window(r.ts, 60000), r.sku, r.amount)
+				}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if churn {
+						for k := 0; k < 6; k++ {
+							churnSink = make([]byte, 60)
+							churnSink[0] = byte(i)
+						}
+					}
+					r := &recs[i&(len(recs)-1)]
+					t.Add(Window(r.ts, 60000), r.sku, r.amount)
+					i++
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,124 @@
+// Command rawconsume is the baseline of relay's throughput benchmark: a bare confluent-kafka-go
+// consumer with relay's own librdkafka settings (read_committed, manual assignment, no commits),
+// reading every partition of a topic from offset 0 to its end offset and doing nothing but count.
+//
+// It prints one JSON object: records read and the time from the first record to the last.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/relay-sh/relay/internal/consumer"
+)
+
+type result struct {
+	Records      int64   `json:"records"`
+	Seconds      float64 `json:"seconds"`       // first record to last record
+	Rate         float64 `json:"rate"`          // records per second over Seconds
+	StartupSecs  float64 `json:"startup_secs"`  // process start to first record
+	ProcessSecs  float64 `json:"process_secs"`  // process start to last record
+	CPUSecs      float64 `json:"cpu_secs"`      // user+system CPU of this process
+	PayloadBytes int64   `json:"payload_bytes"` // sum of record values
+}
+
+func main() {
+	start := time.Now()
+	brokers := flag.String("brokers", "127.0.0.1:19092", "Kafka bootstrap servers")
+	topic := flag.String("topic", "", "topic to read")
+	limit := flag.Duration("timeout", 10*time.Minute, "give up after this long")
+	props := map[string]string{}
+	flag.Func("X", "extra librdkafka property key=value (repeatable; for experiments, not used by make bench)", func(s string) error {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok {
+			return fmt.Errorf("want key=value, got %q", s)
+		}
+		props[k] = v
+		return nil
+	})
+	flag.Parse()
+	if *topic == "" {
+		fmt.Fprintln(os.Stderr, "rawconsume: --topic is required")
+		os.Exit(2)
+	}
+	r, err := run(*brokers, *topic, props, start, *limit)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rawconsume:", err)
+		os.Exit(1)
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(r)
+}
+
+func run(brokers, topic string, props map[string]string, start time.Time, limit time.Duration) (result, error) {
+	var r result
+	// The very settings relay's consumer runs with (internal/consumer.ConfigMap).
+	cm := consumer.ConfigMap(consumer.Options{Brokers: brokers, GroupID: "relay-bench-raw", Properties: props})
+	c, err := kafka.NewConsumer(cm)
+	if err != nil {
+		return r, err
+	}
+	defer c.Close()
+	md, err := c.GetMetadata(&topic, false, 10000)
+	if err != nil {
+		return r, err
+	}
+	end := map[int32]int64{}
+	var tps []kafka.TopicPartition
+	for _, p := range md.Topics[topic].Partitions {
+		_, hi, err := c.QueryWatermarkOffsets(topic, p.ID, 10000)
+		if err != nil {
+			return r, err
+		}
+		if hi > 0 {
+			end[p.ID] = hi
+			tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p.ID, Offset: 0})
+		}
+	}
+	if len(tps) == 0 {
+		return r, fmt.Errorf("topic %s is empty or missing", topic)
+	}
+	if err := c.Assign(tps); err != nil {
+		return r, err
+	}
+	left := len(end)
+	deadline := time.Now().Add(limit)
+	var first, last time.Time
+	for left > 0 {
+		ev := c.Poll(20)
+		switch e := ev.(type) {
+		case *kafka.Message:
+			if e.TopicPartition.Error != nil {
+				return r, e.TopicPartition.Error
+			}
+			last = time.Now()
+			if r.Records == 0 {
+				first = last
+			}
+			r.Records++
+			r.PayloadBytes += int64(len(e.Value))
+			if int64(e.TopicPartition.Offset)+1 == end[e.TopicPartition.Partition] {
+				left--
+			}
+		case kafka.Error:
+			if e.IsFatal() {
+				return r, e
+			}
+		case nil:
+			if time.Now().After(deadline) {
+				return r, fmt.Errorf("timed out after %d records", r.Records)
+			}
+		}
+	}
+	r.Seconds = last.Sub(first).Seconds()
+	r.Rate = float64(r.Records) / r.Seconds
+	r.StartupSecs = first.Sub(start).Seconds()
+	r.ProcessSecs = last.Sub(start).Seconds()
+	r.CPUSecs = cpuSeconds()
+	return r, nil
+}

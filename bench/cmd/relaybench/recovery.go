@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/relay-sh/relay/bench/internal/kit"
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/xa"
+)
+
+// RecoveryResult is start-up time with in-doubt branches to resolve, and without (control).
+type RecoveryResult struct {
+	Branches int           `json:"branches"`
+	Decided  int           `json:"decided"` // branches whose checkpoint has a ledger row (committed by recovery)
+	Interval string        `json:"interval"`
+	Runs     []RecoveryRun `json:"runs"`
+	Median   RecoveryRun   `json:"median"`
+	Control  RecoveryRun   `json:"control"` // the same start with no in-doubt branch
+	RelayEnv string        `json:"relay_env"`
+}
+
+// RecoveryRun is one start.
+type RecoveryRun struct {
+	ToRecovered   float64 `json:"to_recovered_secs"`    // process start → log "recovered"
+	ToRunning     float64 `json:"to_running_secs"`      // process start → log "state … running" (consuming)
+	ToFirstCommit float64 `json:"to_first_commit_secs"` // process start → first checkpoint COMMITTED (ledger committed_at)
+	Committed     int     `json:"committed"`            // branches recovery committed
+	RolledBack    int     `json:"rolled_back"`
+}
+
+func runRecovery(e *kit.Env) (*RecoveryResult, error) {
+	branches := kit.EnvInt("BENCH_RECOVERY_BRANCHES", 100)
+	reps := kit.EnvInt("BENCH_REPS", 3)
+	r := &RecoveryResult{Branches: branches, Decided: branches / 2, Interval: "200ms"}
+	topic, err := e.CreateTopic("bench_rec", 4)
+	if err != nil {
+		return nil, err
+	}
+	defer e.DeleteTopic(topic)
+	if _, _, err := e.Produce(kit.LoadgenOpts{Topic: topic, Orders: 10000, SKUs: 1000, Windows: 10, Seed: 3}, "rec-loadgen.log"); err != nil {
+		return nil, err
+	}
+	var toRec, toRun, toCommit []float64
+	for rep := 0; rep <= reps; rep++ {
+		n := branches
+		if rep == 0 {
+			n = 0 // control first: same start, nothing in doubt
+		}
+		run, env, err := recoveryRun(e, topic, n, rep)
+		if err != nil {
+			return nil, fmt.Errorf("rep %d: %w", rep, err)
+		}
+		r.RelayEnv = env
+		if rep == 0 {
+			r.Control = run
+			continue
+		}
+		r.Runs = append(r.Runs, run)
+		toRec, toRun, toCommit = append(toRec, run.ToRecovered), append(toRun, run.ToRunning), append(toCommit, run.ToFirstCommit)
+	}
+	r.Median = RecoveryRun{ToRecovered: kit.Median(toRec), ToRunning: kit.Median(toRun), ToFirstCommit: kit.Median(toCommit),
+		Committed: r.Runs[0].Committed, RolledBack: r.Runs[0].RolledBack}
+	return r, nil
+}
+
+// prepareInDoubt leaves n prepared branches of job, two subtasks per checkpoint, the first half of
+// the checkpoints decided in the ledger (state COMMITTING, as after a crash between decision and
+// commit) and the rest undecided (as after a crash between prepare and decision).
+func prepareInDoubt(ctx context.Context, db *sql.DB, job, topic string, n int) (maxID int64, err error) {
+	if err := ledger.EnsureSchema(ctx, db); err != nil {
+		return 0, err
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE bench_probe (id BIGINT NOT NULL PRIMARY KEY) ENGINE=InnoDB`); err != nil {
+		return 0, err
+	}
+	led := ledger.New(db, job)
+	fence, err := ledger.Acquire(ctx, led, "relaybench")
+	if err != nil {
+		return 0, err
+	}
+	defer fence.Release()
+	const subtasks = 2
+	checkpoints := (n + subtasks - 1) / subtasks
+	offsets := ledger.Offsets{}
+	for p := int32(0); p < 4; p++ {
+		offsets.Set(topic, p, 0)
+	}
+	made := 0
+	for c := int64(1); c <= int64(checkpoints); c++ {
+		var tags []string
+		for s := 0; s < subtasks && made < n; s++ {
+			tag := config.Tag(job, c, s)
+			b, err := xa.NewBranch(ctx, db)
+			if err != nil {
+				return 0, err
+			}
+			if err := b.Start(ctx, tag); err != nil {
+				return 0, err
+			}
+			if err := b.Exec(ctx, fmt.Sprintf("INSERT INTO bench_probe (id) VALUES (%d)", made)); err != nil {
+				return 0, err
+			}
+			if err := b.Prepare(ctx); err != nil {
+				return 0, err
+			}
+			b.Close() // discards the connection: the prepared branch stays, detached, for recovery
+			tags = append(tags, tag)
+			made++
+		}
+		if c <= int64(checkpoints/2) {
+			if err := led.Decide(ctx, fence.Epoch, ledger.Checkpoint{ID: c, Tags: tags, Offsets: offsets}); err != nil {
+				return 0, err
+			}
+		}
+		maxID = c
+	}
+	// Wait until the server lists every branch as recoverable (their sessions are gone).
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		rs, err := xa.Recover(ctx, db)
+		if err != nil {
+			return 0, err
+		}
+		k := 0
+		for _, r := range rs {
+			if strings.HasPrefix(r.GTRID, job+"-") {
+				k++
+			}
+		}
+		if k == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("XA RECOVER lists %d of %d branches", k, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return maxID, nil
+}
+
+func recoveryRun(e *kit.Env, topic string, n, rep int) (RecoveryRun, string, error) {
+	var run RecoveryRun
+	job := "bench_" + kit.Suffix()
+	dsn, db, err := e.CreateDatabase(job)
+	if err != nil {
+		return run, "", err
+	}
+	defer e.DropNow(job)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	maxID, err := prepareInDoubt(ctx, db, job, topic, n)
+	if err != nil {
+		return run, "", err
+	}
+	o := kit.RelayOpts{Job: job, Topic: topic, DSN: dsn, Mode: "xa", Subtasks: 2, Interval: 200 * time.Millisecond, LogLevel: "info"}
+	p, err := e.StartRelay(o, fmt.Sprintf("recovery-%d.log", rep))
+	if err != nil {
+		return run, "", err
+	}
+	defer p.Kill()
+	var first kit.LedgerCheckpoint
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		cps, err := kit.Checkpoints(ctx, db, job, topic)
+		if err == nil {
+			for _, c := range cps {
+				if c.ID > maxID && c.Records > 0 {
+					first = c
+					break
+				}
+			}
+		}
+		if first.ID > 0 {
+			break
+		}
+		if !p.Alive() || time.Now().After(deadline) {
+			return run, "", fmt.Errorf("no checkpoint committed after recovery (log %s)", p.LogPath)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rec, err := p.WaitLog(func(l kit.LogLine) bool { return l.Msg == "recovered" }, time.Second)
+	if err != nil {
+		return run, "", err
+	}
+	running, err := p.WaitLog(kit.IsRunning, time.Second)
+	if err != nil {
+		return run, "", err
+	}
+	if err := p.Stop(time.Minute); err != nil {
+		return run, "", err
+	}
+	run = RecoveryRun{ToRecovered: rec.TS.Sub(p.Start).Seconds(), ToRunning: running.TS.Sub(p.Start).Seconds(),
+		ToFirstCommit: first.CommittedAt.Sub(p.Start).Seconds(), Committed: int(rec.Num("committed")), RolledBack: int(rec.Num("rolled_back"))}
+	if run.Committed+run.RolledBack != n {
+		return run, "", fmt.Errorf("recovery resolved %d+%d branches, want %d (log %s)", run.Committed, run.RolledBack, n, p.LogPath)
+	}
+	kit.Logf("recovery with %d in-doubt branches: recovered after %.3fs (%d committed, %d rolled back), running %.3fs, first commit %.3fs",
+		n, run.ToRecovered, run.Committed, run.RolledBack, run.ToRunning, run.ToFirstCommit)
+	return run, strings.Join(o.Vars(), " "), nil
+}

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/relay-sh/relay/bench/internal/kit"
+)
+
+// TPResult is the throughput comparison: bare consumer vs relay in three configurations.
+type TPResult struct {
+	Orders      int64              `json:"orders"`
+	Partitions  int                `json:"partitions"`
+	SKUs        int                `json:"skus"`
+	Windows     int                `json:"windows"`
+	Subtasks    int                `json:"subtasks"`
+	Interval    string             `json:"interval"`
+	ProduceSecs float64            `json:"produce_secs"`
+	Loadgen     string             `json:"loadgen_command"`
+	RelayEnv    map[string]string  `json:"relay_env"`
+	Clients     []string           `json:"clients"`
+	ClientProps map[string]string  `json:"client_props"`
+	Runs        []TPRun            `json:"runs"`
+	Summary     map[string]TPStats `json:"summary"` // by "client/kind"
+}
+
+// Client settings compared, on both sides (relay: RELAY_KAFKA_PROPERTIES, baseline: -X): relay's
+// librdkafka configuration as shipped (internal/consumer.ConfigMap, fetch.queue.backoff.ms=10), and
+// the same with librdkafka's own default of 1000 ms back, as relay ran before 45921ea: a consumer
+// with more than queued.min.messages buffered then waits up to a second before its next fetch.
+var clientProps = map[string]string{"shipped": "", "backoff-1s": "fetch.queue.backoff.ms=1000"}
+
+// clientNames describe the client settings in the report.
+var clientNames = map[string]string{
+	"shipped":    "shipped (relay's `consumer.ConfigMap`, incl. `fetch.queue.backoff.ms=10`)",
+	"backoff-1s": "`fetch.queue.backoff.ms=1000` (librdkafka's default; relay before 45921ea)",
+}
+
+// TPRun is one measured run.
+type TPRun struct {
+	Client      string             `json:"client"` // shipped | backoff-1s (librdkafka properties, both sides)
+	Kind        string             `json:"kind"`   // baseline | xa | held | xa+append
+	Rep         int                `json:"rep"`
+	Records     int64              `json:"records"`
+	Seconds     float64            `json:"seconds"`      // first record (relay: "running") to last commit (baseline: last record)
+	Rate        float64            `json:"rate"`         // records/s over Seconds
+	ProcessSecs float64            `json:"process_secs"` // process start to the same end
+	Ratio       float64            `json:"ratio"`        // Rate / the same repetition's baseline Rate
+	CPU         map[string]float64 `json:"cpu_secs"`     // CPU seconds: the measured process, kafka, mysql
+	Checkpoints int                `json:"checkpoints,omitempty"`
+	// XA only: records of the checkpoints after the first, over the time between the first and the
+	// last decision — the rate without start-up and without the last interval's wait.
+	SteadyRate float64 `json:"steady_rate,omitempty"`
+	Verified   string  `json:"verified,omitempty"`
+}
+
+// TPStats are the medians of one kind.
+type TPStats struct {
+	MedianRate     float64 `json:"median_rate"`
+	MedianRatio    float64 `json:"median_ratio"`
+	MedianSeconds  float64 `json:"median_seconds"`
+	CPUPerMillion  float64 `json:"cpu_secs_per_million"`
+	KafkaCPU       float64 `json:"kafka_cpu_secs"`
+	MySQLCPU       float64 `json:"mysql_cpu_secs"`
+	MedianProcSecs float64 `json:"median_process_secs"`
+	MedianSteady   float64 `json:"median_steady_rate,omitempty"`
+}
+
+var tpKinds = []string{"xa", "held", "xa+append"}
+
+func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
+	r := &TPResult{Orders: int64(kit.EnvInt("BENCH_ORDERS", 2000000)), Partitions: 4,
+		SKUs: kit.EnvInt("BENCH_SKUS", 1000), Windows: kit.EnvInt("BENCH_WINDOWS", 10),
+		Subtasks: kit.EnvInt("BENCH_SUBTASKS", 2), Interval: kit.EnvDuration("BENCH_TP_INTERVAL", time.Second).String(),
+		Summary: map[string]TPStats{}, RelayEnv: map[string]string{}}
+	reps := kit.EnvInt("BENCH_REPS", 3)
+	topic, err := e.CreateTopic("bench_tp", r.Partitions)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	lg := kit.LoadgenOpts{Topic: topic, Orders: int(r.Orders), SKUs: r.SKUs, Windows: r.Windows, Seed: 1}
+	r.Loadgen = "bin/relay " + strings.Join(quoteEmpty(lg.Args()), " ")
+	kit.Logf("producing %d orders into %s", r.Orders, topic)
+	end, took, err := e.Produce(lg, "tp-loadgen.log")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	r.ProduceSecs = took.Seconds()
+	if kit.Total(end) != r.Orders {
+		return nil, "", nil, fmt.Errorf("topic holds %d records, want %d", kit.Total(end), r.Orders)
+	}
+	r.Clients = strings.Split(kit.EnvString("BENCH_TP_CLIENTS", "shipped,backoff-1s"), ",")
+	r.ClientProps = map[string]string{}
+	for _, c := range r.Clients {
+		props, ok := clientProps[c]
+		if !ok {
+			return nil, "", nil, fmt.Errorf("BENCH_TP_CLIENTS: unknown client setting %q", c)
+		}
+		r.ClientProps[c] = props
+	}
+	for rep := 1; rep <= reps; rep++ {
+		for _, client := range r.Clients {
+			base, err := runBaseline(e, topic, client, rep)
+			if err != nil {
+				return nil, "", nil, err
+			}
+			r.Runs = append(r.Runs, base)
+			for _, kind := range tpKinds {
+				run, env, err := runRelayThroughput(e, r, topic, end, client, kind, rep)
+				if err != nil {
+					return nil, "", nil, fmt.Errorf("%s/%s rep %d: %w", client, kind, rep, err)
+				}
+				run.Ratio = run.Rate / base.Rate
+				r.Runs = append(r.Runs, run)
+				r.RelayEnv[client+"/"+kind] = env
+			}
+		}
+	}
+	for _, key := range r.keys() {
+		var rates, ratios, secs, cpu, kcpu, mcpu, psecs, steady []float64
+		for _, run := range r.Runs {
+			if run.Client+"/"+run.Kind != key {
+				continue
+			}
+			rates = append(rates, run.Rate)
+			if run.SteadyRate > 0 {
+				steady = append(steady, run.SteadyRate)
+			}
+			ratios = append(ratios, run.Ratio)
+			secs = append(secs, run.Seconds)
+			psecs = append(psecs, run.ProcessSecs)
+			cpu = append(cpu, run.CPU["self"]/float64(run.Records)*1e6)
+			kcpu = append(kcpu, run.CPU["kafka"])
+			mcpu = append(mcpu, run.CPU["mysql"])
+		}
+		r.Summary[key] = TPStats{MedianRate: kit.Median(rates), MedianRatio: kit.Median(ratios), MedianSeconds: kit.Median(secs),
+			CPUPerMillion: kit.Median(cpu), KafkaCPU: kit.Median(kcpu), MySQLCPU: kit.Median(mcpu), MedianProcSecs: kit.Median(psecs), MedianSteady: kit.Median(steady)}
+	}
+	return r, topic, end, nil
+}
+
+// keys lists "client/kind" in report order.
+func (r *TPResult) keys() []string {
+	var out []string
+	for _, c := range r.Clients {
+		for _, k := range append([]string{"baseline"}, tpKinds...) {
+			out = append(out, c+"/"+k)
+		}
+	}
+	return out
+}
+
+func quoteEmpty(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" {
+			a = "''"
+		}
+		out[i] = a
+	}
+	return out
+}
+
+func runBaseline(e *kit.Env, topic, client string, rep int) (TPRun, error) {
+	run := TPRun{Client: client, Kind: "baseline", Rep: rep}
+	cpu := e.StartCPU(nil)
+	args := []string{"--brokers", e.Brokers, "--topic", topic}
+	if p := clientProps[client]; p != "" {
+		for _, kv := range strings.Split(p, ",") {
+			args = append(args, "-X", kv)
+		}
+	}
+	cmd := exec.Command(filepath.Join(e.BinDir, "rawconsume"), args...)
+	out, err := cmd.Output()
+	run.CPU = cpu.Stop()
+	if err != nil {
+		return run, fmt.Errorf("rawconsume: %w", err)
+	}
+	var res struct {
+		Records     int64   `json:"records"`
+		Seconds     float64 `json:"seconds"`
+		Rate        float64 `json:"rate"`
+		ProcessSecs float64 `json:"process_secs"`
+		CPUSecs     float64 `json:"cpu_secs"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return run, fmt.Errorf("rawconsume output %q: %w", out, err)
+	}
+	run.Records, run.Seconds, run.Rate, run.ProcessSecs = res.Records, res.Seconds, res.Rate, res.ProcessSecs
+	run.CPU["self"] = res.CPUSecs
+	run.Ratio = 1
+	kit.Logf("%s/baseline rep %d: %d records in %.2fs = %.0f/s", client, rep, run.Records, run.Seconds, run.Rate)
+	return run, nil
+}
+
+func runRelayThroughput(e *kit.Env, r *TPResult, topic string, end map[int32]int64, client, kind string, rep int) (TPRun, string, error) {
+	run := TPRun{Client: client, Kind: kind, Rep: rep, Records: r.Orders}
+	job := "bench_" + kit.Suffix()
+	dsn, db, err := e.CreateDatabase(job)
+	if err != nil {
+		return run, "", err
+	}
+	interval, _ := time.ParseDuration(r.Interval)
+	o := kit.RelayOpts{Job: job, Topic: topic, DSN: dsn, Mode: "xa", Subtasks: r.Subtasks, Interval: interval, LogLevel: "info"}
+	if kind == "held" {
+		o.Mode = "held"
+	}
+	o.Detail = kind == "xa+append"
+	if p := clientProps[client]; p != "" {
+		o.Extra = append(o.Extra, "RELAY_KAFKA_PROPERTIES="+p)
+	}
+	cpu := e.StartCPU(nil)
+	p, err := e.StartRelay(o, fmt.Sprintf("tp-%s-%s-%d.log", client, strings.ReplaceAll(kind, "+", "-"), rep))
+	if err != nil {
+		return run, "", err
+	}
+	defer p.Kill()
+	doneAt, err := kit.WaitCommitted(db, job, topic, o.Mode == "held", end, 25*time.Millisecond, 10*time.Minute, p.Alive)
+	if err != nil {
+		return run, "", err
+	}
+	running, err := p.WaitLog(kit.IsRunning, 5*time.Second)
+	if err != nil {
+		return run, "", err
+	}
+	if err := p.Stop(time.Minute); err != nil {
+		return run, "", err
+	}
+	run.CPU = cpu.Stop()
+	run.CPU["self"] = p.CPU().Seconds()
+	run.Seconds = doneAt.Sub(running.TS).Seconds()
+	run.ProcessSecs = doneAt.Sub(p.Start).Seconds()
+	run.Rate = float64(run.Records) / run.Seconds
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if o.Mode == "xa" {
+		cps, err := kit.Checkpoints(ctx, db, job, topic)
+		if err != nil {
+			return run, "", err
+		}
+		run.Checkpoints = len(cps)
+		if n := len(cps); n >= 3 {
+			var recs int64
+			for _, c := range cps[1:] {
+				recs += c.Records
+			}
+			run.SteadyRate = float64(recs) / cps[n-1].DecidedAt.Sub(cps[0].DecidedAt).Seconds()
+		}
+	}
+	// Light verification: every order is counted once in the aggregate (and once in the detail table).
+	var orders, details int64
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(SUM(order_count), 0) FROM order_stats_minute`).Scan(&orders); err != nil {
+		return run, "", err
+	}
+	run.Verified = fmt.Sprintf("sum(order_count)=%d", orders)
+	if o.Detail {
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM order_details`).Scan(&details); err != nil {
+			return run, "", err
+		}
+		run.Verified += fmt.Sprintf(" details=%d", details)
+	}
+	if orders != r.Orders || (o.Detail && details != r.Orders) {
+		return run, "", fmt.Errorf("verification failed: %s, want %d", run.Verified, r.Orders)
+	}
+	kit.Logf("%s/%s rep %d: %.2fs = %.0f/s (steady %.0f/s, %d checkpoints, relay CPU %.1fs, kafka %.1fs, mysql %.1fs)", client, kind, rep,
+		run.Seconds, run.Rate, run.SteadyRate, run.Checkpoints, run.CPU["self"], run.CPU["kafka"], run.CPU["mysql"])
+	e.DropNow(job)
+	return run, strings.Join(o.Vars(), " "), nil
+}
