@@ -147,7 +147,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		Ledger: led, Fence: fence,
 		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) }})
 
-	srv, err := httpserver.Listen(cfg.HTTPAddr, m.Registry, p.Ready, log.Named("http"))
+	srv, err := httpserver.Listen(cfg.HTTPAddr, m.Registry, p.Ready, cfg.HTTPPprof, log.Named("http"))
 	if err != nil {
 		return err
 	}

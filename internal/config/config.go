@@ -36,6 +36,7 @@ type Config struct {
 	Checkpoint Checkpoint `yaml:"checkpoint"`
 	Input      Input      `yaml:"input"`
 	HTTPAddr   string     `yaml:"http_addr"`
+	HTTPPprof  bool       `yaml:"http_pprof"`
 	LogLevel   string     `yaml:"log_level"`
 	Instance   string     `yaml:"instance"`
 }

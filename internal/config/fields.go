@@ -65,6 +65,7 @@ var (
 		"input.max_event_time":          "Event times at or after this (RFC 3339) are bad input.",
 		"input.dlq_payload_bytes":       "Bytes of a bad record's payload kept in the dead-letter table.",
 		"http_addr":                     "Listen address for /metrics, /healthz and /readyz.",
+		"http_pprof":                    "Also serve Go's /debug/pprof profiles on http_addr (off by default: profiles expose internals; enable to diagnose CPU or memory).",
 		"log_level":                     "debug, info, warn or error.",
 		"instance":                      "i/M: this process is instance i of M and reads the partitions p with p mod M == i (a StatefulSet ordinal). Each instance has its own fence and runs one subtask (instances share rows, and several branches per instance could wait on each other across instances); tags stay unique across instances.",
 	}

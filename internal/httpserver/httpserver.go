@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	httppprof "net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,9 +25,17 @@ type Server struct {
 	log *zap.Logger
 }
 
-// Listen binds addr (":0" picks a free port; Addr tells which).
-func Listen(addr string, reg *prometheus.Registry, ready func() (bool, string), log *zap.Logger) (*Server, error) {
+// Listen binds addr (":0" picks a free port; Addr tells which). With pprof, Go's profiling
+// handlers are served under /debug/pprof/ too.
+func Listen(addr string, reg *prometheus.Registry, ready func() (bool, string), pprof bool, log *zap.Logger) (*Server, error) {
 	mux := http.NewServeMux()
+	if pprof {
+		mux.HandleFunc("/debug/pprof/", httppprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", httppprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
