@@ -6,6 +6,7 @@
 package aggregate
 
 import (
+	"cmp"
 	"encoding/binary"
 	"hash/fnv"
 	"slices"
@@ -60,15 +61,25 @@ func appendKey(dst []byte, windowMS int64, sku []byte) []byte {
 
 // Rows returns the deltas sorted by primary key.
 func (t *Table) Rows() []Row {
-	keys := make([]string, 0, len(t.m))
-	for k := range t.m {
-		keys = append(keys, k)
+	rows := make([]Row, 0, len(t.m))
+	for k, a := range t.m {
+		rows = append(rows, Row{WindowMS: int64(binary.BigEndian.Uint64([]byte(k[:8]))), SKU: k[8:], Acc: *a})
 	}
-	slices.SortFunc(keys, strings.Compare)
-	rows := make([]Row, len(keys))
-	for i, k := range keys {
-		rows[i] = Row{WindowMS: int64(binary.BigEndian.Uint64([]byte(k[:8]))), SKU: k[8:], Acc: *t.m[k]}
-	}
+	// Windows are after 1970, so numeric order is the big-endian byte order of the key.
+	slices.SortFunc(rows, func(a, b Row) int {
+		if c := cmp.Compare(a.WindowMS, b.WindowMS); c != 0 {
+			return c
+		}
+		return strings.Compare(a.SKU, b.SKU)
+	})
+	return rows
+}
+
+// Drain is Rows that also empties the table, so its map can be freed while the rows are written:
+// at a flush of a million keys, map and rows would otherwise be live together.
+func (t *Table) Drain() []Row {
+	rows := t.Rows()
+	t.m = make(map[string]*Acc)
 	return rows
 }
 

@@ -22,9 +22,9 @@ func TestTableRowsSortedAndExact(t *testing.T) {
 	for _, r := range in {
 		tb.Add(r.w, []byte(r.sku), r.amt)
 	}
-	rows := tb.Rows()
-	if len(rows) != tb.Len() || len(rows) != 7 {
-		t.Fatalf("%d rows, table has %d keys, want 7", len(rows), tb.Len())
+	rows := tb.Drain()
+	if len(rows) != 7 || tb.Len() != 0 || len(tb.Rows()) != 0 {
+		t.Fatalf("%d rows (want 7); after Drain the table has %d keys (want 0)", len(rows), tb.Len())
 	}
 	for i := 1; i < len(rows); i++ {
 		a, b := rows[i-1], rows[i]

@@ -533,6 +533,8 @@ func (s *session) cut() error {
 		}
 		next, s.blockLast = first, last
 	}
+	// The batches own the epoch's rows now; the checkpoint keeps only its counts.
+	e.tables, e.dlq, e.details = nil, nil, nil
 	s.cur = s.p.newEpoch(next)
 	done := make(chan error, 1)
 	s.inflight = done

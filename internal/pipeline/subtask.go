@@ -220,7 +220,7 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 		return err
 	}
 	if hasRows {
-		rows := b.table.Rows()
+		rows := b.table.Drain()
 		for i := 0; i < len(rows); i += s.rows {
 			j := min(i+s.rows, len(rows))
 			s.buf = s.schema.AppendUpsert(s.buf[:0], rows[i:j])
