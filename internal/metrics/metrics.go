@@ -39,6 +39,7 @@ type Metrics struct {
 	LastCommittedID     prometheus.Gauge
 	LastCommittedTime   prometheus.Gauge
 	VisibilityLatency   prometheus.Histogram
+	EndToEndLatency     prometheus.Histogram
 	ThreadsConnected    prometheus.Gauge
 	Ready               prometheus.Gauge
 	Recoveries          prometheus.Counter
@@ -76,6 +77,9 @@ func New(job string) *Metrics {
 			"Unix time of the last committed checkpoint (or of the last idle checkpoint with nothing new)."),
 		VisibilityLatency: f.histogram("relay_visibility_latency_seconds",
 			"Per checkpoint, time from polling its oldest record to the commit that made it visible in MySQL."),
+		EndToEndLatency: f.histogramBuckets("relay_end_to_end_latency_seconds",
+			"Per checkpoint, time from the Kafka timestamp of its oldest record to the commit that made it visible: unlike relay_visibility_latency_seconds it includes the time records waited in Kafka (a backlog).",
+			prometheus.ExponentialBuckets(0.01, 2, 20)),
 		ThreadsConnected: f.gauge("relay_mysql_threads_connected",
 			"Server-side Threads_connected of the sink MySQL (all clients)."),
 		Ready: f.gauge("relay_ready",
@@ -162,6 +166,12 @@ var latencyBuckets = prometheus.ExponentialBuckets(0.005, 2, 15)
 
 func (f factory) histogram(name, help string) prometheus.Histogram {
 	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: latencyBuckets})
+	f.r.MustRegister(h)
+	return h
+}
+
+func (f factory) histogramBuckets(name, help string, buckets []float64) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
 	f.r.MustRegister(h)
 	return h
 }

@@ -201,6 +201,7 @@ type epoch struct {
 	dlqCount  int64
 	skipped   int64
 	firstPoll time.Time
+	oldestTS  time.Time // oldest Kafka timestamp folded in (zero when the records carry none)
 }
 
 func (p *Pipeline) newEpoch(id int64) *epoch {
@@ -444,6 +445,9 @@ func (s *session) fold(msg *kafka.Message, o *order.Order) error {
 		e.firstPoll = time.Now()
 	}
 	e.records++
+	if ts := msg.Timestamp; !ts.IsZero() && (e.oldestTS.IsZero() || ts.Before(e.oldestTS)) {
+		e.oldestTS = ts
+	}
 	// Held mode keeps each partition on one subtask: its offsets commit with its rows.
 	owner := int(tp.Partition) % len(s.subs)
 	reason := p.decoder.Decode(msg.Value, o)
@@ -661,6 +665,9 @@ func (s *session) committed(cp *pending, tags []string, log *zap.Logger) {
 	now := time.Now()
 	p.Metrics.PhaseDuration.WithLabelValues("total").Observe(now.Sub(cp.cutAt).Seconds())
 	p.Metrics.VisibilityLatency.Observe(now.Sub(cp.e.firstPoll).Seconds())
+	if !cp.e.oldestTS.IsZero() {
+		p.Metrics.EndToEndLatency.Observe(max(now.Sub(cp.e.oldestTS), 0).Seconds())
+	}
 	p.Metrics.Checkpoints.WithLabelValues("committed").Inc()
 	p.Metrics.LastCommittedID.Set(float64(cp.e.id))
 	p.Metrics.LastCommittedTime.Set(float64(now.UnixNano()) / 1e9)

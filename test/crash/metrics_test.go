@@ -236,6 +236,17 @@ func TestMetricsAfterCrash(t *testing.T) {
 	if age := float64(time.Now().Unix()) - last.value(t, "relay_last_committed_checkpoint_timestamp_seconds"); age < -5 || age > 30 {
 		t.Errorf("last committed checkpoint timestamp is %.0fs old while checkpoints run every 200ms", age)
 	}
+	// Every committed checkpoint observes both latencies; the end-to-end one starts at the Kafka
+	// timestamp of its oldest record, no later than that record was polled, so it is never smaller.
+	vis, e2e := last["relay_visibility_latency_seconds"], last["relay_end_to_end_latency_seconds"]
+	if vis == nil || e2e == nil || len(vis.GetMetric()) != 1 || len(e2e.GetMetric()) != 1 {
+		t.Fatal("/metrics lacks the latency histograms")
+	}
+	vh, eh := vis.GetMetric()[0].GetHistogram(), e2e.GetMetric()[0].GetHistogram()
+	if vh.GetSampleCount() == 0 || eh.GetSampleCount() != vh.GetSampleCount() || eh.GetSampleSum() < vh.GetSampleSum() {
+		t.Errorf("latency histograms: visibility %d samples sum %.3fs, end to end %d samples sum %.3fs",
+			vh.GetSampleCount(), vh.GetSampleSum(), eh.GetSampleCount(), eh.GetSampleSum())
+	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	if err := p.wait(t, 60*time.Second); err != nil {
 		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.log, 20))
