@@ -173,15 +173,11 @@ func writeResume(ctx context.Context, led *ledger.Ledger, held bool, epoch, id i
 
 // resolveTarget computes the new offset of every partition of the configured topics.
 func (e *Env) resolveTarget(ctx context.Context, target ResetTarget, old ledger.Offsets) (ledger.Offsets, error) {
-	c, err := e.consumer()
+	c, parts, err := e.partitions(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	parts, err := c.Partitions(ctx)
-	if err != nil {
-		return nil, err
-	}
 	for t, ps := range target.Explicit {
 		for p := range ps {
 			if !hasPartition(parts[t], p) {

@@ -39,6 +39,20 @@ func (e *Env) consumer() (*consumer.Consumer, error) {
 		StartOffset: "earliest", Properties: k.Properties}, e.Log.Named("consumer"))
 }
 
+// partitions opens a consumer and lists the configured topics' partitions; the caller closes it.
+func (e *Env) partitions(ctx context.Context) (*consumer.Consumer, map[string][]int32, error) {
+	c, err := e.consumer()
+	if err != nil {
+		return nil, nil, err
+	}
+	parts, err := c.Partitions(ctx)
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, parts, nil
+}
+
 // Kinds of a prepared branch, by the job its tag names.
 const (
 	KindJob      = "job"       // the configured job

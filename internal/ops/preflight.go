@@ -229,17 +229,12 @@ func jobChecks(ctx context.Context, e *Env, cs *checks) {
 }
 
 func topicCheck(ctx context.Context, e *Env, cs *checks) {
-	c, err := e.consumer()
-	if err != nil {
-		cs.add("topics", CheckFail, "%v", err)
-		return
-	}
-	defer c.Close()
-	parts, err := c.Partitions(ctx)
+	c, parts, err := e.partitions(ctx)
 	if err != nil {
 		cs.add("topics", CheckFail, "%v (brokers %s)", err, e.Config.Kafka.Brokers)
 		return
 	}
+	defer c.Close()
 	var s []string
 	for _, t := range sortedTopics(parts) {
 		s = append(s, fmt.Sprintf("%s (%d partitions)", t, len(parts[t])))

@@ -175,15 +175,11 @@ func (e *Env) lastCommit(ctx context.Context, r *StatusReport, now time.Time) (l
 
 // lags pairs every partition of the configured topics with its resume offset and high watermark.
 func (e *Env) lags(ctx context.Context, decided ledger.Offsets) ([]PartitionLag, error) {
-	c, err := e.consumer()
+	c, parts, err := e.partitions(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	parts, err := c.Partitions(ctx)
-	if err != nil {
-		return nil, err
-	}
 	out := []PartitionLag{}
 	for _, t := range sortedTopics(parts) {
 		for _, p := range parts[t] {
