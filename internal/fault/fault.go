@@ -22,6 +22,7 @@ import (
 const (
 	ErTooManyConnections = 1040
 	ErServerShutdown     = 1053
+	ErUnknownTable       = 1109 // e.g. a server without information_schema.INNODB_LOCK_WAITS
 	ErLockWaitTimeout    = 1205
 	ErLockDeadlock       = 1213
 	ErQueryInterrupted   = 1317

@@ -76,9 +76,15 @@ type pendingRec struct {
 	bad    *Bad
 }
 
-func (t *Totals) commit(recs []pendingRec) {
+// record adds a batch's orders: to the totals when committed, to the aborted count otherwise.
+func (t *Totals) record(recs []pendingRec, committed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.Produced += int64(len(recs))
+	if !committed {
+		t.Aborted += int64(len(recs))
+		return
+	}
 	for _, r := range recs {
 		if r.bad != nil {
 			t.Bad = append(t.Bad, *r.bad)
@@ -167,95 +173,42 @@ func (g *Generator) Next() ([]byte, pendingRec) {
 	return []byte(rec), pendingRec{key: Key{WindowMS: ts - ts%w, SKU: sku}, amount: units}
 }
 
+// reopens bounds how often one Run replaces a producer that failed fatally.
+const reopens = 5
+
 // Run produces o.Orders records into the topic, adding what commits to totals.
 func Run(ctx context.Context, o Options, totals *Totals) error {
-	cm := &kafka.ConfigMap{"bootstrap.servers": o.Brokers, "linger.ms": 5, "enable.idempotence": true}
-	if o.TxnID != "" {
-		_ = cm.SetKey("transactional.id", o.TxnID)
-	}
-	p, err := kafka.NewProducer(cm)
+	p, err := newProducer(ctx, o)
 	if err != nil {
 		return err
 	}
-	defer p.Close()
-	go func() {
-		for range p.Events() {
-		}
-	}()
-	if o.TxnID != "" {
-		if err := p.InitTransactions(ctx); err != nil {
-			return fmt.Errorf("init transactions: %w", err)
-		}
-	}
+	defer func() { p.Close() }()
 	g := NewGenerator(o)
 	batch := max(o.Batch, 1)
 	start := time.Now()
-	topic := o.Topic
+	reopened := 0
 	for sent := 0; sent < o.Orders; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		n := min(batch, o.Orders-sent)
-		recs := make([]pendingRec, 0, n)
-		if o.TxnID != "" {
-			if err := p.BeginTransaction(); err != nil {
-				return err
+		recs, committed, err := sendBatch(ctx, p, o, g, n)
+		var ke kafka.Error
+		if err != nil && o.TxnID != "" && errors.As(err, &ke) && ke.IsFatal() && reopened < reopens {
+			// Seen on a broker whose transaction coordinator had just loaded: EndTxn answered
+			// INVALID_TXN_STATE, which librdkafka makes fatal. The coordinator refused the
+			// transaction, and the next producer's InitTransactions (same transactional.id) aborts
+			// it for good, so its orders count as aborted.
+			reopened++
+			p.Close()
+			if p, err = newProducer(ctx, o); err != nil {
+				return fmt.Errorf("after a fatal producer error (%v): %w", ke, err)
 			}
+		} else if err != nil {
+			return err
 		}
-		for i := 0; i < n; i++ {
-			v, r := g.Next()
-			recs = append(recs, r)
-			for {
-				err := p.Produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: v}, nil)
-				if err == nil {
-					break
-				}
-				if ke, ok := err.(kafka.Error); ok && ke.Code() == kafka.ErrQueueFull {
-					p.Flush(100)
-					continue
-				}
-				return err
-			}
-		}
-		abort := o.TxnID != "" && o.AbortRate > 0 && g.rng.Float64() < o.AbortRate
-		switch {
-		case o.TxnID == "":
-			if left := p.Flush(30000); left > 0 {
-				return fmt.Errorf("%d records not delivered", left)
-			}
-			totals.commit(recs)
-		case abort:
-			// Deliver first: aborting while records are still queued can race the broker's view of
-			// the transaction's partitions and fail with INVALID_TXN_STATE (seen with Kafka 4.1).
-			p.Flush(30000)
-			if err := endTxn(ctx, p.AbortTransaction); err != nil {
-				return fmt.Errorf("abort: %w", err)
-			}
-			totals.mu.Lock()
-			totals.Aborted += int64(n)
-			totals.mu.Unlock()
-		default:
-			err := endTxn(ctx, p.CommitTransaction)
-			var ke kafka.Error
-			if errors.As(err, &ke) && ke.TxnRequiresAbort() {
-				// The broker could not commit it: abort, and count it as aborted, as it is.
-				if err := endTxn(ctx, p.AbortTransaction); err != nil {
-					return fmt.Errorf("abort after failed commit: %w", err)
-				}
-				totals.mu.Lock()
-				totals.Aborted += int64(n)
-				totals.mu.Unlock()
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("commit: %w", err)
-			}
-			totals.commit(recs)
-		}
+		totals.record(recs, committed)
 		sent += n
-		totals.mu.Lock()
-		totals.Produced += int64(n)
-		totals.mu.Unlock()
 		if o.Rate > 0 {
 			due := start.Add(time.Duration(float64(sent) / o.Rate * float64(time.Second)))
 			if d := time.Until(due); d > 0 {
@@ -268,6 +221,84 @@ func Run(ctx context.Context, o Options, totals *Totals) error {
 		}
 	}
 	return nil
+}
+
+func newProducer(ctx context.Context, o Options) (*kafka.Producer, error) {
+	cm := &kafka.ConfigMap{"bootstrap.servers": o.Brokers, "linger.ms": 5, "enable.idempotence": true}
+	if o.TxnID != "" {
+		_ = cm.SetKey("transactional.id", o.TxnID)
+	}
+	p, err := kafka.NewProducer(cm)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for range p.Events() {
+		}
+	}()
+	if o.TxnID != "" {
+		if err := p.InitTransactions(ctx); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("init transactions: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// sendBatch produces n generated orders, in one transaction when o.TxnID is set, and says whether
+// they were committed (delivered, without transactions). On error the returned records are the
+// ones generated so far, none of them committed.
+func sendBatch(ctx context.Context, p *kafka.Producer, o Options, g *Generator, n int) ([]pendingRec, bool, error) {
+	recs := make([]pendingRec, 0, n)
+	if o.TxnID != "" {
+		if err := p.BeginTransaction(); err != nil {
+			return recs, false, err
+		}
+	}
+	topic := o.Topic
+	for i := 0; i < n; i++ {
+		v, r := g.Next()
+		recs = append(recs, r)
+		for {
+			err := p.Produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: v}, nil)
+			if err == nil {
+				break
+			}
+			if ke, ok := err.(kafka.Error); ok && ke.Code() == kafka.ErrQueueFull {
+				p.Flush(100)
+				continue
+			}
+			return recs, false, err
+		}
+	}
+	if o.TxnID == "" {
+		if left := p.Flush(30000); left > 0 {
+			return recs, false, fmt.Errorf("%d records not delivered", left)
+		}
+		return recs, true, nil
+	}
+	if o.AbortRate > 0 && g.rng.Float64() < o.AbortRate {
+		// Deliver first: aborting while records are still queued can race the broker's view of
+		// the transaction's partitions and fail with INVALID_TXN_STATE (seen with Kafka 4.1).
+		p.Flush(30000)
+		if err := endTxn(ctx, p.AbortTransaction); err != nil {
+			return recs, false, fmt.Errorf("abort: %w", err)
+		}
+		return recs, false, nil
+	}
+	err := endTxn(ctx, p.CommitTransaction)
+	var ke kafka.Error
+	if errors.As(err, &ke) && ke.TxnRequiresAbort() {
+		// The broker could not commit it: abort, and count it as aborted, as it is.
+		if err := endTxn(ctx, p.AbortTransaction); err != nil {
+			return recs, false, fmt.Errorf("abort after failed commit: %w", err)
+		}
+		return recs, false, nil
+	}
+	if err != nil {
+		return recs, false, fmt.Errorf("commit: %w", err)
+	}
+	return recs, true, nil
 }
 
 // File is a totals file read back: what relay verify --expected compares MySQL against.

@@ -10,14 +10,16 @@ import (
 	"database/sql"
 	"fmt"
 
+	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
 // heldTxn is one subtask's local transaction.
 type heldTxn struct {
-	conn  *sql.Conn
-	tag   string
-	state xa.State
+	conn   *sql.Conn
+	connID int64
+	tag    string
+	state  xa.State
 }
 
 func newHeldTxn(ctx context.Context, db *sql.DB) (*heldTxn, error) {
@@ -25,9 +27,15 @@ func newHeldTxn(ctx context.Context, db *sql.DB) (*heldTxn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &heldTxn{conn: c}, nil
+	id, err := database.ConnID(ctx, c)
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("connection id: %w", err)
+	}
+	return &heldTxn{conn: c, connID: id}, nil
 }
 
+func (h *heldTxn) ConnID() int64   { return h.connID }
 func (h *heldTxn) Tag() string     { return h.tag }
 func (h *heldTxn) State() xa.State { return h.state }
 func (h *heldTxn) Conn() *sql.Conn { return h.conn }

@@ -268,7 +268,7 @@ func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
 	s.ctx, s.fail = context.WithCancelCause(context.Background())
 	for i := 0; i < p.Config.Subtasks; i++ {
 		global := p.Config.InstanceIndex()*p.Config.Subtasks + i
-		st := newSubtask(i, global, p.Config.Job.Name, p.Sink, p.schema, p.Config.MySQL.BatchRows, p.Log.Named("subtask"), p.Metrics)
+		st := newSubtask(i, global, p.Config.Job.Name, p.Sink, p.schema, p.Config.MySQL.BatchRows, p.Config.MySQL.LockWait/5, p.Log.Named("subtask"), p.Metrics)
 		if p.held {
 			st.held, st.owner = p.Ledger, p.Fence.Epoch
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/relay-sh/relay/internal/aggregate"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/crashpoint"
+	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/sink"
@@ -49,6 +50,7 @@ type prepared struct {
 type txn interface {
 	Tag() string
 	State() xa.State
+	ConnID() int64
 	Start(ctx context.Context, tag string) error
 	Exec(ctx context.Context, q string, args ...any) error
 	Prepare(ctx context.Context) error
@@ -76,14 +78,17 @@ type subtask struct {
 	buf    []byte
 	log    *zap.Logger
 	m      *metrics.Metrics
+	// lockReport: a statement still running after this long has the lock it waits for explained in
+	// the log, while the wait lasts (afterwards the server no longer says who held it).
+	lockReport time.Duration
 	// held mode only: the ledger the barrier writes offsets to, under this owner epoch.
 	held  *ledger.Ledger
 	owner int64
 }
 
-func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, rows int, log *zap.Logger, m *metrics.Metrics) *subtask {
+func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, rows int, lockReport time.Duration, log *zap.Logger, m *metrics.Metrics) *subtask {
 	return &subtask{idx: idx, global: global, job: job, db: db, schema: schema, rows: rows,
-		data: make(chan batch, 4), ctrl: make(chan decision, 1),
+		data: make(chan batch, 4), ctrl: make(chan decision, 1), lockReport: lockReport,
 		log: log.With(zap.Int("subtask", global)), m: m}
 }
 
@@ -224,7 +229,7 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 		for i := 0; i < len(rows); i += s.rows {
 			j := min(i+s.rows, len(rows))
 			s.buf = s.schema.AppendUpsert(s.buf[:0], rows[i:j])
-			if err := s.branch.Exec(ctx, string(s.buf)); err != nil {
+			if err := s.exec(ctx); err != nil {
 				return fmt.Errorf("subtask %d: %w", s.global, err)
 			}
 		}
@@ -232,18 +237,47 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 	for i := 0; i < len(b.details); i += s.rows {
 		j := min(i+s.rows, len(b.details))
 		s.buf = s.schema.AppendDetailInsert(s.buf[:0], b.details[i:j])
-		if err := s.branch.Exec(ctx, string(s.buf)); err != nil {
+		if err := s.exec(ctx); err != nil {
 			return fmt.Errorf("subtask %d: detail rows: %w", s.global, err)
 		}
 	}
 	for i := 0; i < len(b.dlq); i += s.rows {
 		j := min(i+s.rows, len(b.dlq))
 		s.buf = s.schema.AppendDLQInsert(s.buf[:0], s.job, b.epoch, b.dlq[i:j])
-		if err := s.branch.Exec(ctx, string(s.buf)); err != nil {
+		if err := s.exec(ctx); err != nil {
 			return fmt.Errorf("subtask %d: dead-letter rows: %w", s.global, err)
 		}
 	}
 	return nil
+}
+
+// exec runs the statement in s.buf inside the epoch's transaction.
+func (s *subtask) exec(ctx context.Context) error {
+	if s.lockReport <= 0 {
+		return s.branch.Exec(ctx, string(s.buf))
+	}
+	tag, conn := s.branch.Tag(), s.branch.ConnID()
+	t := time.AfterFunc(s.lockReport, func() { s.reportLockWait(ctx, tag, conn) })
+	defer t.Stop()
+	return s.branch.Exec(ctx, string(s.buf))
+}
+
+// reportLockWait logs who holds the lock the statement of tag waits for. A blocker without a
+// session is a prepared branch nobody resolved yet: its locks stay until recovery or the resolver
+// (or an operator, for another job's branch) finishes it.
+func (s *subtask) reportLockWait(ctx context.Context, tag string, conn int64) {
+	bs, err := database.Blockers(ctx, s.db, conn)
+	if err != nil {
+		s.log.Warn("statement slow; cannot read its lock waits", zap.String("tag", tag), zap.Int64("connection", conn), zap.Error(err))
+		return
+	}
+	for _, b := range bs {
+		s.log.Warn("waiting for a row lock", zap.String("tag", tag), zap.Int64("connection", conn),
+			zap.String("blocker_trx", b.TrxID), zap.Int64("blocker_connection", b.Thread),
+			zap.Bool("blocker_detached", b.Thread == 0), zap.String("blocker_state", b.State),
+			zap.Time("blocker_started", b.Started), zap.Int64("blocker_rows_locked", b.RowsLocked),
+			zap.String("blocker_query", b.Query))
+	}
 }
 
 func (s *subtask) begin(ctx context.Context, epoch int64) error {
@@ -260,6 +294,7 @@ func (s *subtask) begin(ctx context.Context, epoch int64) error {
 			return fmt.Errorf("subtask %d: connect: %w", s.global, err)
 		}
 		s.branch = b
+		s.log.Info("sink connection opened", zap.Int64("connection", b.ConnID()))
 	}
 	if err := s.branch.Start(ctx, tag); err != nil {
 		return err

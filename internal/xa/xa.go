@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
 )
 
@@ -47,9 +48,10 @@ func XID(tag string) string {
 
 // Branch is one connection and the XA transaction on it.
 type Branch struct {
-	conn  *sql.Conn
-	tag   string
-	state State
+	conn   *sql.Conn
+	connID int64
+	tag    string
+	state  State
 }
 
 // NewBranch takes a dedicated connection from db.
@@ -64,8 +66,16 @@ func NewBranch(ctx context.Context, db *sql.DB, init ...string) (*Branch, error)
 			return nil, fmt.Errorf("session setup %q: %w", q, err)
 		}
 	}
-	return &Branch{conn: c}, nil
+	id, err := database.ConnID(ctx, c)
+	if err != nil {
+		Discard(c)
+		return nil, fmt.Errorf("connection id: %w", err)
+	}
+	return &Branch{conn: c, connID: id}, nil
 }
+
+// ConnID is the server's thread id of the branch's session: what lock views and KILL name.
+func (b *Branch) ConnID() int64 { return b.connID }
 
 // Tag is the current (or last) transaction tag.
 func (b *Branch) Tag() string { return b.tag }

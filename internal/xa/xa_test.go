@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/testenv"
 )
@@ -33,14 +34,6 @@ func listedTag(t *testing.T, ctx context.Context, db *sql.DB, tag string) bool {
 	return false
 }
 
-func connID(t *testing.T, ctx context.Context, b *Branch) int64 {
-	var id int64
-	if err := b.conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 // A branch prepared on one connection survives that connection's loss (killed server-side) and is
 // then committed from another connection; while the preparing session lives, others cannot commit it.
 func TestPreparedBranchSurvivesConnectionLoss(t *testing.T) {
@@ -50,7 +43,7 @@ func TestPreparedBranchSurvivesConnectionLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := connID(t, ctx, b)
+	id := b.ConnID()
 	if err := b.Start(ctx, tag); err != nil {
 		t.Fatal(err)
 	}
@@ -169,5 +162,66 @@ func TestEmptyPreparedBranch(t *testing.T) {
 func TestXIDLiteral(t *testing.T) {
 	if got := XID("job-1-0"); got != "X'6a6f622d312d30'" {
 		t.Fatalf("XID = %s", got)
+	}
+}
+
+// The lock views name who a waiting session waits for: first the live session writing the row,
+// then, once that session prepared and vanished, a transaction with no session (thread 0). Rolling
+// the branch back releases the waiter.
+func TestBlockersNameTheHolder(t *testing.T) {
+	db, ctx := setup(t)
+	tag := "xatest-" + testenv.Suffix() + "-0"
+	a, err := NewBranch(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx, tag); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Exec(ctx, "INSERT INTO kv VALUES (1, 1)"); err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := NewBranch(ctx, db, "SET SESSION innodb_lock_wait_timeout = 60")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.conn.ExecContext(ctx, "UPDATE kv SET v = v + 1 WHERE k = 1")
+		done <- err
+	}()
+	waitBlocker := func(want int64) {
+		t.Helper()
+		var last []database.Blocker
+		for i := 0; i < 100; i++ {
+			bs, err := database.Blockers(ctx, db, waiter.ConnID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(bs) == 1 && bs[0].Thread == want {
+				return
+			}
+			last = bs
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("blockers of %d: %+v, want one held by connection %d", waiter.ConnID(), last, want)
+	}
+	waitBlocker(a.ConnID())
+	if err := a.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.Close() // discarded with the branch prepared: it outlives the session
+	waitBlocker(0)
+	if err := Resolve(ctx, db, tag, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("waiter after the rollback: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("waiter still blocked after the branch was rolled back")
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/relay-sh/relay/internal/money"
 	"github.com/relay-sh/relay/internal/pipeline"
 	"github.com/relay-sh/relay/internal/testenv"
+	"github.com/relay-sh/relay/internal/xa"
 )
 
 var relayBin string
@@ -212,6 +213,37 @@ func (e *env) branches() []pipeline.Branch {
 		e.t.Fatal(err)
 	}
 	return bs
+}
+
+// serverState describes what the server holds right now (every prepared branch, every open
+// InnoDB transaction), for the message of a failure that may be a lock left behind.
+func (e *env) serverState() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	all, err := xa.Recover(ctx, e.db)
+	fmt.Fprintf(&b, "XA RECOVER (err %v):\n", err)
+	for _, r := range all {
+		fmt.Fprintf(&b, "  %q %q\n", r.GTRID, r.BQual)
+	}
+	rows, err := e.db.QueryContext(ctx, `SELECT trx_id, trx_state, COALESCE(trx_mysql_thread_id, 0), trx_started,
+		trx_rows_locked, COALESCE(trx_query, '') FROM information_schema.INNODB_TRX`)
+	if err != nil {
+		fmt.Fprintf(&b, "INNODB_TRX: %v\n", err)
+		return b.String()
+	}
+	defer rows.Close()
+	b.WriteString("INNODB_TRX (id, state, thread, started, rows locked, query):\n")
+	for rows.Next() {
+		var id, state, started, query string
+		var thread, locked int64
+		if err := rows.Scan(&id, &state, &thread, &started, &locked, &query); err != nil {
+			fmt.Fprintf(&b, "  %v\n", err)
+			break
+		}
+		fmt.Fprintf(&b, "  %s %s %d %s %d %.200q\n", id, state, thread, started, locked, query)
+	}
+	return b.String()
 }
 
 // ledgerRows returns checkpoint id → state.

@@ -75,12 +75,12 @@ func randomKills(t *testing.T, kills int, extra ...string) {
 			for e.maxCheckpoint() <= lastMax && time.Now().Before(deadline) {
 				select {
 				case err := <-p.done:
-					t.Fatalf("run %d exited by itself: %v\n%s", k, err, tail(p.log, 30))
+					t.Fatalf("run %d exited by itself: %v\n%s\n%s", k, err, tail(p.log, 30), e.serverState())
 				case <-time.After(50 * time.Millisecond):
 				}
 			}
 			if e.maxCheckpoint() <= lastMax {
-				t.Fatalf("run %d committed nothing in 60s\n%s", k, tail(p.log, 30))
+				t.Fatalf("run %d committed nothing in 60s\n%s\n%s", k, tail(p.log, 30), e.serverState())
 			}
 		}
 		time.Sleep(time.Duration(300+rng.IntN(2200)) * time.Millisecond)
@@ -91,7 +91,7 @@ func randomKills(t *testing.T, kills int, extra ...string) {
 		case err := <-p.done:
 			// A run may end by itself only at its crash point, or because MariaDB was killed under it.
 			if !killDB && !(len(arm) > 0 && killedBySIGKILL(err)) {
-				t.Fatalf("run %d exited by itself: %v\n%s", k, err, tail(p.log, 30))
+				t.Fatalf("run %d exited by itself: %v\n%s\n%s", k, err, tail(p.log, 30), e.serverState())
 			}
 		default:
 			p.kill()

@@ -45,7 +45,11 @@ func TestResolverFinishesAttachedBranch(t *testing.T) {
 		t.Fatalf("branches %v, want only %s", got, tag)
 	}
 	zombie.Close() // the session ends; the prepared branch stays, now resolvable
-	waitFor(t, 30*time.Second, func() bool { return len(e.branches()) == 0 }, "the resolver to roll the branch back")
+	// The log line follows the XA ROLLBACK, so wait for it, not for the branch to vanish.
+	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, p.log, "in-doubt branch resolved")) > 0 }, "the resolver to roll the branch back")
+	if got := e.branches(); len(got) != 0 {
+		t.Fatalf("branches %v left after the resolver's rollback", got)
+	}
 	resolved := logEvents(t, p.log, "in-doubt branch resolved")
 	if len(resolved) != 1 || resolved[0]["tag"] != tag || resolved[0]["action"] != "rollback" || resolved[0]["origin"] != "resolver" {
 		t.Fatalf("resolutions %v, want one rollback of %s by the resolver", resolved, tag)

@@ -125,6 +125,8 @@ func TestSurvivorResolvesBlockingBranch(t *testing.T) {
 	if ev := logEvents(t, survivor.log, "resolving a stopped instance's branches"); len(ev) != 1 || ev[0]["instance"] != e.job+"/0" {
 		t.Fatalf("survivor log: %v, want one take-over of %s/0", ev, e.job)
 	}
+	// Each resolution is logged just after its XA COMMIT returns: wait for the lines too.
+	waitFor(t, 10*time.Second, func() bool { return len(logEvents(t, survivor.log, "in-doubt branch resolved")) >= len(blocking) }, "one resolution logged per branch")
 	for _, ev := range logEvents(t, survivor.log, "in-doubt branch resolved") {
 		if ev["action"] != "commit" || ev["origin"] != "resolver" {
 			t.Fatalf("resolution %v, want a commit by the resolver (the branches were decided)", ev)
