@@ -15,6 +15,7 @@ import (
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/gctuner"
 	"github.com/relay-sh/relay/internal/httpserver"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
@@ -87,7 +88,8 @@ func owner() string {
 func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	log.Info("starting", zap.String("job", cfg.Job.Name), zap.String("instance", cfg.Instance), zap.String("mode", string(cfg.Mode)),
 		zap.Int("subtasks", cfg.Subtasks), zap.Duration("checkpoint_interval", cfg.Checkpoint.Interval),
-		zap.String("mysql", database.Redact(cfg.MySQL.DSN)), zap.String("version", metrics.Version))
+		zap.String("mysql", database.Redact(cfg.MySQL.DSN)), zap.Int("gc_heap_floor_mib", cfg.GCFloorMiB),
+		zap.String("gogc_env", os.Getenv("GOGC")), zap.String("version", metrics.Version))
 	m := metrics.New(cfg.Job.Name)
 	sinkDB, ledgerDB, err := openDBs(cfg)
 	if err != nil {
@@ -153,6 +155,10 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	}
 
 	g := supervisor.New(context.Background())
+	g.Go("gctuner", func(gctx context.Context) error {
+		gctuner.Run(gctx, uint64(cfg.GCFloorMiB)<<20, time.Second)
+		return nil
+	})
 	g.Go("http", srv.Serve)
 	g.Go("resolver", p.ResolveLoop)
 	g.Go("watch", func(gctx context.Context) error { return watch(gctx, sinkDB, m, p) })

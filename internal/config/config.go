@@ -39,6 +39,7 @@ type Config struct {
 	HTTPPprof  bool       `yaml:"http_pprof"`
 	LogLevel   string     `yaml:"log_level"`
 	Instance   string     `yaml:"instance"`
+	GCFloorMiB int        `yaml:"gc_heap_floor_mib"`
 }
 
 // Job names the pipeline.
@@ -73,6 +74,7 @@ type MySQL struct {
 type Checkpoint struct {
 	Interval          time.Duration `yaml:"interval"`
 	MinPause          time.Duration `yaml:"min_pause"`
+	IdleAfter         time.Duration `yaml:"idle_after"`
 	Timeout           time.Duration `yaml:"timeout"`
 	TolerableFailures int           `yaml:"tolerable_failures"`
 	RestartAllowance  time.Duration `yaml:"restart_allowance"`
@@ -116,6 +118,7 @@ func Default() Config {
 		Checkpoint: Checkpoint{
 			Interval:          time.Second,
 			MinPause:          0,
+			IdleAfter:         100 * time.Millisecond,
 			Timeout:           time.Minute,
 			TolerableFailures: 3,
 			RestartAllowance:  2 * time.Minute,
@@ -136,9 +139,10 @@ func Default() Config {
 			MaxEventTime:    time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC),
 			DLQPayloadBytes: 4096,
 		},
-		HTTPAddr: ":8080",
-		LogLevel: "info",
-		Instance: "0/1",
+		HTTPAddr:   ":8080",
+		LogLevel:   "info",
+		GCFloorMiB: 128,
+		Instance:   "0/1",
 	}
 }
 
@@ -253,6 +257,9 @@ func (c *Config) Validate() error {
 	if cp.MinPause < 0 || cp.MinPause > cp.Interval {
 		return bad("checkpoint.min_pause", "%s must be between 0 and checkpoint.interval (%s)", cp.MinPause, cp.Interval)
 	}
+	if cp.IdleAfter != 0 && (cp.IdleAfter < time.Millisecond || cp.IdleAfter > cp.Interval) {
+		return bad("checkpoint.idle_after", "%s must be 0 (off) or between 1ms and checkpoint.interval (%s)", cp.IdleAfter, cp.Interval)
+	}
 	if cp.Timeout < 100*time.Millisecond {
 		return bad("checkpoint.timeout", "%s is below 100ms", cp.Timeout)
 	}
@@ -308,6 +315,9 @@ func (c *Config) Validate() error {
 	}
 	if in.MaxEventTime.After(hi) {
 		return bad("input.max_event_time", "%s is past what DATETIME holds (%s)", in.MaxEventTime, hi)
+	}
+	if c.GCFloorMiB < 0 || c.GCFloorMiB > 1<<16 {
+		return bad("gc_heap_floor_mib", "%d is outside 0..65536", c.GCFloorMiB)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

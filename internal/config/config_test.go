@@ -57,6 +57,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"instance", func(c *Config) { c.Instance = "3/3" }, "not i/M"},
 		{"checkpoint.interval", func(c *Config) { c.Checkpoint.Interval = time.Millisecond }, "below"},
 		{"checkpoint.min_pause", func(c *Config) { c.Checkpoint.MinPause = time.Hour }, "between"},
+		{"checkpoint.idle_after", func(c *Config) { c.Checkpoint.IdleAfter = time.Hour }, "between"},
 		{"checkpoint.timeout", func(c *Config) { c.Checkpoint.Timeout = time.Millisecond }, "below"},
 		{"checkpoint.tolerable_failures", func(c *Config) { c.Checkpoint.TolerableFailures = -1 }, "negative"},
 		{"mysql.session_timeout", func(c *Config) { c.MySQL.SessionTimeout = time.Minute }, "short by"},

@@ -47,6 +47,7 @@ var (
 		"subtasks":                      "Number of sink writers, each with its own MySQL connection and transaction per checkpoint.",
 		"checkpoint.interval":           "Time between checkpoints (Go duration). Data becomes visible in MySQL at checkpoints.",
 		"checkpoint.min_pause":          "Minimum pause between the end of one checkpoint and the start of the next.",
+		"checkpoint.idle_after":         "Also cut a checkpoint once no record has arrived for this long (still honouring min_pause), so when traffic pauses what was read becomes visible without waiting out the interval; 0 turns it off.",
 		"checkpoint.timeout":            "A checkpoint not committed within this time fails and is rolled back.",
 		"checkpoint.tolerable_failures": "Consecutive failed checkpoints tolerated before relay exits non-zero.",
 		"checkpoint.restart_allowance":  "How long a restart may take; part of the session-timeout rule.",
@@ -66,6 +67,7 @@ var (
 		"input.dlq_payload_bytes":       "Bytes of a bad record's payload kept in the dead-letter table.",
 		"http_addr":                     "Listen address for /metrics, /healthz and /readyz.",
 		"http_pprof":                    "Also serve Go's /debug/pprof profiles on http_addr (off by default: profiles expose internals; enable to diagnose CPU or memory).",
+		"gc_heap_floor_mib":             "Go heap size (MiB) below which relay does not collect garbage: the Kafka client makes a few hundred bytes of garbage per record, and with a small heap the collector would run many times a second. Above the floor Go's default applies. 0 turns this off; a GOGC environment variable also does.",
 		"log_level":                     "debug, info, warn or error.",
 		"instance":                      "i/M: this process is instance i of M and reads the partitions p with p mod M == i (a StatefulSet ordinal). Each instance has its own fence and runs one subtask (instances share rows, and several branches per instance could wait on each other across instances); tags stay unique across instances.",
 	}

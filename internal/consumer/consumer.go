@@ -241,6 +241,16 @@ func (c *Consumer) HighWatermark(t string, p int32) (int64, bool) {
 	return hi, true
 }
 
+// Position is the client's next offset for a partition: past the last record delivered, and past
+// the transaction markers and aborted records after it, which read_committed never delivers.
+func (c *Consumer) Position(t string, p int32) (int64, bool) {
+	tps, err := c.c.Position([]kafka.TopicPartition{{Topic: &t, Partition: p}})
+	if err != nil || len(tps) != 1 || tps[0].Offset < 0 {
+		return 0, false
+	}
+	return int64(tps[0].Offset), true
+}
+
 func timeoutMS(ctx context.Context, def time.Duration) int {
 	if dl, ok := ctx.Deadline(); ok {
 		if d := time.Until(dl); d < def {

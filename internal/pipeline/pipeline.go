@@ -228,6 +228,7 @@ type session struct {
 	cur          *epoch
 	inflight     chan error // result of the checkpoint in flight; nil when none
 	lastEnd      time.Time
+	lastRecord   time.Time // when the last batch of records arrived
 	committedAny atomic.Bool
 	blockLast    int64 // last checkpoint id of the block reserved for this session
 }
@@ -380,6 +381,7 @@ func (s *session) run(ctx context.Context) (err error) {
 			s.exportLag()
 		case <-wake.C:
 		case b := <-batches:
+			s.lastRecord = time.Now()
 			// Whole batches only: a barrier falls between two records, never inside the fold of one.
 			for _, msg := range b.msgs {
 				if err := s.fold(msg, &o); err != nil {
@@ -390,13 +392,22 @@ func (s *session) run(ctx context.Context) (err error) {
 				return b.err
 			}
 		}
-		if s.inflight == nil && !time.Now().Before(nextCut) {
+		if s.inflight == nil && (!time.Now().Before(nextCut) || s.idle()) {
 			if err := s.cut(); err != nil {
 				return err
 			}
 			nextCut = time.Now().Add(cfg.Checkpoint.Interval)
 		}
 	}
+}
+
+// idle says the input paused with records read since the last cut: they need not wait for the
+// interval. The minimum pause still holds.
+func (s *session) idle() bool {
+	cp := s.p.Config.Checkpoint
+	now := time.Now()
+	return cp.IdleAfter > 0 && !s.cur.empty() && now.Sub(s.lastRecord) >= cp.IdleAfter &&
+		!now.Before(s.lastEnd.Add(cp.MinPause))
 }
 
 // polled is a batch of records in the order librdkafka delivered them, and the error that ended it.
@@ -731,9 +742,20 @@ func (s *session) drain() error {
 func (s *session) exportLag() {
 	for t, ps := range *s.decided.Load() {
 		for part, off := range ps {
-			if hi, ok := s.cons.HighWatermark(t, part); ok {
-				s.p.Metrics.ConsumerLag.WithLabelValues(t, fmt.Sprint(part)).Set(float64(max(hi-off, 0)))
+			hi, ok := s.cons.HighWatermark(t, part)
+			if !ok {
+				continue
 			}
+			// On a transactional topic the end holds markers (and maybe aborted records) that relay
+			// never receives, so a caught-up partition would show them as lag for ever. Once all it
+			// read is decided, what lies between that and the client's position is such records.
+			// (The poll goroutine may hold a few records not yet folded: lag reads low by those.)
+			if read, _ := s.positions.Get(t, part); read == off {
+				if pos, ok := s.cons.Position(t, part); ok {
+					off = max(off, pos)
+				}
+			}
+			s.p.Metrics.ConsumerLag.WithLabelValues(t, fmt.Sprint(part)).Set(float64(max(hi-off, 0)))
 		}
 	}
 }

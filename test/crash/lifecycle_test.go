@@ -119,3 +119,38 @@ func TestBadInputPolicies(t *testing.T) {
 		}
 	})
 }
+
+// When traffic pauses, what was read becomes visible after checkpoint.idle_after, not after the
+// (here 30 s) interval; with idle_after off it waits for the interval.
+func TestIdleCutCommitsWhenTrafficPauses(t *testing.T) {
+	e := newEnv(t, 2, "RELAY_CHECKPOINT_INTERVAL=30s")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	off := e.start("RELAY_CHECKPOINT_IDLE_AFTER=0")
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, off.log, "recovered")) > 0 }, "relay running")
+	totals := loadgen.NewTotals()
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 500, Batch: 100, Seed: 41}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if n := e.maxCheckpoint(); n != 0 {
+		t.Fatalf("with idle_after off, checkpoint %d committed within 3s of a 30s interval", n)
+	}
+	off.kill()
+
+	p := e.start("RELAY_CHECKPOINT_IDLE_AFTER=100ms")
+	start := time.Now()
+	waitFor(t, 10*time.Second, func() bool { return e.maxCheckpoint() > 0 }, "an idle cut well before the 30s interval")
+	t.Logf("first checkpoint %s after start", time.Since(start).Round(time.Millisecond))
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 500, Batch: 100, Seed: 42}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, good := totals.Snapshot()
+	waitFor(t, 10*time.Second, func() bool {
+		var n int64
+		_ = e.db.QueryRow(`SELECT COALESCE(SUM(order_count), 0) FROM order_stats_minute`).Scan(&n)
+		return n == good
+	}, "the second burst to become visible")
+	p.kill()
+	e.finish(totals)
+}

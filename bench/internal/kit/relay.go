@@ -53,6 +53,8 @@ func (o RelayOpts) Vars() []string {
 	if o.Detail {
 		v = append(v, "RELAY_MYSQL_DETAIL_TABLE=order_details")
 	}
+	// BENCH_RELAY_ENV: more variables for relay processes only (e.g. GOGC=400), for A/B runs.
+	v = append(v, strings.Fields(os.Getenv("BENCH_RELAY_ENV"))...)
 	return append(v, o.Extra...)
 }
 
