@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -33,12 +34,17 @@ type TPResult struct {
 // librdkafka configuration as shipped (internal/consumer.ConfigMap, fetch.queue.backoff.ms=10), and
 // the same with librdkafka's own default of 1000 ms back, as relay ran before 45921ea: a consumer
 // with more than queued.min.messages buffered then waits up to a second before its next fetch.
-var clientProps = map[string]string{"shipped": "", "backoff-1s": "fetch.queue.backoff.ms=1000"}
+var clientProps = map[string]string{"shipped": "", "backoff-1s": "fetch.queue.backoff.ms=1000", "image": ""}
+
+// clientEnv is the process environment of a client setting, on both sides: "image" runs as relay's
+// container image does (Dockerfile: GODEBUG=cgocheck=0), and the bare consumer likewise.
+var clientEnv = map[string][]string{"image": {"GODEBUG=cgocheck=0"}}
 
 // clientNames describe the client settings in the report.
 var clientNames = map[string]string{
 	"shipped":    "shipped (relay's `consumer.ConfigMap`, incl. `fetch.queue.backoff.ms=10`)",
 	"backoff-1s": "`fetch.queue.backoff.ms=1000` (librdkafka's default; relay before 45921ea)",
+	"image":      "shipped, and `GODEBUG=cgocheck=0` as in relay's container image (both sides)",
 }
 
 // TPRun is one measured run.
@@ -94,7 +100,7 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 	if kit.Total(end) != r.Orders {
 		return nil, "", nil, fmt.Errorf("topic holds %d records, want %d", kit.Total(end), r.Orders)
 	}
-	r.Clients = strings.Split(kit.EnvString("BENCH_TP_CLIENTS", "shipped,backoff-1s"), ",")
+	r.Clients = strings.Split(kit.EnvString("BENCH_TP_CLIENTS", "shipped,image"), ",")
 	r.ClientProps = map[string]string{}
 	for _, c := range r.Clients {
 		props, ok := clientProps[c]
@@ -176,6 +182,7 @@ func runBaseline(e *kit.Env, topic, client string, rep int) (TPRun, error) {
 		}
 	}
 	cmd := exec.Command(filepath.Join(e.BinDir, "rawconsume"), args...)
+	cmd.Env = append(os.Environ(), clientEnv[client]...)
 	out, err := cmd.Output()
 	run.CPU = cpu.Stop()
 	if err != nil {
@@ -214,6 +221,7 @@ func runRelayThroughput(e *kit.Env, r *TPResult, topic string, end map[int32]int
 	if p := clientProps[client]; p != "" {
 		o.Extra = append(o.Extra, "RELAY_KAFKA_PROPERTIES="+p)
 	}
+	o.Extra = append(o.Extra, clientEnv[client]...)
 	cpu := e.StartCPU(nil)
 	p, err := e.StartRelay(o, fmt.Sprintf("tp-%s-%s-%d.log", client, strings.ReplaceAll(kind, "+", "-"), rep))
 	if err != nil {
