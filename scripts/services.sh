@@ -115,6 +115,23 @@ mysql_install() {
   fi
 }
 
+# mysql_tls makes a private CA and a server certificate for 127.0.0.1/localhost (first run only), so
+# relay's verified-TLS path is tested against the real server.
+mysql_tls() {
+  local d="$MYSQL_DIR/tls"
+  [ -f "$d/server-cert.pem" ] && return
+  command -v openssl >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >&2; }
+  mkdir -p "$d"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=relay test CA" \
+    -keyout "$d/ca-key.pem" -out "$d/ca.pem" >/dev/null 2>&1
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+    -keyout "$d/server-key.pem" -out "$d/server.csr" >/dev/null 2>&1
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$d/san.ext"
+  openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca-key.pem" -CAcreateserial \
+    -days 3650 -extfile "$d/san.ext" -out "$d/server-cert.pem" >/dev/null 2>&1
+  [ -f "$d/server-cert.pem" ] || die "could not make the test TLS certificates"
+}
+
 mysql_cli() { mariadb --protocol=socket -S "$MYSQL_DIR/mysqld.sock" -uroot "$@"; }
 
 mysql_ready() { mysql_cli -e 'SELECT 1' >/dev/null 2>&1; }
@@ -125,6 +142,7 @@ mysql_up() {
   port_open "$MYSQL_PORT" && die "port $MYSQL_PORT is taken by something this script did not start; set RELAY_TEST_MYSQL_DSN or RELAY_SVC_MYSQL_PORT"
   mysql_install
   mkdir -p "$MYSQL_DIR" "$STATE"
+  mysql_tls
   # Run as production does: binary log on, ROW format, so XA PREPARE takes its logged path.
   cat >"$MYSQL_DIR/my.cnf" <<EOF
 [mariadbd]
@@ -146,6 +164,9 @@ sync-binlog=1
 character-set-server=utf8mb4
 collation-server=utf8mb4_unicode_ci
 skip-name-resolve
+ssl-ca=$MYSQL_DIR/tls/ca.pem
+ssl-cert=$MYSQL_DIR/tls/server-cert.pem
+ssl-key=$MYSQL_DIR/tls/server-key.pem
 EOF
   local fresh=0
   if [ ! -d "$MYSQL_DIR/data/mysql" ]; then
@@ -181,6 +202,12 @@ stop_pid() { # stop_pid NAME
 print_env() {
   printf 'RELAY_TEST_KAFKA=%q\n' "${RELAY_TEST_KAFKA:-127.0.0.1:$KAFKA_PORT}"
   printf 'RELAY_TEST_MYSQL_DSN=%q\n' "${RELAY_TEST_MYSQL_DSN:-relay:relay@tcp(127.0.0.1:$MYSQL_PORT)/relay}"
+  # The CA of the MariaDB started here; a server named by RELAY_TEST_MYSQL_DSN brings its own, or none.
+  if [ -z "${RELAY_TEST_MYSQL_DSN:-}" ]; then
+    printf 'RELAY_TEST_MYSQL_CA=%q\n' "$MYSQL_DIR/tls/ca.pem"
+  elif [ -n "${RELAY_TEST_MYSQL_CA:-}" ]; then
+    printf 'RELAY_TEST_MYSQL_CA=%q\n' "$RELAY_TEST_MYSQL_CA"
+  fi
 }
 
 case "${1:-}" in

@@ -9,7 +9,7 @@ if ! command -v docker-compose >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
 fi
 eval "$(scripts/services.sh up)"
-export RELAY_TEST_KAFKA RELAY_TEST_MYSQL_DSN
+export RELAY_TEST_KAFKA RELAY_TEST_MYSQL_DSN RELAY_TEST_MYSQL_CA
 # Tests that need the services fail (instead of skipping) when they are missing.
 export RELAY_TEST_REQUIRE=1
 if [ $# -eq 0 ]; then

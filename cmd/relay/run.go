@@ -66,7 +66,7 @@ func newLogger(level string) (*zap.Logger, error) {
 
 // openDBs opens the sink pool and the ledger pool (the same pool when the ledger shares the sink).
 func openDBs(cfg config.Config) (sinkDB, ledgerDB *sql.DB, err error) {
-	sess := database.Session{WaitTimeout: cfg.MySQL.SessionTimeout, LockWaitTimeout: cfg.MySQL.LockWait}
+	sess := database.Session{WaitTimeout: cfg.MySQL.SessionTimeout, LockWaitTimeout: cfg.MySQL.LockWait, TLS: cfg.MySQLTLS()}
 	if sinkDB, err = database.Open(cfg.MySQL.DSN, sess); err != nil {
 		return nil, nil, fmt.Errorf("mysql.dsn: %w", err)
 	}
@@ -156,7 +156,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 
 	g := supervisor.New(context.Background())
 	g.Go("gctuner", func(gctx context.Context) error {
-		gctuner.Run(gctx, uint64(cfg.GCFloorMiB)<<20, time.Second)
+		gctuner.Run(gctx, uint64(cfg.GCFloorMiB)<<20)
 		return nil
 	})
 	g.Go("http", srv.Serve)

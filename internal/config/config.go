@@ -8,12 +8,15 @@ package config
 import (
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/relay-sh/relay/internal/database"
 )
 
 // Mode selects the commit protocol.
@@ -25,6 +28,12 @@ const (
 	// ModeHeld commits each epoch as one ordinary transaction per subtask (DESIGN §5).
 	ModeHeld Mode = "held"
 )
+
+// MySQLTLS is the TLS of relay's MySQL connections (zero: the DSN decides).
+func (c Config) MySQLTLS() database.TLS {
+	return database.TLS{CAFile: c.MySQL.TLSCAFile, CertFile: c.MySQL.TLSCertFile,
+		KeyFile: c.MySQL.TLSKeyFile, ServerName: c.MySQL.TLSServerName}
+}
 
 // Config is everything relay run needs. Field docs are in fields.go (and docs/CONFIG.md).
 type Config struct {
@@ -68,6 +77,10 @@ type MySQL struct {
 	SessionTimeout time.Duration `yaml:"session_timeout"`
 	LockWait       time.Duration `yaml:"lock_wait_timeout"`
 	BatchRows      int           `yaml:"batch_rows"`
+	TLSCAFile      string        `yaml:"tls_ca_file"`
+	TLSCertFile    string        `yaml:"tls_cert_file"`
+	TLSKeyFile     string        `yaml:"tls_key_file"`
+	TLSServerName  string        `yaml:"tls_server_name"`
 }
 
 // Checkpoint is the coordinator's schedule.
@@ -238,6 +251,18 @@ func (c *Config) Validate() error {
 	}
 	if c.MySQL.BatchRows < 1 || c.MySQL.BatchRows > 10000 {
 		return bad("mysql.batch_rows", "%d is outside 1..10000", c.MySQL.BatchRows)
+	}
+	if (c.MySQL.TLSCertFile == "") != (c.MySQL.TLSKeyFile == "") {
+		return bad("mysql.tls_key_file", "mysql.tls_cert_file and mysql.tls_key_file go together")
+	}
+	for _, f := range []struct{ key, path string }{{"mysql.tls_ca_file", c.MySQL.TLSCAFile},
+		{"mysql.tls_cert_file", c.MySQL.TLSCertFile}, {"mysql.tls_key_file", c.MySQL.TLSKeyFile}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return bad(f.key, "%v", err)
+		}
 	}
 	if c.MySQL.LockWait < time.Second {
 		return bad("mysql.lock_wait_timeout", "%s is below 1s", c.MySQL.LockWait)

@@ -19,6 +19,7 @@ import (
 type Session struct {
 	WaitTimeout     time.Duration
 	LockWaitTimeout time.Duration
+	TLS             TLS // zero: whatever the DSN's tls parameter says
 }
 
 // Open returns a pool for dsn with relay's session settings applied to every connection.
@@ -39,6 +40,11 @@ func Open(dsn string, s Session) (*sql.DB, error) {
 	}
 	if s.LockWaitTimeout > 0 {
 		cfg.Params["innodb_lock_wait_timeout"] = strconv.Itoa(int(s.LockWaitTimeout.Seconds()))
+	}
+	if s.TLS.enabled() {
+		if cfg.TLS, err = s.TLS.Config(cfg.Addr); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second

@@ -3,18 +3,21 @@
 // Why: the Kafka client allocates a few hundred bytes of garbage per record, so at hundreds of
 // thousands of records per second a process with a small live heap (relay's usual state: the
 // epoch's keys and some buffers) runs the collector many times a second, and the collector's CPU is
-// taken from the poll loop. Invariant: the heap goal is max(2 x live heap, floor): below the floor
-// GOGC is raised so the goal reaches the floor; above it the Go default (GOGC=100) applies
-// unchanged, so a large epoch costs no more memory than without the tuner. A GOGC set in the
+// taken from the poll loop. Invariant: after every collection the heap goal is set to
+// max(2 x live heap, floor): below the floor GOGC is raised so the goal reaches the floor, above it
+// the Go default (GOGC=100) applies unchanged, so a large epoch costs no more memory than without
+// the tuner. Retuning after every collection (not on a timer) matters: a GOGC raised for a small
+// heap, left in place while the heap grows, would multiply a large heap. A GOGC set in the
 // environment is the operator's choice and turns the tuner off; GOMEMLIMIT still caps the heap.
 package gctuner
 
 import (
 	"context"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"time"
+	"sync"
 )
 
 // Percent is the GOGC value that puts the next heap goal at floor for a live heap of live bytes,
@@ -23,43 +26,73 @@ func Percent(live, floor uint64, max int) int {
 	if live == 0 {
 		return max
 	}
-	p := int(floor * 100 / live)
+	p := floor * 100 / live
 	if p < 100 {
 		return 100
 	}
-	if p > max {
+	if p > uint64(max) {
 		return max
 	}
-	return p
+	return int(p)
 }
 
 // maxPercent bounds GOGC when the live heap is tiny (at start-up).
 const maxPercent = 5000
 
-// Run retunes GOGC every interval until ctx ends. It returns at once, doing nothing, when floor
-// is 0 or GOGC is set in the environment.
-func Run(ctx context.Context, floor uint64, interval time.Duration) {
+// Run retunes GOGC after every collection until ctx ends, then restores the default. It returns at
+// once, doing nothing, when floor is 0 or GOGC is set in the environment.
+func Run(ctx context.Context, floor uint64) {
 	if floor == 0 || os.Getenv("GOGC") != "" {
 		return
 	}
-	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	current := 100
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	defer debug.SetGCPercent(100)
-	for {
-		metrics.Read(sample)
-		if sample[0].Value.Kind() == metrics.KindUint64 {
-			// Hysteresis: small moves of the live heap do not retune.
-			if p := Percent(sample[0].Value.Uint64(), floor, maxPercent); p*10 < current*9 || p*10 > current*11 {
-				debug.SetGCPercent(p)
-				current = p
-			}
+	t := &tuner{floor: floor, current: 100, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	t.mu.Lock()
+	t.tune()
+	t.arm()
+	t.mu.Unlock()
+	<-ctx.Done()
+	t.mu.Lock()
+	t.stopped = true
+	debug.SetGCPercent(100)
+	t.mu.Unlock()
+}
+
+type tuner struct {
+	mu      sync.Mutex // the cleanup goroutine against Run's stop
+	stopped bool
+	floor   uint64
+	current int
+	sample  []metrics.Sample
+}
+
+// sentinel is garbage whose cleanup marks the end of a collection. It has a pointer and some size
+// so that it is not merged into another allocation by the tiny allocator (which delays cleanups).
+type sentinel struct {
+	_ *int
+	_ [16]byte
+}
+
+// arm leaves a sentinel behind: the collection that frees it runs the cleanup, which retunes and
+// arms the next one. Cleanups run one at a time on the runtime's cleanup goroutine.
+func (t *tuner) arm() {
+	runtime.AddCleanup(&sentinel{}, func(t *tuner) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if !t.stopped {
+			t.tune()
+			t.arm()
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	}, t)
+}
+
+func (t *tuner) tune() {
+	metrics.Read(t.sample)
+	if t.sample[0].Value.Kind() != metrics.KindUint64 {
+		return
+	}
+	// Hysteresis: small moves of the live heap do not retune.
+	if p := Percent(t.sample[0].Value.Uint64(), t.floor, maxPercent); p*10 < t.current*9 || p*10 > t.current*11 {
+		debug.SetGCPercent(p)
+		t.current = p
 	}
 }

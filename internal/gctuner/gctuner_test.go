@@ -33,13 +33,12 @@ func TestRunRaisesAndRestores(t *testing.T) {
 	runtime.GC()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { Run(ctx, 256<<20, 10*time.Millisecond); close(done) }()
+	go func() { Run(ctx, 256<<20); close(done) }()
 	deadline := time.Now().Add(5 * time.Second)
 	var got int
 	for time.Now().Before(deadline) {
-		got = debug.SetGCPercent(100)
-		debug.SetGCPercent(got)
-		if got > 100 {
+		runtime.GC() // each collection retunes
+		if got = gcPercent(); got > 100 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -49,7 +48,44 @@ func TestRunRaisesAndRestores(t *testing.T) {
 	if got <= 100 {
 		t.Fatalf("GOGC stayed %d with a heap far below a 256 MiB floor", got)
 	}
-	if after := debug.SetGCPercent(100); after != 100 {
+	runtime.GC()
+	if after := gcPercent(); after != 100 {
 		t.Fatalf("GOGC %d after Run returned, want the default 100", after)
 	}
+}
+
+// A heap that grows past the floor brings GOGC back to the default at the next collection, so a
+// large live heap is not multiplied by a percent chosen for a small one.
+func TestGrowingHeapGetsTheDefault(t *testing.T) {
+	t.Setenv("GOGC", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { Run(ctx, 16<<20); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitPercent(t, func(p int) bool { return p > 100 }, "GOGC raised for a small heap")
+	big := make([][]byte, 0, 64)
+	for i := 0; i < 64; i++ {
+		big = append(big, make([]byte, 1<<20)) // 64 MiB live, four times the floor
+	}
+	waitPercent(t, func(p int) bool { return p == 100 }, "GOGC back to 100 with a live heap above the floor")
+	runtime.KeepAlive(big)
+}
+
+func waitPercent(t *testing.T, ok func(int) bool, what string) {
+	t.Helper()
+	var p int
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		runtime.GC()
+		if p = gcPercent(); ok(p) {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s (GOGC %d)", what, p)
+}
+
+// gcPercent reads GOGC without changing it for longer than the call.
+func gcPercent() int {
+	p := debug.SetGCPercent(100)
+	debug.SetGCPercent(p)
+	return p
 }

@@ -72,10 +72,10 @@ func rssRun(e *kit.Env, res *RSSResult, topic string, end map[int32]int64, rep i
 		return r, err
 	}
 	defer e.DropNow(job)
-	// One epoch for everything: no checkpoint before SIGTERM, no early flush.
+	// One epoch for everything: no checkpoint before SIGTERM, no early flush, no idle cut.
 	o := kit.RelayOpts{Job: job, Topic: topic, DSN: dsn, Mode: "xa", Subtasks: kit.EnvInt("BENCH_SUBTASKS", 2),
 		Interval: time.Hour, LogLevel: "info", Extra: []string{
-			"RELAY_CHECKPOINT_BUFFER_KEYS=100000000", "RELAY_CHECKPOINT_TIMEOUT=30m",
+			"RELAY_CHECKPOINT_BUFFER_KEYS=100000000", "RELAY_CHECKPOINT_TIMEOUT=30m", "RELAY_CHECKPOINT_IDLE_AFTER=0",
 			"RELAY_MYSQL_SESSION_TIMEOUT=3h", "RELAY_CHECKPOINT_READY_MAX_AGE=2h"}}
 	res.RelayEnv = strings.Join(o.Vars(), " ")
 	p, err := e.StartRelay(o, fmt.Sprintf("rss-%d.log", rep))

@@ -58,7 +58,7 @@ func run(cpuPath, allocPath string, limit time.Duration) error {
 
 	// --- as cmd/relay/run.go runJob
 	m := metrics.New(cfg.Job.Name)
-	sess := database.Session{WaitTimeout: cfg.MySQL.SessionTimeout, LockWaitTimeout: cfg.MySQL.LockWait}
+	sess := database.Session{WaitTimeout: cfg.MySQL.SessionTimeout, LockWaitTimeout: cfg.MySQL.LockWait, TLS: cfg.MySQLTLS()}
 	db, err := database.Open(cfg.MySQL.DSN, sess)
 	if err != nil {
 		return err
