@@ -91,16 +91,34 @@ func run(ctx context.Context, args []string) error {
 }
 
 // flagSet builds a command's flags with a --config flag and a usage line.
-func flagSet(name, synopsis string) (*flag.FlagSet, *string) {
+func flagSet(name, synopsis string) (*flag.FlagSet, *source) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	path := fs.String("config", "", "YAML configuration file (RELAY_* variables override it)")
+	src := &source{}
+	fs.StringVar(&src.path, "config", "", "YAML configuration file (RELAY_* variables override it)")
+	fs.StringVar(&src.instance, "instance", "", "i/M: run as instance i of M (overrides RELAY_INSTANCE and the file; e.g. a StatefulSet ordinal)")
 	fs.Usage = func() {
 		fs.SetOutput(os.Stderr)
 		fmt.Fprintf(os.Stderr, "usage: relay %s %s\n\nflags:\n", name, synopsis)
 		fs.PrintDefaults()
 	}
-	return fs, path
+	return fs, src
+}
+
+// source is where a command's configuration comes from: the file, the environment, and the flags
+// that override both.
+type source struct {
+	path     string
+	instance string
+}
+
+// load reads the configuration without validating it.
+func (s *source) load() (config.Config, error) {
+	cfg, err := config.Load(s.path, os.Environ())
+	if err == nil && s.instance != "" {
+		cfg.Instance = s.instance
+	}
+	return cfg, err
 }
 
 // parse parses flags, turning flag errors into usage errors.
@@ -115,8 +133,8 @@ func parse(fs *flag.FlagSet, args []string) error {
 }
 
 // loadConfig reads and validates the configuration.
-func loadConfig(path string) (config.Config, error) {
-	cfg, err := config.Load(path, os.Environ())
+func loadConfig(src *source) (config.Config, error) {
+	cfg, err := src.load()
 	if err != nil {
 		return cfg, err
 	}

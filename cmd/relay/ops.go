@@ -33,7 +33,7 @@ const configHelp = `Configuration is relay run's: --config FILE (YAML) and RELAY
 
 // opsFlags builds a command's flags, with help that says what it does, its flags and defaults,
 // examples and exit codes.
-func opsFlags(name, synopsis, about, examples string) (*flag.FlagSet, *string) {
+func opsFlags(name, synopsis, about, examples string) (*flag.FlagSet, *source) {
 	fs, path := flagSet(name, synopsis)
 	fs.Usage = func() {
 		fs.SetOutput(os.Stdout)
@@ -63,7 +63,7 @@ func parseWithArg(fs *flag.FlagSet, args []string) (string, error) {
 }
 
 // withEnv loads and validates the configuration, opens the databases and the ledger, and runs fn.
-func withEnv(ctx context.Context, path string, fn func(context.Context, *ops.Env) error) error {
+func withEnv(ctx context.Context, path *source, fn func(context.Context, *ops.Env) error) error {
 	cfg, err := loadConfig(path)
 	if err != nil {
 		return err

@@ -65,7 +65,7 @@ func cmdOffsetsReset(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return withEnv(ctx, *path, func(ctx context.Context, e *ops.Env) error {
+	return withEnv(ctx, path, func(ctx context.Context, e *ops.Env) error {
 		r, err := ops.ResetOffsets(ctx, e, target)
 		if err != nil {
 			return err

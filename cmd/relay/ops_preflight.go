@@ -4,10 +4,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ops"
 )
 
@@ -38,7 +36,7 @@ func cmdPreflight(ctx context.Context, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, err := config.Load(*path, os.Environ())
+	cfg, err := path.load()
 	if err != nil {
 		return err
 	}

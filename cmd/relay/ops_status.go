@@ -38,7 +38,7 @@ func cmdStatus(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return withEnv(ctx, *path, func(ctx context.Context, e *ops.Env) error {
+	return withEnv(ctx, path, func(ctx context.Context, e *ops.Env) error {
 		r, err := ops.Status(ctx, e)
 		if err != nil {
 			return err

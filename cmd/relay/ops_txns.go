@@ -77,7 +77,7 @@ func cmdTxnsList(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return withEnv(ctx, *path, func(ctx context.Context, e *ops.Env) error {
+	return withEnv(ctx, path, func(ctx context.Context, e *ops.Env) error {
 		l, err := ops.ListTxns(ctx, e)
 		if err != nil {
 			return err
@@ -105,7 +105,7 @@ func cmdTxnsResolve(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return withEnv(ctx, *path, func(ctx context.Context, e *ops.Env) error {
+	return withEnv(ctx, path, func(ctx context.Context, e *ops.Env) error {
 		r, err := ops.Resolve(ctx, e, tag, *commit, *force)
 		if err != nil {
 			return err

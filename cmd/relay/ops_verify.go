@@ -52,7 +52,7 @@ func cmdVerify(ctx context.Context, args []string) error {
 		ctx, cancel = context.WithTimeout(ctx, *timeout)
 		defer cancel()
 	}
-	return withEnv(ctx, *path, func(ctx context.Context, e *ops.Env) error {
+	return withEnv(ctx, path, func(ctx context.Context, e *ops.Env) error {
 		r, err := ops.Verify(ctx, e, o)
 		if err != nil {
 			return err

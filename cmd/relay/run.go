@@ -25,11 +25,11 @@ import (
 )
 
 func cmdRun(ctx context.Context, args []string) error {
-	fs, path := flagSet("run", "[--config FILE]")
+	fs, path := flagSet("run", "[--config FILE] [--instance i/M]")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*path)
+	cfg, err := loadConfig(path)
 	if err != nil {
 		return err
 	}

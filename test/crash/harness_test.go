@@ -99,14 +99,23 @@ type proc struct {
 	done chan error
 }
 
-func (e *env) start(extraEnv ...string) *proc {
+// start runs relay run; extra holds RELAY_* variables and, starting with "--", command-line flags.
+func (e *env) start(extra ...string) *proc {
+	var flags, extraEnv []string
+	for _, x := range extra {
+		if strings.HasPrefix(x, "--") {
+			flags = append(flags, x)
+		} else {
+			extraEnv = append(extraEnv, x)
+		}
+	}
 	logPath := filepath.Join(e.dir, fmt.Sprintf("relay-%d.log", len(e.logs)+1))
 	e.logs = append(e.logs, logPath)
 	f, err := os.Create(logPath)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	cmd := exec.Command(relayBin, "run")
+	cmd := exec.Command(relayBin, append([]string{"run"}, flags...)...)
 	cmd.Env = e.environ(append([]string{"RELAY_HTTP_ADDR=127.0.0.1:0", "RELAY_LOG_LEVEL=info"}, extraEnv...))
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {

@@ -235,6 +235,41 @@ func TestMetricsAfterCrash(t *testing.T) {
 	if got := last.value(t, "relay_records_total", "result", "dlq"); got != float64(len(bad)) {
 		t.Errorf("relay_records_total{result=dlq} = %v, want %d", got, len(bad))
 	}
+	// Bad records are counted by reason as they are read; this process read each once.
+	wantReasons := map[string]float64{}
+	for _, b := range bad {
+		wantReasons[b.Reason]++
+	}
+	for _, m := range last["relay_bad_records_total"].GetMetric() {
+		var reason string
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == "reason" {
+				reason = lp.GetValue()
+			}
+		}
+		if got := m.GetCounter().GetValue(); got != wantReasons[reason] {
+			t.Errorf("relay_bad_records_total{reason=%q} = %v, want %v (loadgen's bad records: %v)", reason, got, wantReasons[reason], wantReasons)
+		}
+		delete(wantReasons, reason)
+	}
+	if len(wantReasons) > 0 {
+		t.Errorf("relay_bad_records_total has no series for %v", wantReasons)
+	}
+	// Every committed checkpoint observed each phase once; the sink pool holds the subtasks'
+	// connections; the server counts at least those; the build is identified.
+	committedSoFar := last.value(t, "relay_checkpoints_total", "result", "committed")
+	for _, m := range last["relay_checkpoint_phase_duration_seconds"].GetMetric() {
+		if n := float64(m.GetHistogram().GetSampleCount()); n != committedSoFar {
+			t.Errorf("relay_checkpoint_phase_duration_seconds%v: %v samples, want one per committed checkpoint (%v)", m.GetLabel(), n, committedSoFar)
+		}
+	}
+	open := last.value(t, "relay_mysql_pool_connections", "pool", "sink", "state", "open")
+	if open < 2 || last.value(t, "relay_mysql_threads_connected") < open {
+		t.Errorf("sink pool %v open connections (2 subtasks), server Threads_connected %v", open, last.value(t, "relay_mysql_threads_connected"))
+	}
+	if got := last.value(t, "relay_build_info"); got != 1 {
+		t.Errorf("relay_build_info = %v, want 1", got)
+	}
 	if got := e.committedOrders(); got != good {
 		t.Errorf("MySQL holds %d orders, want %d", got, good)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/ops"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
@@ -318,6 +319,26 @@ func TestOpsHeldAppendSink(t *testing.T) {
 	stdout, stderr, code := e.cli(nil, "status")
 	if code != 0 || !strings.Contains(stdout, "mode held") || strings.Contains(stdout, "last checkpoint  none") {
 		t.Fatalf("status in held mode: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// The JSON report says the same, field by field: what the ledger holds for every partition.
+	stdout, stderr, code = e.cli(nil, "status", "--json")
+	var rep ops.StatusReport
+	if err := json.Unmarshal([]byte(stdout), &rep); code != 0 || err != nil {
+		t.Fatalf("status --json: exit %d, %v\n%s%s", code, err, stdout, stderr)
+	}
+	offs, maxID, err := ledger.New(e.db, e.job).PartitionOffsets(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Job != e.job || rep.Mode != "held" || rep.LastCheckpoint == nil || rep.LastCheckpoint.ID != maxID ||
+		len(rep.Partitions) != 2 || len(rep.Branches) != 0 || len(rep.Fences) != 1 || rep.Fences[0].Held {
+		t.Fatalf("status --json: %+v; want job %s, held mode, last checkpoint %d, 2 partitions, no branch, one free fence", rep, e.job, maxID)
+	}
+	for _, pl := range rep.Partitions {
+		want, ok := offs.Get(pl.Topic, pl.Partition)
+		if !ok || pl.Offset == nil || *pl.Offset != want || pl.Lag == nil || *pl.Lag != pl.HighWatermark-want || *pl.Lag < 0 {
+			t.Fatalf("status --json partition %+v; ledger offset %d (found %v)", pl, want, ok)
+		}
 	}
 	detail := fmt.Sprintf("append sink order_details: %d rows expected, %d found, 0 duplicated", good, good)
 	stdout, stderr, code = e.cli(nil, "verify")

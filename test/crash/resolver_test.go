@@ -44,12 +44,23 @@ func TestResolverFinishesAttachedBranch(t *testing.T) {
 	if got := e.branches(); len(got) != 1 || got[0].Tag != tag {
 		t.Fatalf("branches %v, want only %s", got, tag)
 	}
+	// The resolver sees it on every pass (each second here) and exports it with its age.
+	addr := httpAddr(t, p)
+	waitFor(t, 15*time.Second, func() bool {
+		s := scrapeMetrics(t, addr)
+		return s.value(t, "relay_xa_in_doubt_branches") == 1 && s.value(t, "relay_xa_in_doubt_oldest_age_seconds") >= 1
+	}, "relay_xa_in_doubt_branches 1 with an age of a second or more")
 	zombie.Close() // the session ends; the prepared branch stays, now resolvable
 	// The log line follows the XA ROLLBACK, so wait for it, not for the branch to vanish.
 	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, p.log, "in-doubt branch resolved")) > 0 }, "the resolver to roll the branch back")
 	if got := e.branches(); len(got) != 0 {
 		t.Fatalf("branches %v left after the resolver's rollback", got)
 	}
+	waitFor(t, 15*time.Second, func() bool {
+		s := scrapeMetrics(t, addr)
+		return s.value(t, "relay_xa_in_doubt_branches") == 0 && s.value(t, "relay_xa_in_doubt_oldest_age_seconds") == 0 &&
+			s.value(t, "relay_transactions_total", "action", "rollback", "origin", "resolver") == 1
+	}, "the in-doubt gauges back to 0 and one resolver rollback counted")
 	resolved := logEvents(t, p.log, "in-doubt branch resolved")
 	if len(resolved) != 1 || resolved[0]["tag"] != tag || resolved[0]["action"] != "rollback" || resolved[0]["origin"] != "resolver" {
 		t.Fatalf("resolutions %v, want one rollback of %s by the resolver", resolved, tag)
