@@ -14,6 +14,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,6 +129,20 @@ var badRecords = []Bad{
 	{"bad_ts", `{"order_id":"b6","sku":"SKU-1","amount":"1.00","ts":"soon"}`},
 	{"ts_range", `{"order_id":"b7","sku":"SKU-1","amount":"1.00","ts":-5}`},
 	{"sku_too_long", `{"order_id":"b8","sku":"SKU-0123456789012345678901234567890123456789012345678901234567890123","amount":"1.00","ts":1764000000000}`},
+	{"bad_sku", `{"order_id":"b9","sku":"SKU-\uD800","amount":"1.00","ts":1764000000000}`},
+	{"order_id_too_long", `{"order_id":"` + strings.Repeat("o", 129) + `","sku":"SKU-1","amount":"1.00","ts":1764000000000}`},
+	{"bad_order_id", `{"order_id":"b10-\uDC00","sku":"SKU-1","amount":"1.00","ts":1764000000000}`},
+	// Over the default 64 KiB payload limit; relay keeps only a bounded prefix in the DLQ.
+	{"too_large", `{"order_id":"b11","sku":"SKU-1","amount":"1.00","ts":1764000000000,"pad":"` + strings.Repeat("x", 70000) + `"}`},
+}
+
+// BadReasons lists the reasons of every bad-input kind the generator makes.
+func BadReasons() []string {
+	out := make([]string, len(badRecords))
+	for i, b := range badRecords {
+		out[i] = b.Reason
+	}
+	return out
 }
 
 // Generator makes the deterministic stream.
@@ -135,6 +150,7 @@ type Generator struct {
 	o   Options
 	rng *rand.Rand
 	seq int64
+	bad int // bad records made so far
 }
 
 // NewGenerator seeds a stream.
@@ -158,7 +174,9 @@ func NewGenerator(o Options) *Generator {
 func (g *Generator) Next() ([]byte, pendingRec) {
 	g.seq++
 	if g.o.BadRate > 0 && g.rng.Float64() < g.o.BadRate {
-		b := badRecords[g.rng.IntN(len(badRecords))]
+		// In turn, not at random: every kind appears once there are as many bad records as kinds.
+		b := badRecords[g.bad%len(badRecords)]
+		g.bad++
 		return []byte(b.Payload), pendingRec{bad: &b}
 	}
 	sku := "SKU-" + strconv.Itoa(g.rng.IntN(g.o.SKUs))

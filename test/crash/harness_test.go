@@ -435,6 +435,9 @@ func (e *env) checkDetails(want map[loadgen.Key]loadgen.Acc) {
 }
 
 // checkDLQ requires each bad record once: counts per reason match and no source offset repeats.
+// dlqPayloadBytes is relay's default bound on the payload copy a dead-letter row keeps.
+const dlqPayloadBytes = 4096
+
 func (e *env) checkDLQ(bad []loadgen.Bad) {
 	t := e.t
 	want := map[string]int{}
@@ -465,6 +468,34 @@ func (e *env) checkDLQ(bad []loadgen.Bad) {
 			t.Errorf("dead-letter reason %s: %d unexpected rows", r, n)
 		}
 	}
+	// Each row holds its record's payload (a bounded prefix of it) under that record's reason.
+	kinds := map[string]string{} // payload -> reason
+	for _, b := range bad {
+		kinds[b.Payload] = b.Reason
+	}
+	rows, err = e.db.Query(`SELECT reason, payload, payload_bytes, koffset FROM relay_dlq WHERE job = ?`, e.job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var reason, payload string
+		var size int
+		var off int64
+		if err := rows.Scan(&reason, &payload, &size, &off); err != nil {
+			t.Fatal(err)
+		}
+		matched := false
+		for p, r := range kinds {
+			if strings.HasPrefix(p, payload) && len(p) == size && (len(payload) == size || len(payload) == dlqPayloadBytes) {
+				matched = r == reason
+				break
+			}
+		}
+		if !matched {
+			t.Errorf("dead-letter row at offset %d: reason %s, %d of %d payload bytes %.60q: no bad record of that reason and payload", off, reason, len(payload), size, payload)
+		}
+	}
+	rows.Close()
 	var dups int
 	if err := e.db.QueryRow(`SELECT COUNT(*) FROM (SELECT 1 FROM relay_dlq WHERE job = ? GROUP BY topic, kpartition, koffset HAVING COUNT(*) > 1) d`, e.job).Scan(&dups); err != nil {
 		t.Fatal(err)

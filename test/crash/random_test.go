@@ -111,6 +111,13 @@ func randomKills(t *testing.T, kills int, extra ...string) {
 	_, bad, good := totals.Snapshot()
 	t.Logf("%d kills; %d runs advanced the ledger (last checkpoint %d); %d good orders, %d bad, %d aborted",
 		kills, progressed, lastMax, good, len(bad), totals.Aborted)
+	kinds := map[string]bool{}
+	for _, b := range bad {
+		kinds[b.Reason] = true
+	}
+	if len(kinds) != len(loadgen.BadReasons()) {
+		t.Fatalf("bad records of %d kinds reached Kafka, want all %d: %v", len(kinds), len(loadgen.BadReasons()), kinds)
+	}
 	if progressed < kills/3 {
 		t.Fatalf("only %d of %d killed runs committed anything: the kills did not hit a working relay", progressed, kills)
 	}
