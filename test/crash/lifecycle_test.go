@@ -3,10 +3,13 @@ package crash
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/testenv"
@@ -153,4 +156,40 @@ func TestIdleCutCommitsWhenTrafficPauses(t *testing.T) {
 	}, "the second burst to become visible")
 	p.kill()
 	e.finish(totals)
+}
+
+// Secrets never reach the log: not the MySQL password (relay logs its DSN at start, and the
+// driver's errors when the password is refused), not librdkafka's SASL password.
+func TestSecretsNotLogged(t *testing.T) {
+	e := newEnv(t, 1)
+	const mysqlSecret, kafkaSecret = "Pw-mysql-7f3a9c", "Pw-kafka-51be2d"
+	cfg, err := mysql.ParseDSN(e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Passwd = mysqlSecret // wrong: relay stops at its first query
+	refused := e.start("RELAY_MYSQL_DSN=" + cfg.FormatDSN())
+	if err := refused.wait(t, 90*time.Second); err == nil {
+		t.Fatalf("relay ran with a wrong MySQL password\n%s", tail(refused.log, 10))
+	}
+	ok := e.start("RELAY_KAFKA_PROPERTIES=sasl.username=relay,sasl.password=" + kafkaSecret)
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, ok.log, "recovered")) > 0 }, "relay running with SASL properties")
+	ok.kill()
+	for _, p := range []*proc{refused, ok} {
+		b, err := os.ReadFile(p.log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, secret := range []string{mysqlSecret, kafkaSecret} {
+			if strings.Contains(string(b), secret) {
+				t.Errorf("%s holds the secret %s:\n%s", p.log, secret, b)
+			}
+		}
+	}
+	if !strings.Contains(tail(refused.log, 50), "Access denied") {
+		t.Errorf("the refused run does not say why:\n%s", tail(refused.log, 10))
+	}
+	if !strings.Contains(tail(refused.log, 200), "xxxxx") {
+		t.Errorf("the refused run does not log its (redacted) DSN:\n%s", tail(refused.log, 10))
+	}
 }
