@@ -2,6 +2,7 @@ package crash
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -105,5 +106,57 @@ func checkBranches(t *testing.T, point, want string, n int) {
 	ok := map[string]bool{"none": n == 0, "some": n == 2, "one": n == 1}[want]
 	if !ok {
 		t.Fatalf("after %s: %d prepared branches of the job, want %s", point, n, want)
+	}
+}
+
+// Held mode has no branch in doubt: each subtask's COMMIT carries its rows and its partitions'
+// offsets together. A crash after the commits (the analogue of a COMMIT whose reply was lost) must
+// resume exactly at the committed offsets; a crash before a subtask's COMMIT leaves that subtask's
+// partitions without an offset row (its rows vanished with the connection) and they are read again.
+func TestHeldCrashPoints(t *testing.T) {
+	for _, tc := range []struct {
+		point string
+		// partitions with an offset row right after the crash: all of them, or fewer (the
+		// crashing subtask's are missing; the other subtask may or may not have committed first)
+		wantAll bool
+	}{
+		{point: crashpoint.AfterCommit, wantAll: true},
+		{point: crashpoint.AfterFlush, wantAll: false},
+	} {
+		t.Run(tc.point, func(t *testing.T) {
+			e := newEnv(t, 2, "RELAY_MODE=held")
+			totals := loadgen.NewTotals()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := e.produce(ctx, totals, loadgen.Options{Orders: 4000, Batch: 100, AbortRate: 0.2, BadRate: 0.01, Seed: 17}); err != nil {
+				t.Fatal(err)
+			}
+			p := e.start("RELAY_CRASH_AT=" + tc.point)
+			if err := p.wait(t, 60*time.Second); !killedBySIGKILL(err) {
+				t.Fatalf("relay was not killed at %s: %v\n%s", tc.point, err, tail(p.log, 20))
+			}
+			offs, _, err := ledger.New(e.db, e.job).PartitionOffsets(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(offs[e.topic]); (n == 2) != tc.wantAll {
+				t.Fatalf("after %s: offset rows for %d of 2 partitions (%v), want all: %v", tc.point, n, offs, tc.wantAll)
+			}
+			if err := e.produce(ctx, totals, loadgen.Options{Orders: 1000, Batch: 100, AbortRate: 0.2, Seed: 18}); err != nil {
+				t.Fatal(err)
+			}
+			e.finish(totals)
+			// The restart resumed every partition with a row exactly there.
+			rec := logEvents(t, e.logs[1], "recovered")
+			if len(rec) == 0 {
+				t.Fatalf("the restart logged no recovery\n%s", tail(e.logs[1], 20))
+			}
+			resumed, _ := rec[0]["offsets"].(map[string]any)[e.topic].(map[string]any)
+			for part, off := range offs[e.topic] {
+				if got, _ := resumed[fmt.Sprint(part)].(float64); int64(got) != off {
+					t.Fatalf("partition %d resumed at %v, the ledger committed %d", part, resumed[fmt.Sprint(part)], off)
+				}
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ package crash
 
 import (
 	"context"
+	"fmt"
 	"database/sql/driver"
 	"io"
 	"net/http"
@@ -395,4 +396,63 @@ func TestReadyzDuringRecovery(t *testing.T) {
 	if err := p.wait(t, 60*time.Second); err != nil {
 		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.log, 20))
 	}
+}
+
+// /readyz turns 503 when checkpoints stop succeeding — here a session outside relay holds a row
+// lock on the only key, the "hanging transaction" of the runbook — and 200 again once the lock is
+// released and a checkpoint commits. Meanwhile relay's log names the blocking connection.
+func TestReadyzStaleCheckpoint(t *testing.T) {
+	e := newEnv(t, 1, "RELAY_CHECKPOINT_READY_MAX_AGE=2s", "RELAY_MYSQL_LOCK_WAIT_TIMEOUT=30s", "RELAY_CHECKPOINT_TIMEOUT=40s")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p := e.start()
+	addr := httpAddr(t, p)
+	waitFor(t, 30*time.Second, func() bool { code, _ := get(t, addr, "/readyz"); return code == http.StatusOK }, "/readyz 200 on an idle job")
+
+	// One key only (one sku, one window); an outside transaction locks its row first.
+	opts := loadgen.Options{Orders: 200, Batch: 100, SKUs: 1, Windows: 1, StartTS: 1764000000000, Seed: 31}
+	holder, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback() }()
+	window := time.UnixMilli(opts.StartTS).UTC()
+	if _, err := holder.ExecContext(ctx, "INSERT INTO order_stats_minute VALUES (?, 'SKU-0', 0, 0)", window); err != nil {
+		t.Fatal(err)
+	}
+	totals := loadgen.NewTotals()
+	if err := e.produce(ctx, totals, opts); err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	waitFor(t, 20*time.Second, func() bool {
+		var code int
+		code, body = get(t, addr, "/readyz")
+		return code == http.StatusServiceUnavailable
+	}, "/readyz 503 while the checkpoint waits for the lock")
+	if !strings.Contains(body, "last successful checkpoint") {
+		t.Fatalf("/readyz says %q, want the age of the last successful checkpoint", body)
+	}
+	// While the wait lasts relay names the blocker (after a fifth of the lock wait timeout).
+	var holderConn int64
+	if err := holder.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&holderConn); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() bool {
+		for _, ev := range logEvents(t, p.log, "waiting for a row lock") {
+			if ev["blocker_connection"] == float64(holderConn) && ev["blocker_detached"] == false {
+				return true
+			}
+		}
+		return false
+	}, fmt.Sprintf("relay to log that it waits for a lock held by connection %d", holderConn))
+	if err := holder.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() bool { code, _ := get(t, addr, "/readyz"); return code == http.StatusOK }, "/readyz 200 after the lock is released")
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := p.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.log, 20))
+	}
+	e.finish(totals)
 }
