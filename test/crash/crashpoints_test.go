@@ -44,10 +44,7 @@ func TestCrashPoints(t *testing.T) {
 			if err := e.produce(ctx, totals, loadgen.Options{Orders: 4000, Batch: 100, AbortRate: 0.2, BadRate: 0.01, Seed: 7}); err != nil {
 				t.Fatal(err)
 			}
-			p := e.start("RELAY_CRASH_AT=" + tc.point)
-			if err := p.wait(t, 60*time.Second); !killedBySIGKILL(err) {
-				t.Fatalf("relay was not killed at %s: %v\n%s", tc.point, err, tail(p.log, 20))
-			}
+			e.crashAt(tc.point)
 			// Keep producing while relay is down: the restart must take old and new records alike.
 			if err := e.produce(ctx, totals, loadgen.Options{Orders: 1000, Batch: 100, AbortRate: 0.2, Seed: 8}); err != nil {
 				t.Fatal(err)
@@ -67,10 +64,7 @@ func TestCrashPoints(t *testing.T) {
 				}
 			}
 			if tc.thenCrashAt != "" {
-				p := e.start("RELAY_CRASH_AT=" + tc.thenCrashAt)
-				if err := p.wait(t, 60*time.Second); !killedBySIGKILL(err) {
-					t.Fatalf("relay was not killed at %s: %v\n%s", tc.thenCrashAt, err, tail(p.log, 20))
-				}
+				p := e.crashAt(tc.thenCrashAt)
 				resolved := logEvents(t, p.log, "in-doubt branch resolved")
 				if len(resolved) != 1 || resolved[0]["action"] != tc.wantOutcome {
 					t.Fatalf("recovery before the second crash resolved %v, want one %s", resolved, tc.wantOutcome)
@@ -131,10 +125,7 @@ func TestHeldCrashPoints(t *testing.T) {
 			if err := e.produce(ctx, totals, loadgen.Options{Orders: 4000, Batch: 100, AbortRate: 0.2, BadRate: 0.01, Seed: 17}); err != nil {
 				t.Fatal(err)
 			}
-			p := e.start("RELAY_CRASH_AT=" + tc.point)
-			if err := p.wait(t, 60*time.Second); !killedBySIGKILL(err) {
-				t.Fatalf("relay was not killed at %s: %v\n%s", tc.point, err, tail(p.log, 20))
-			}
+			e.crashAt(tc.point)
 			offs, _, err := ledger.New(e.db, e.job).PartitionOffsets(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -159,4 +150,14 @@ func TestHeldCrashPoints(t *testing.T) {
 			}
 		})
 	}
+}
+
+// crashAt runs relay with the named crash point armed and waits for it to die there.
+func (e *env) crashAt(point string, extra ...string) *proc {
+	e.t.Helper()
+	p := e.start(append([]string{"RELAY_CRASH_AT=" + point}, extra...)...)
+	if err := p.wait(e.t, 60*time.Second); !killedBySIGKILL(err) {
+		e.t.Fatalf("relay was not killed at %s: %v\n%s", point, err, tail(p.log, 20))
+	}
+	return p
 }

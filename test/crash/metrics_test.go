@@ -10,8 +10,8 @@ package crash
 
 import (
 	"context"
-	"fmt"
 	"database/sql/driver"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/xa"
@@ -152,10 +153,7 @@ func TestMetricsAfterCrash(t *testing.T) {
 	if err := e.produce(ctx, totals, loadgen.Options{Orders: 3000, Batch: 100, AbortRate: 0.2, Seed: 21}); err != nil {
 		t.Fatal(err)
 	}
-	crashed := e.start("RELAY_CRASH_AT=after-decide")
-	if err := crashed.wait(t, 60*time.Second); !killedBySIGKILL(err) {
-		t.Fatalf("relay was not killed at after-decide: %v\n%s", err, tail(crashed.log, 20))
-	}
+	e.crashAt(crashpoint.AfterDecide)
 	k := len(e.branches())
 	if k == 0 {
 		t.Fatal("no prepared branch of the job after the after-decide crash")

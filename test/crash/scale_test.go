@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/loadgen"
 )
 
@@ -120,10 +121,7 @@ func TestSurvivorResolvesBlockingBranch(t *testing.T) {
 	if err := e.produce(ctx, totals, few); err != nil {
 		t.Fatal(err)
 	}
-	dead := e.start("RELAY_INSTANCE=0/2", "RELAY_SUBTASKS=1", "RELAY_CRASH_AT=after-decide")
-	if err := dead.wait(t, 60*time.Second); !killedBySIGKILL(err) {
-		t.Fatalf("instance 0 was not killed after its decision: %v\n%s", err, tail(dead.log, 10))
-	}
+	e.crashAt(crashpoint.AfterDecide, "RELAY_INSTANCE=0/2", "RELAY_SUBTASKS=1")
 	blocking := e.branches()
 	if len(blocking) == 0 {
 		t.Fatal("instance 0 left no prepared branch")
