@@ -71,7 +71,7 @@ var (
 		"input.dlq_payload_bytes":       "Bytes of a bad record's payload kept in the dead-letter table.",
 		"http_addr":                     "Listen address for /metrics, /healthz and /readyz.",
 		"http_pprof":                    "Also serve Go's /debug/pprof profiles on http_addr (off by default: profiles expose internals; enable to diagnose CPU or memory).",
-		"gc_heap_floor_mib":             "Go heap size (MiB) below which relay does not collect garbage: the Kafka client makes a few hundred bytes of garbage per record, and with a small heap the collector would run many times a second. Above the floor Go's default applies. 0 turns this off; a GOGC environment variable also does.",
+		"gc_heap_floor_mib":             "Go heap size (MiB) below which relay does not collect garbage: the Kafka client makes a few hundred bytes of garbage per record, and with a small heap the collector would run many times a second. Above the floor Go's default applies. While the floor is in effect the Go memory limit is 3 floors (a lower GOMEMLIMIT is kept), so the raised heap goal never applies to a heap that grew past it. 0 turns this off; a GOGC environment variable also does.",
 		"log_level":                     "debug, info, warn or error.",
 		"instance":                      "i/M: this process is instance i of M and reads the partitions p with p mod M == i (a StatefulSet ordinal). Each instance has its own fence and runs one subtask (instances share rows, and several branches per instance could wait on each other across instances); tags stay unique across instances.",
 	}

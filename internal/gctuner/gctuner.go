@@ -3,12 +3,16 @@
 // Why: the Kafka client allocates a few hundred bytes of garbage per record, so at hundreds of
 // thousands of records per second a process with a small live heap (relay's usual state: the
 // epoch's keys and some buffers) runs the collector many times a second, and the collector's CPU is
-// taken from the poll loop. Invariant: after every collection the heap goal is set to
-// max(2 x live heap, floor): below the floor GOGC is raised so the goal reaches the floor, above it
-// the Go default (GOGC=100) applies unchanged, so a large epoch costs no more memory than without
-// the tuner. Retuning after every collection (not on a timer) matters: a GOGC raised for a small
-// heap, left in place while the heap grows, would multiply a large heap. A GOGC set in the
-// environment is the operator's choice and turns the tuner off; GOMEMLIMIT still caps the heap.
+// taken from the poll loop. Invariant: after every collection the heap goal is set to about
+// max(2 x live heap, live heap + floor): below the floor GOGC is raised, above it the Go default
+// (GOGC=100) applies unchanged, so a large epoch costs no more memory than without the tuner.
+// The percent is retuned after every collection, but it is applied by the runtime at the end of
+// the collection, before the tuner sees the new live heap: a GOGC raised for a small heap is
+// applied once to whatever the heap has grown to (a burst at start-up that grows the live heap
+// twentyfold between two collections would get a goal twenty floors high). So while GOGC is
+// raised a memory limit of capFloors x floor holds as well: a stale percent can make a collection
+// come early, never late. A GOGC set in the environment is the operator's choice and turns the
+// tuner off; a GOMEMLIMIT lower than the cap is kept.
 package gctuner
 
 import (
@@ -39,13 +43,18 @@ func Percent(live, floor uint64, max int) int {
 // maxPercent bounds GOGC when the live heap is tiny (at start-up).
 const maxPercent = 5000
 
+// capFloors is the memory limit, in floors, while GOGC is raised: the goal is at most twice the
+// floor then, and the rest is room for stacks and the runtime's own memory.
+const capFloors = 3
+
 // Run retunes GOGC after every collection until ctx ends, then restores the default. It returns at
 // once, doing nothing, when floor is 0 or GOGC is set in the environment.
 func Run(ctx context.Context, floor uint64) {
 	if floor == 0 || os.Getenv("GOGC") != "" {
 		return
 	}
-	t := &tuner{floor: floor, current: 100, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	t := &tuner{floor: floor, current: 100, limit: debug.SetMemoryLimit(-1),
+		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 	t.mu.Lock()
 	t.tune()
 	t.arm()
@@ -54,6 +63,7 @@ func Run(ctx context.Context, floor uint64) {
 	t.mu.Lock()
 	t.stopped = true
 	debug.SetGCPercent(100)
+	debug.SetMemoryLimit(t.limit)
 	t.mu.Unlock()
 }
 
@@ -62,6 +72,7 @@ type tuner struct {
 	stopped bool
 	floor   uint64
 	current int
+	limit   int64 // the memory limit before the tuner (GOMEMLIMIT, or none)
 	sample  []metrics.Sample
 }
 
@@ -92,7 +103,19 @@ func (t *tuner) tune() {
 	}
 	// Hysteresis: small moves of the live heap do not retune.
 	if p := Percent(t.sample[0].Value.Uint64(), t.floor, maxPercent); p*10 < t.current*9 || p*10 > t.current*11 {
-		debug.SetGCPercent(p)
+		limit := t.limit
+		if p > 100 {
+			limit = min(limit, int64(capFloors*t.floor))
+		}
+		// Lower the limit before raising the percent, and raise it after lowering: the
+		// percent is never raised without the cap in force.
+		if limit < debug.SetMemoryLimit(-1) {
+			debug.SetMemoryLimit(limit)
+			debug.SetGCPercent(p)
+		} else {
+			debug.SetGCPercent(p)
+			debug.SetMemoryLimit(limit)
+		}
 		t.current = p
 	}
 }

@@ -89,3 +89,33 @@ func gcPercent() int {
 	debug.SetGCPercent(p)
 	return p
 }
+
+// While GOGC is raised a memory limit caps the heap at a few floors, so a percent that was right
+// for a small heap cannot be applied to a large one; with the default percent back, the limit the
+// process had before (GOMEMLIMIT, or none) is back too.
+func TestRaisedPercentIsCapped(t *testing.T) {
+	t.Setenv("GOGC", "")
+	const floor = 16 << 20
+	before := debug.SetMemoryLimit(-1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { Run(ctx, floor); close(done) }()
+	waitPercent(t, func(p int) bool { return p > 100 }, "GOGC raised for a small heap")
+	if got := debug.SetMemoryLimit(-1); got != capFloors*floor {
+		t.Fatalf("memory limit %d with GOGC raised, want %d", got, capFloors*floor)
+	}
+	big := make([][]byte, 0, 64)
+	for i := 0; i < 64; i++ {
+		big = append(big, make([]byte, 1<<20))
+	}
+	waitPercent(t, func(p int) bool { return p == 100 }, "GOGC back to 100 above the floor")
+	if got := debug.SetMemoryLimit(-1); got != before {
+		t.Fatalf("memory limit %d with GOGC at the default, want the original %d", got, before)
+	}
+	runtime.KeepAlive(big)
+	cancel()
+	<-done
+	if got := debug.SetMemoryLimit(-1); got != before {
+		t.Fatalf("memory limit %d after Run returned, want the original %d", got, before)
+	}
+}
