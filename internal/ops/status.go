@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/pipeline"
@@ -59,6 +61,11 @@ type PartitionLag struct {
 	Offset        *int64 `json:"offset"` // next offset relay reads; null: not in the ledger yet (start_offset applies)
 	HighWatermark int64  `json:"high_watermark"`
 	Lag           *int64 `json:"lag"` // high_watermark - offset; null when offset is
+	// Waiting counts the committed records between offset and high_watermark, read with
+	// read_committed: lag also counts transaction markers and aborted records, which relay never
+	// receives, so a caught-up job can show lag > 0 but waiting 0. Null when not counted (lag
+	// over countLimit, or the read did not reach the high watermark in time).
+	Waiting *int64 `json:"waiting"`
 }
 
 func checkpointInfo(c ledger.Checkpoint, now time.Time) CheckpointInfo {
@@ -195,7 +202,71 @@ func (e *Env) lags(ctx context.Context, decided ledger.Offsets) ([]PartitionLag,
 			out = append(out, pl)
 		}
 	}
+	countWaiting(c.Kafka(), out, 3*time.Second)
 	return out, nil
+}
+
+// countLimit bounds the records status reads to count what is waiting behind a partition's offset.
+const countLimit = 10000
+
+// countWaiting fills in Waiting for every partition whose lag is at most countLimit, by reading
+// from its offset to its high watermark within d.
+func countWaiting(c *kafka.Consumer, parts []PartitionLag, d time.Duration) {
+	type key struct {
+		topic string
+		part  int32
+	}
+	var tps []kafka.TopicPartition
+	idx := map[key]int{}
+	for i, p := range parts {
+		switch {
+		case p.Lag == nil || *p.Lag > countLimit:
+		case *p.Lag == 0:
+			parts[i].Waiting = new(int64)
+		default:
+			topic := p.Topic
+			tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p.Partition, Offset: kafka.Offset(*p.Offset)})
+			idx[key{topic, p.Partition}] = i
+		}
+	}
+	if len(tps) == 0 || c.Assign(tps) != nil {
+		return
+	}
+	defer func() { _ = c.Unassign() }()
+	counts := make(map[int]int64, len(tps))
+	pending := len(tps)
+	find := func(t string, part int32) int {
+		if i, ok := idx[key{t, part}]; ok {
+			return i
+		}
+		return -1
+	}
+	for deadline := time.Now().Add(d); pending > 0 && time.Now().Before(deadline); {
+		if m, ok := c.Poll(50).(*kafka.Message); ok && m.TopicPartition.Error == nil {
+			if i := find(*m.TopicPartition.Topic, m.TopicPartition.Partition); i >= 0 && int64(m.TopicPartition.Offset) < parts[i].HighWatermark {
+				counts[i]++
+			}
+		}
+		pos, err := c.Position(tps)
+		if err != nil {
+			return
+		}
+		pending = 0
+		for _, tp := range pos {
+			i := find(*tp.Topic, tp.Partition)
+			if i < 0 {
+				continue
+			}
+			if int64(tp.Offset) >= parts[i].HighWatermark {
+				if parts[i].Waiting == nil {
+					n := counts[i]
+					parts[i].Waiting = &n
+				}
+			} else {
+				pending++
+			}
+		}
+	}
 }
 
 func sortedTopics(parts map[string][]int32) []string {
@@ -237,14 +308,18 @@ func (r *StatusReport) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "last checkpoint\tnone (the job has not committed a checkpoint)\n")
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOFFSET\tHIGH WATERMARK\tLAG")
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOFFSET\tHIGH WATERMARK\tLAG\tWAITING")
 	for _, p := range r.Partitions {
-		off, lag := "-", "-"
+		off, lag, waiting := "-", "-", "-"
 		if p.Offset != nil {
 			off, lag = fmt.Sprint(*p.Offset), fmt.Sprint(*p.Lag)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", p.Topic, p.Partition, off, p.HighWatermark, lag)
+		if p.Waiting != nil {
+			waiting = fmt.Sprint(*p.Waiting)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", p.Topic, p.Partition, off, p.HighWatermark, lag, waiting)
 	}
+	fmt.Fprintln(tw, "(lag: offsets up to the high watermark, transaction markers and aborted records included; waiting: committed records among them, counted when lag <= 10000)")
 	fmt.Fprintln(tw)
 	if len(r.Branches) == 0 {
 		fmt.Fprintln(tw, "prepared branches\tnone")

@@ -334,11 +334,40 @@ func TestOpsHeldAppendSink(t *testing.T) {
 		len(rep.Partitions) != 2 || len(rep.Branches) != 0 || len(rep.Fences) != 1 || rep.Fences[0].Held {
 		t.Fatalf("status --json: %+v; want job %s, held mode, last checkpoint %d, 2 partitions, no branch, one free fence", rep, e.job, maxID)
 	}
+	lagged := false
 	for _, pl := range rep.Partitions {
 		want, ok := offs.Get(pl.Topic, pl.Partition)
 		if !ok || pl.Offset == nil || *pl.Offset != want || pl.Lag == nil || *pl.Lag != pl.HighWatermark-want || *pl.Lag < 0 {
 			t.Fatalf("status --json partition %+v; ledger offset %d (found %v)", pl, want, ok)
 		}
+		// Caught up: whatever lag the transaction markers and aborted records make, nothing waits.
+		if pl.Waiting == nil || *pl.Waiting != 0 {
+			t.Fatalf("status --json partition %d: waiting %v with lag %d, want 0 after relay caught up", pl.Partition, pl.Waiting, *pl.Lag)
+		}
+		lagged = lagged || *pl.Lag > 0
+	}
+	if !lagged {
+		t.Log("no partition ends in markers or aborted records: waiting = 0 was only checked against lag = 0")
+	}
+	// Records produced while relay is stopped are waiting, exactly that many.
+	more := loadgen.NewTotals()
+	if err := e.produce(context.Background(), more, loadgen.Options{Orders: 300, Batch: 300, Seed: 23, TxnID: "more-" + e.topic}); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code = e.cli(nil, "status", "--json")
+	rep = ops.StatusReport{}
+	if err := json.Unmarshal([]byte(stdout), &rep); code != 0 || err != nil {
+		t.Fatalf("status --json: exit %d, %v\n%s%s", code, err, stdout, stderr)
+	}
+	var waiting int64
+	for _, pl := range rep.Partitions {
+		if pl.Waiting == nil {
+			t.Fatalf("status --json partition %+v: waiting not counted", pl)
+		}
+		waiting += *pl.Waiting
+	}
+	if waiting != 300 {
+		t.Fatalf("status --json: %d records waiting, want the 300 produced since", waiting)
 	}
 	detail := fmt.Sprintf("append sink order_details: %d rows expected, %d found, 0 duplicated", good, good)
 	stdout, stderr, code = e.cli(nil, "verify")
