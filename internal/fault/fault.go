@@ -51,6 +51,16 @@ func MySQLNumber(err error) uint16 {
 // IsMySQL reports whether err carries server error number n.
 func IsMySQL(err error, n uint16) bool { return MySQLNumber(err) == n }
 
+// LockConflict reports whether err ended a statement or a transaction because of another
+// transaction's locks: a lock wait timeout or a deadlock, inside XA or not.
+func LockConflict(err error) bool {
+	switch MySQLNumber(err) {
+	case ErLockWaitTimeout, ErLockDeadlock, XARBTimeout, XARBDeadlock:
+		return true
+	}
+	return false
+}
+
 // ConnectionLost reports whether err means the connection is gone (its session, and any
 // unprepared transaction on it, is lost; a prepared XA branch survives).
 func ConnectionLost(err error) bool {

@@ -146,8 +146,9 @@ func (p *Pipeline) Ready() (bool, string) {
 // checkpoint restarts the session through recovery, up to the tolerable number in a row.
 func (p *Pipeline) Run(ctx context.Context) error {
 	failures := 0
+	serial := false
 	for {
-		s, err := p.newSession(ctx)
+		s, err := p.newSession(ctx, serial)
 		if err == nil {
 			err = s.run(ctx)
 			if s.committedAny.Load() {
@@ -171,6 +172,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 		failures++
 		p.Metrics.Checkpoints.WithLabelValues("failed").Inc()
+		// Lock conflicts between this checkpoint's own branches repeat when the same records are
+		// replayed in parallel; one connection cannot conflict with itself.
+		serial = !p.held && (errors.Is(err, errPeerLock) || fault.LockConflict(err))
 		if failures > p.Config.Checkpoint.TolerableFailures {
 			p.setState(Failed)
 			return fmt.Errorf("%d consecutive checkpoint failures, last: %w", failures, err)
@@ -202,6 +206,9 @@ type epoch struct {
 	skipped   int64
 	firstPoll time.Time
 	oldestTS  time.Time // oldest Kafka timestamp folded in (zero when the records carry none)
+	// serial routes every row to subtask 0: the replay of an epoch whose subtasks blocked each
+	// other (one branch cannot wait for itself).
+	serial bool
 }
 
 func (p *Pipeline) newEpoch(id int64) *epoch {
@@ -233,7 +240,7 @@ type session struct {
 	blockLast    int64 // last checkpoint id of the block reserved for this session
 }
 
-func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
+func (p *Pipeline) newSession(ctx context.Context, serial bool) (*session, error) {
 	p.setState(Recovering)
 	p.recovered.Store(false)
 	p.Metrics.Recoveries.Inc()
@@ -259,6 +266,11 @@ func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
 	}
 	p.sessionFirstID.Store(first)
 	s := &session{p: p, cons: cons, positions: start, cur: p.newEpoch(first), blockLast: last}
+	if serial {
+		s.cur.serial = true
+		p.Log.Warn("replaying from the last decision with one sink connection for the first checkpoint",
+			zap.Int64("checkpoint", first), zap.String("why", "the failed checkpoint's subtasks waited for each other's row locks"))
+	}
 	decided := start.Clone()
 	if p.held {
 		// Only what the ledger holds is decided: a partition started from the configured position
@@ -267,9 +279,13 @@ func (p *Pipeline) newSession(ctx context.Context) (*session, error) {
 	}
 	s.decided.Store(&decided)
 	s.ctx, s.fail = context.WithCancelCause(context.Background())
+	var peers *peerConns
+	if !p.held {
+		peers = &peerConns{}
+	}
 	for i := 0; i < p.Config.Subtasks; i++ {
 		global := p.Config.InstanceIndex()*p.Config.Subtasks + i
-		st := newSubtask(i, global, p.Config.Job.Name, p.Sink, p.schema, p.Config.MySQL.BatchRows, p.Config.MySQL.LockWait/5, p.Log.Named("subtask"), p.Metrics)
+		st := newSubtask(i, global, p.Config.Job.Name, p.Sink, p.schema, p.Config.MySQL.BatchRows, p.Config.MySQL.LockWait/5, peers, p.Log.Named("subtask"), p.Metrics)
 		if p.held {
 			st.held, st.owner = p.Ledger, p.Fence.Epoch
 		}
@@ -461,11 +477,14 @@ func (s *session) fold(msg *kafka.Message, o *order.Order) error {
 	}
 	// Held mode keeps each partition on one subtask: its offsets commit with its rows.
 	owner := int(tp.Partition) % len(s.subs)
+	if e.serial {
+		owner = 0
+	}
 	reason := p.decoder.Decode(msg.Value, o)
 	if reason == order.OK {
 		w := aggregate.Window(o.TS, p.windowMS)
 		i := owner
-		if !p.held {
+		if !p.held && !e.serial {
 			i = aggregate.Route(w, o.SKU, len(s.subs))
 		}
 		t := e.tables[i]

@@ -7,12 +7,23 @@
 // (MariaDB cannot start another transaction on a connection holding a prepared one, and must
 // commit it on that same connection). In held mode the barrier writes the subtask's partition
 // offsets into the same transaction and commits it: that COMMIT is the decision.
+//
+// Subtasks write disjoint rows, yet InnoDB can make one wait for another: when a page splits, the
+// record locks on the first row of the new right page are inherited as a gap lock on the left
+// page's supremum, so a subtask inserting a new key just before a row another subtask updated
+// waits for that subtask, whose transaction only ends after every branch prepared. InnoDB sees no
+// deadlock (the holder is idle), only a lock wait that can never be granted. A subtask whose
+// statement waits for a peer of the same checkpoint ends it (KILL of its own connection) and fails
+// the checkpoint with errPeerLock; the pipeline then replays the epoch on one connection.
 package pipeline
 
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -81,16 +92,48 @@ type subtask struct {
 	// lockReport: a statement still running after this long has the lock it waits for explained in
 	// the log, while the wait lasts (afterwards the server no longer says who held it).
 	lockReport time.Duration
+	// peers are the sink connections of this session's subtasks: a lock held by one of them can
+	// never be granted before the checkpoint ends.
+	peers *peerConns
 	// held mode only: the ledger the barrier writes offsets to, under this owner epoch.
 	held  *ledger.Ledger
 	owner int64
 }
 
-func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, rows int, lockReport time.Duration, log *zap.Logger, m *metrics.Metrics) *subtask {
+func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, rows int, lockReport time.Duration, peers *peerConns, log *zap.Logger, m *metrics.Metrics) *subtask {
 	return &subtask{idx: idx, global: global, job: job, db: db, schema: schema, rows: rows,
-		data: make(chan batch, 4), ctrl: make(chan decision, 1), lockReport: lockReport,
+		data: make(chan batch, 4), ctrl: make(chan decision, 1), lockReport: lockReport, peers: peers,
 		log: log.With(zap.Int("subtask", global)), m: m}
 }
+
+// errPeerLock: a subtask's statement waited for a row lock held by another subtask of the same
+// checkpoint (see the file comment); the checkpoint cannot finish as it is.
+var errPeerLock = errors.New("row lock held by another subtask of the same checkpoint")
+
+// peerConns maps the server connection ids of a session's subtasks to their subtask index.
+type peerConns struct{ m sync.Map }
+
+// set records a subtask's connection; a nil set (held mode, where a peer's lock is released by its
+// own COMMIT at the barrier) records nothing.
+func (p *peerConns) set(conn int64, subtask int) {
+	if p != nil {
+		p.m.Store(conn, subtask)
+	}
+}
+
+func (p *peerConns) lookup(conn int64) (int, bool) {
+	if p == nil {
+		return 0, false
+	}
+	v, ok := p.m.Load(conn)
+	if !ok {
+		return 0, false
+	}
+	return v.(int), true
+}
+
+// peerCheck is how long a statement runs before the subtask looks at what it waits for.
+const peerCheck = time.Second
 
 func (s *subtask) newTxn(ctx context.Context) (txn, error) {
 	if s.held != nil {
@@ -251,33 +294,74 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 	return nil
 }
 
-// exec runs the statement in s.buf inside the epoch's transaction.
+// exec runs the statement in s.buf inside the epoch's transaction. While it runs longer than
+// peerCheck, its lock waits are watched.
 func (s *subtask) exec(ctx context.Context) error {
-	if s.lockReport <= 0 {
-		return s.branch.Exec(ctx, string(s.buf))
-	}
 	tag, conn := s.branch.Tag(), s.branch.ConnID()
-	t := time.AfterFunc(s.lockReport, func() { s.reportLockWait(ctx, tag, conn) })
-	defer t.Stop()
-	return s.branch.Exec(ctx, string(s.buf))
+	wctx, stop := context.WithCancel(ctx)
+	var peerBlocked atomic.Value
+	done := make(chan struct{})
+	t := time.AfterFunc(peerCheck, func() {
+		defer close(done)
+		if msg := s.watchLocks(wctx, tag, conn); msg != "" {
+			peerBlocked.Store(msg)
+		}
+	})
+	err := s.branch.Exec(ctx, string(s.buf))
+	stop()
+	if !t.Stop() {
+		<-done
+	}
+	if msg, ok := peerBlocked.Load().(string); ok && err != nil {
+		return fmt.Errorf("%w: %s: %w", errPeerLock, msg, err)
+	}
+	return err
 }
 
-// reportLockWait logs who holds the lock the statement of tag waits for. A blocker without a
-// session is a prepared branch nobody resolved yet: its locks stay until recovery or the resolver
-// (or an operator, for another job's branch) finishes it.
-func (s *subtask) reportLockWait(ctx context.Context, tag string, conn int64) {
-	bs, err := database.Blockers(ctx, s.db, conn)
-	if err != nil {
-		s.log.Warn("statement slow; cannot read its lock waits", zap.String("tag", tag), zap.Int64("connection", conn), zap.Error(err))
-		return
+// watchLocks looks at the lock waits of the statement on connection conn every second until ctx
+// ends. A wait for a peer subtask ends the statement at once (KILL of the waiting connection: the
+// server rolls its transaction back) and is returned as a description; other blockers are logged
+// once the wait passed lockReport. A blocker without a session is a prepared branch nobody resolved
+// yet: its locks stay until recovery or the resolver (or an operator, for another job's branch)
+// finishes it.
+func (s *subtask) watchLocks(ctx context.Context, tag string, conn int64) string {
+	start := time.Now().Add(-peerCheck)
+	reported := s.lockReport <= 0
+	for ctx.Err() == nil {
+		bs, err := database.Blockers(ctx, s.db, conn)
+		if err != nil {
+			if ctx.Err() == nil && !reported {
+				s.log.Warn("statement slow; cannot read its lock waits", zap.String("tag", tag), zap.Int64("connection", conn), zap.Error(err))
+				reported = true
+			}
+		}
+		for _, b := range bs {
+			if peer, ok := s.peers.lookup(b.Thread); ok && b.Thread != conn {
+				msg := fmt.Sprintf("subtask %d (connection %d) holds a lock subtask %d (connection %d) waits for", peer, b.Thread, s.global, conn)
+				s.log.Warn("row lock held by another subtask of this checkpoint; ending the statement to replay the epoch on one connection",
+					zap.String("tag", tag), zap.Int64("connection", conn), zap.Int("blocker_subtask", peer), zap.Int64("blocker_connection", b.Thread))
+				if _, err := s.db.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("KILL %d", conn)); err != nil {
+					s.log.Warn("ending the waiting statement failed", zap.String("tag", tag), zap.Int64("connection", conn), zap.Error(err))
+				}
+				return msg
+			}
+		}
+		if !reported && time.Since(start) >= s.lockReport {
+			reported = true
+			for _, b := range bs {
+				s.log.Warn("waiting for a row lock", zap.String("tag", tag), zap.Int64("connection", conn),
+					zap.String("blocker_trx", b.TrxID), zap.Int64("blocker_connection", b.Thread),
+					zap.Bool("blocker_detached", b.Thread == 0), zap.String("blocker_state", b.State),
+					zap.Time("blocker_started", b.Started), zap.Int64("blocker_rows_locked", b.RowsLocked),
+					zap.String("blocker_query", b.Query))
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
 	}
-	for _, b := range bs {
-		s.log.Warn("waiting for a row lock", zap.String("tag", tag), zap.Int64("connection", conn),
-			zap.String("blocker_trx", b.TrxID), zap.Int64("blocker_connection", b.Thread),
-			zap.Bool("blocker_detached", b.Thread == 0), zap.String("blocker_state", b.State),
-			zap.Time("blocker_started", b.Started), zap.Int64("blocker_rows_locked", b.RowsLocked),
-			zap.String("blocker_query", b.Query))
-	}
+	return ""
 }
 
 func (s *subtask) begin(ctx context.Context, epoch int64) error {
@@ -294,6 +378,7 @@ func (s *subtask) begin(ctx context.Context, epoch int64) error {
 			return fmt.Errorf("subtask %d: connect: %w", s.global, err)
 		}
 		s.branch = b
+		s.peers.set(b.ConnID(), s.global)
 		s.log.Info("sink connection opened", zap.Int64("connection", b.ConnID()))
 	}
 	if err := s.branch.Start(ctx, tag); err != nil {

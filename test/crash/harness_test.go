@@ -74,6 +74,7 @@ func newEnv(t *testing.T, partitions int, extra ...string) *env {
 		brokers: testenv.Brokers(t), extra: extra}
 	e.db = testenv.Open(t, e.dsn)
 	e.dir = t.TempDir()
+	t.Cleanup(e.keepLogsIfFailed)
 	for _, x := range extra {
 		e.held = e.held || x == "RELAY_MODE=held"
 		e.detail = e.detail || x == "RELAY_MYSQL_DETAIL_TABLE=order_details"
@@ -90,6 +91,25 @@ func (e *env) rollbackLeftovers() {
 	for _, b := range bs {
 		_, _ = e.db.ExecContext(ctx, "XA ROLLBACK X'"+fmt.Sprintf("%x", b.Tag)+"'")
 	}
+}
+
+// keepLogsIfFailed copies a failed test's relay logs out of its temporary directory, which the
+// testing package removes, and says where.
+func (e *env) keepLogsIfFailed() {
+	if !e.t.Failed() || len(e.logs) == 0 {
+		return
+	}
+	dst := filepath.Join(os.TempDir(), "relay-crash-logs", strings.NewReplacer("/", "_").Replace(e.t.Name())+"-"+e.job)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		e.t.Logf("keeping logs: %v", err)
+		return
+	}
+	for _, l := range e.logs {
+		if b, err := os.ReadFile(l); err == nil {
+			_ = os.WriteFile(filepath.Join(dst, filepath.Base(l)), b, 0o644)
+		}
+	}
+	e.t.Logf("relay logs of the failed test kept in %s", dst)
 }
 
 // proc is one running relay.

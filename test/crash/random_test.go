@@ -58,6 +58,7 @@ func randomKills(t *testing.T, kills int, extra ...string) {
 
 	progressed := 0
 	lastMax := int64(0)
+	selfExits := map[string]int{} // runs that ended before their kill, by exit status
 	points := []string{crashpoint.AfterFlush, crashpoint.AfterPrepare, crashpoint.AfterDecide,
 		crashpoint.BetweenCommits, crashpoint.AfterCommit, crashpoint.RecoveryBetween}
 	for k := 1; k <= kills; k++ {
@@ -93,6 +94,7 @@ func randomKills(t *testing.T, kills int, extra ...string) {
 			if !killDB && !(len(arm) > 0 && killedBySIGKILL(err)) {
 				t.Fatalf("run %d exited by itself: %v\n%s\n%s", k, err, tail(p.log, 30), e.serverState())
 			}
+			selfExits[fmt.Sprint(err)]++
 		default:
 			p.kill()
 		}
@@ -109,8 +111,8 @@ func randomKills(t *testing.T, kills int, extra ...string) {
 		t.Fatal(err)
 	}
 	_, bad, good := totals.Snapshot()
-	t.Logf("%d kills; %d runs advanced the ledger (last checkpoint %d); %d good orders, %d bad, %d aborted",
-		kills, progressed, lastMax, good, len(bad), totals.Aborted)
+	t.Logf("%d kills; %d runs advanced the ledger (last checkpoint %d); %d good orders, %d bad, %d aborted; runs that ended by themselves: %v",
+		kills, progressed, lastMax, good, len(bad), totals.Aborted, selfExits)
 	kinds := map[string]bool{}
 	for _, b := range bad {
 		kinds[b.Reason] = true
@@ -119,9 +121,15 @@ func randomKills(t *testing.T, kills int, extra ...string) {
 		t.Fatalf("bad records of %d kinds reached Kafka, want all %d: %v", len(kinds), len(loadgen.BadReasons()), kinds)
 	}
 	if progressed < kills/3 {
-		t.Fatalf("only %d of %d killed runs committed anything: the kills did not hit a working relay", progressed, kills)
+		t.Fatalf("only %d of %d killed runs committed anything: the kills did not hit a working relay\nlast run:\n%s\n%s",
+			progressed, kills, tail(e.logs[len(e.logs)-1], 30), e.serverState())
 	}
 	e.finish(totals)
+	replays := 0
+	for _, l := range e.logs {
+		replays += len(logEvents(t, l, "replaying from the last decision with one sink connection for the first checkpoint"))
+	}
+	t.Logf("epochs replayed on one connection after their subtasks blocked each other: %d", replays)
 }
 
 func (e *env) maxCheckpoint() int64 {
