@@ -312,8 +312,9 @@ func (s *subtask) exec(ctx context.Context) error {
 	if !t.Stop() {
 		<-done
 	}
-	if msg, ok := peerBlocked.Load().(string); ok && err != nil {
-		return fmt.Errorf("%w: %s: %w", errPeerLock, msg, err)
+	if msg, ok := peerBlocked.Load().(string); ok {
+		// Even a statement that finished just before the KILL lost its transaction with it.
+		return fmt.Errorf("%w: %s: %v", errPeerLock, msg, err)
 	}
 	return err
 }
