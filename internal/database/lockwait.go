@@ -1,8 +1,10 @@
 // Lock waits: who holds the row lock a session is waiting for.
 //
-// Invariant: this is diagnosis only, read from the server's own views while the wait lasts; it
-// never decides anything. MariaDB and MySQL 5.7 expose the waits in information_schema; MySQL 8
-// moved them to performance_schema, so both are tried, by error number.
+// Invariant: read from the server's own views while the wait lasts, never inferred. What it
+// reports decides nothing about another session: relay only logs it, or ends its own waiting
+// statement when the holder is one of its own subtasks. MariaDB and MySQL 5.7 expose the waits
+// in information_schema; MySQL 8 moved them to performance_schema, so both are tried, by error
+// number.
 package database
 
 import (

@@ -149,9 +149,10 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	serial := false
 	for {
 		s, err := p.newSession(ctx, serial)
+		committed := false
 		if err == nil {
 			err = s.run(ctx)
-			if s.committedAny.Load() {
+			if committed = s.committedAny.Load(); committed {
 				failures = 0
 			}
 		}
@@ -173,8 +174,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		failures++
 		p.Metrics.Checkpoints.WithLabelValues("failed").Inc()
 		// Lock conflicts between this checkpoint's own branches repeat when the same records are
-		// replayed in parallel; one connection cannot conflict with itself.
-		serial = !p.held && (errors.Is(err, errPeerLock) || fault.LockConflict(err))
+		// replayed in parallel; one connection cannot conflict with itself. A replay still owed
+		// stays owed through failures before it (MySQL still restarting) until a session commits.
+		serial = !p.held && ((serial && !committed) || errors.Is(err, errPeerLock) || fault.LockConflict(err))
 		if failures > p.Config.Checkpoint.TolerableFailures {
 			p.setState(Failed)
 			return fmt.Errorf("%d consecutive checkpoint failures, last: %w", failures, err)

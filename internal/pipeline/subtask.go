@@ -92,9 +92,11 @@ type subtask struct {
 	// lockReport: a statement still running after this long has the lock it waits for explained in
 	// the log, while the wait lasts (afterwards the server no longer says who held it).
 	lockReport time.Duration
-	// peers are the sink connections of this session's subtasks: a lock held by one of them can
-	// never be granted before the checkpoint ends.
+	// peers are the sink connections of this session's subtasks and the epoch each one's open
+	// branch belongs to: a lock held by a peer's branch of the same epoch can never be granted
+	// before that epoch ends (a peer's branch of an earlier epoch commits without waiting for us).
 	peers *peerConns
+	peer  *peerState // this subtask's entry in peers
 	// held mode only: the ledger the barrier writes offsets to, under this owner epoch.
 	held  *ledger.Ledger
 	owner int64
@@ -110,26 +112,34 @@ func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, row
 // checkpoint (see the file comment); the checkpoint cannot finish as it is.
 var errPeerLock = errors.New("row lock held by another subtask of the same checkpoint")
 
-// peerConns maps the server connection ids of a session's subtasks to their subtask index.
+// peerConns maps the server connection ids of a session's subtasks to their state.
 type peerConns struct{ m sync.Map }
 
-// set records a subtask's connection; a nil set (held mode, where a peer's lock is released by its
-// own COMMIT at the barrier) records nothing.
-func (p *peerConns) set(conn int64, subtask int) {
-	if p != nil {
-		p.m.Store(conn, subtask)
-	}
+// peerState is one subtask's: its index, and the epoch of its open branch (0: none).
+type peerState struct {
+	subtask int
+	epoch   atomic.Int64
 }
 
-func (p *peerConns) lookup(conn int64) (int, bool) {
+// add records a subtask's connection; a nil set (held mode, where a peer's lock is released by its
+// own COMMIT at the barrier) records nothing and returns a state nobody reads.
+func (p *peerConns) add(conn int64, subtask int) *peerState {
+	st := &peerState{subtask: subtask}
+	if p != nil {
+		p.m.Store(conn, st)
+	}
+	return st
+}
+
+func (p *peerConns) lookup(conn int64) (*peerState, bool) {
 	if p == nil {
-		return 0, false
+		return nil, false
 	}
 	v, ok := p.m.Load(conn)
 	if !ok {
-		return 0, false
+		return nil, false
 	}
-	return v.(int), true
+	return v.(*peerState), true
 }
 
 // peerCheck is how long a statement runs before the subtask looks at what it waits for.
@@ -229,6 +239,7 @@ func (s *subtask) resolve(ctx context.Context, commit bool, epoch int64) error {
 			zap.Int64("checkpoint", epoch), zap.String("action", action), zap.Error(err))
 		return err
 	}
+	s.peer.epoch.Store(0)
 	s.m.PendingTransactions.Dec()
 	s.m.Transactions.WithLabelValues(action, metrics.OriginNormal).Inc()
 	s.log.Debug(action, zap.String("tag", tag), zap.Int64("checkpoint", epoch))
@@ -272,7 +283,7 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 		for i := 0; i < len(rows); i += s.rows {
 			j := min(i+s.rows, len(rows))
 			s.buf = s.schema.AppendUpsert(s.buf[:0], rows[i:j])
-			if err := s.exec(ctx); err != nil {
+			if err := s.exec(ctx, b.epoch); err != nil {
 				return fmt.Errorf("subtask %d: %w", s.global, err)
 			}
 		}
@@ -280,30 +291,30 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 	for i := 0; i < len(b.details); i += s.rows {
 		j := min(i+s.rows, len(b.details))
 		s.buf = s.schema.AppendDetailInsert(s.buf[:0], b.details[i:j])
-		if err := s.exec(ctx); err != nil {
+		if err := s.exec(ctx, b.epoch); err != nil {
 			return fmt.Errorf("subtask %d: detail rows: %w", s.global, err)
 		}
 	}
 	for i := 0; i < len(b.dlq); i += s.rows {
 		j := min(i+s.rows, len(b.dlq))
 		s.buf = s.schema.AppendDLQInsert(s.buf[:0], s.job, b.epoch, b.dlq[i:j])
-		if err := s.exec(ctx); err != nil {
+		if err := s.exec(ctx, b.epoch); err != nil {
 			return fmt.Errorf("subtask %d: dead-letter rows: %w", s.global, err)
 		}
 	}
 	return nil
 }
 
-// exec runs the statement in s.buf inside the epoch's transaction. While it runs longer than
+// exec runs the statement in s.buf inside epoch's transaction. While it runs longer than
 // peerCheck, its lock waits are watched.
-func (s *subtask) exec(ctx context.Context) error {
+func (s *subtask) exec(ctx context.Context, epoch int64) error {
 	tag, conn := s.branch.Tag(), s.branch.ConnID()
 	wctx, stop := context.WithCancel(ctx)
 	var peerBlocked atomic.Value
 	done := make(chan struct{})
 	t := time.AfterFunc(peerCheck, func() {
 		defer close(done)
-		if msg := s.watchLocks(wctx, tag, conn); msg != "" {
+		if msg := s.watchLocks(wctx, tag, epoch, conn); msg != "" {
 			peerBlocked.Store(msg)
 		}
 	})
@@ -313,41 +324,47 @@ func (s *subtask) exec(ctx context.Context) error {
 		<-done
 	}
 	if msg, ok := peerBlocked.Load().(string); ok {
-		// Even a statement that finished just before the KILL lost its transaction with it.
-		return fmt.Errorf("%w: %s: %v", errPeerLock, msg, err)
+		// Even a statement that finished just before the KILL is failed: its connection was
+		// killed (or, if the KILL failed, is discarded when the subtask returns).
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", errPeerLock, msg, err)
+		}
+		return fmt.Errorf("%w: %s", errPeerLock, msg)
 	}
 	return err
 }
 
-// watchLocks looks at the lock waits of the statement on connection conn every second until ctx
-// ends. A wait for a peer subtask ends the statement at once (KILL of the waiting connection: the
-// server rolls its transaction back) and is returned as a description; other blockers are logged
-// once the wait passed lockReport. A blocker without a session is a prepared branch nobody resolved
-// yet: its locks stay until recovery or the resolver (or an operator, for another job's branch)
-// finishes it.
-func (s *subtask) watchLocks(ctx context.Context, tag string, conn int64) string {
+// watchLocks looks at the lock waits of the statement on connection conn, which writes epoch,
+// every second until ctx ends. A wait for a peer's branch of the same epoch ends the statement at
+// once (KILL of the waiting connection: the server rolls its transaction back) and is returned as
+// a description; other blockers are logged once the wait passed lockReport. A blocker without a
+// session is a prepared branch nobody resolved yet: its locks stay until recovery or the resolver
+// (or an operator, for another job's branch) finishes it.
+func (s *subtask) watchLocks(ctx context.Context, tag string, epoch, conn int64) string {
 	start := time.Now().Add(-peerCheck)
-	reported := s.lockReport <= 0
+	reported, unreadable := false, false
 	for ctx.Err() == nil {
 		bs, err := database.Blockers(ctx, s.db, conn)
-		if err != nil {
-			if ctx.Err() == nil && !reported {
-				s.log.Warn("statement slow; cannot read its lock waits", zap.String("tag", tag), zap.Int64("connection", conn), zap.Error(err))
-				reported = true
-			}
+		due := time.Since(start) >= s.lockReport
+		if err != nil && ctx.Err() == nil && due && !unreadable {
+			unreadable = true
+			s.log.Warn("statement slow; cannot read its lock waits", zap.String("tag", tag), zap.Int64("connection", conn), zap.Error(err))
 		}
 		for _, b := range bs {
-			if peer, ok := s.peers.lookup(b.Thread); ok && b.Thread != conn {
-				msg := fmt.Sprintf("subtask %d (connection %d) holds a lock subtask %d (connection %d) waits for", peer, b.Thread, s.global, conn)
+			if peer, ok := s.peers.lookup(b.Thread); ok && b.Thread != conn && peer.epoch.Load() == epoch {
+				msg := fmt.Sprintf("subtask %d (connection %d) holds a lock subtask %d (connection %d) waits for", peer.subtask, b.Thread, s.global, conn)
 				s.log.Warn("row lock held by another subtask of this checkpoint; ending the statement to replay the epoch on one connection",
-					zap.String("tag", tag), zap.Int64("connection", conn), zap.Int("blocker_subtask", peer), zap.Int64("blocker_connection", b.Thread))
-				if _, err := s.db.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("KILL %d", conn)); err != nil {
+					zap.String("tag", tag), zap.Int64("checkpoint", epoch), zap.Int64("connection", conn),
+					zap.Int("blocker_subtask", peer.subtask), zap.Int64("blocker_connection", b.Thread))
+				kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				if _, err := s.db.ExecContext(kctx, fmt.Sprintf("KILL %d", conn)); err != nil {
 					s.log.Warn("ending the waiting statement failed", zap.String("tag", tag), zap.Int64("connection", conn), zap.Error(err))
 				}
+				cancel()
 				return msg
 			}
 		}
-		if !reported && time.Since(start) >= s.lockReport {
+		if len(bs) > 0 && due && !reported {
 			reported = true
 			for _, b := range bs {
 				s.log.Warn("waiting for a row lock", zap.String("tag", tag), zap.Int64("connection", conn),
@@ -379,12 +396,13 @@ func (s *subtask) begin(ctx context.Context, epoch int64) error {
 			return fmt.Errorf("subtask %d: connect: %w", s.global, err)
 		}
 		s.branch = b
-		s.peers.set(b.ConnID(), s.global)
+		s.peer = s.peers.add(b.ConnID(), s.global)
 		s.log.Info("sink connection opened", zap.Int64("connection", b.ConnID()))
 	}
 	if err := s.branch.Start(ctx, tag); err != nil {
 		return err
 	}
+	s.peer.epoch.Store(epoch)
 	s.log.Debug("begin", zap.String("tag", tag), zap.Int64("checkpoint", epoch))
 	return nil
 }
