@@ -3,6 +3,7 @@ package crash
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/testenv"
 )
@@ -192,4 +194,63 @@ func TestSecretsNotLogged(t *testing.T) {
 	if !strings.Contains(tail(refused.log, 200), "xxxxx") {
 		t.Errorf("the refused run does not log its (redacted) DSN:\n%s", tail(refused.log, 10))
 	}
+}
+
+// A checkpoint that fails on a lock conflict is replayed with every row on one connection: the
+// next session's first epoch has a single branch (tag ...-0), and the epochs after it use every
+// subtask again. Here the conflict is an outside transaction holding one key past
+// mysql.lock_wait_timeout; a conflict between two subtasks of the checkpoint takes the same path.
+func TestLockConflictReplaysOnOneConnection(t *testing.T) {
+	e := newEnv(t, 2, "RELAY_MYSQL_LOCK_WAIT_TIMEOUT=2s")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	opts := loadgen.Options{Orders: 3000, Batch: 100, SKUs: 40, Windows: 2, StartTS: 1764000000000, Seed: 41}
+	p := e.start() // creates the table
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.log, "recovered")) > 0 }, "relay running")
+	holder, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback() }()
+	if _, err := holder.ExecContext(ctx, "INSERT INTO order_stats_minute VALUES (?, 'SKU-0', 0, 0)", time.UnixMilli(opts.StartTS).UTC()); err != nil {
+		t.Fatal(err)
+	}
+	totals := loadgen.NewTotals()
+	if err := e.produce(ctx, totals, opts); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, func() bool {
+		for _, ev := range logEvents(t, p.log, "checkpoint failed; rewinding through recovery") {
+			if s, _ := ev["error"].(string); strings.Contains(s, "1205") {
+				return true
+			}
+		}
+		return false
+	}, "a checkpoint to fail with a lock wait timeout")
+	if err := holder.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, func() bool {
+		return len(logEvents(t, p.log, "replaying from the last decision with one sink connection for the first checkpoint")) > 0
+	}, "the replay on one connection")
+	replay := logEvents(t, p.log, "replaying from the last decision with one sink connection for the first checkpoint")[0]
+	id := int64(replay["checkpoint"].(float64))
+	var tags string
+	waitFor(t, 60*time.Second, func() bool {
+		return e.db.QueryRowContext(ctx, "SELECT tags FROM relay_checkpoints WHERE job = ? AND checkpoint_id = ?", e.job, id).Scan(&tags) == nil
+	}, fmt.Sprintf("checkpoint %d decided", id))
+	if want := config.Tag(e.job, id, 0); tags != want {
+		t.Fatalf("replayed checkpoint %d has branches %q, want only %s", id, tags, want)
+	}
+	// More orders: the next checkpoints run on both subtasks again.
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 3000, Batch: 100, SKUs: 40, Windows: 2, StartTS: 1764000000000, Seed: 42, TxnID: "lg2-" + e.topic}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, func() bool {
+		var n int
+		_ = e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM relay_checkpoints WHERE job = ? AND checkpoint_id > ? AND CONCAT(tags, ',') LIKE '%-1,%'", e.job, id).Scan(&n)
+		return n > 0
+	}, "a later checkpoint with a branch of subtask 1")
+	p.kill()
+	e.finish(totals)
 }
