@@ -27,12 +27,12 @@ type Fence struct {
 // LockName is the GET_LOCK name of an instance key.
 func LockName(key string) string { return "relay/" + key }
 
-// lockWait is how long Acquire waits for the lock: long enough for the server to notice that the
+// lockWaitSeconds is how long Acquire waits for the lock: long enough for the server to notice that the
 // previous owner's connection died with its process (a restart right after a SIGKILL), short
 // enough that a second live instance still fails fast.
-const lockWait = 2
+const lockWaitSeconds = 2
 
-// Acquire takes the instance's lock, waiting at most lockWait seconds, and bumps its owner epoch. owner describes this
+// Acquire takes the instance's lock, waiting at most lockWaitSeconds, and bumps its owner epoch. owner describes this
 // process (host, pid) for the error another process will print. Instances of another layout (a
 // different number of instances) must all be stopped before the layout changes.
 func Acquire(ctx context.Context, l *Ledger, owner string) (*Fence, error) {
@@ -41,7 +41,7 @@ func Acquire(ctx context.Context, l *Ledger, owner string) (*Fence, error) {
 		return nil, fmt.Errorf("fence %s: %w", l.key, err)
 	}
 	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, LockName(l.key), lockWait).Scan(&got); err != nil {
+	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, LockName(l.key), lockWaitSeconds).Scan(&got); err != nil {
 		xa.Discard(conn)
 		return nil, fmt.Errorf("fence %s: %w", l.key, err)
 	}

@@ -233,17 +233,11 @@ func countWaiting(c *kafka.Consumer, parts []PartitionLag, d time.Duration) {
 		return
 	}
 	defer func() { _ = c.Unassign() }()
-	counts := make(map[int]int64, len(tps))
+	counts := make([]int64, len(parts))
 	pending := len(tps)
-	find := func(t string, part int32) int {
-		if i, ok := idx[key{t, part}]; ok {
-			return i
-		}
-		return -1
-	}
 	for deadline := time.Now().Add(d); pending > 0 && time.Now().Before(deadline); {
 		if m, ok := c.Poll(50).(*kafka.Message); ok && m.TopicPartition.Error == nil {
-			if i := find(*m.TopicPartition.Topic, m.TopicPartition.Partition); i >= 0 && int64(m.TopicPartition.Offset) < parts[i].HighWatermark {
+			if i, ok := idx[key{*m.TopicPartition.Topic, m.TopicPartition.Partition}]; ok && int64(m.TopicPartition.Offset) < parts[i].HighWatermark {
 				counts[i]++
 			}
 		}
@@ -253,8 +247,8 @@ func countWaiting(c *kafka.Consumer, parts []PartitionLag, d time.Duration) {
 		}
 		pending = 0
 		for _, tp := range pos {
-			i := find(*tp.Topic, tp.Partition)
-			if i < 0 {
+			i, ok := idx[key{*tp.Topic, tp.Partition}]
+			if !ok {
 				continue
 			}
 			if int64(tp.Offset) >= parts[i].HighWatermark {
@@ -319,7 +313,7 @@ func (r *StatusReport) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", p.Topic, p.Partition, off, p.HighWatermark, lag, waiting)
 	}
-	fmt.Fprintln(tw, "(lag: offsets up to the high watermark, transaction markers and aborted records included; waiting: committed records among them, counted when lag <= 10000)")
+	fmt.Fprintf(tw, "(lag: offsets up to the high watermark, transaction markers and aborted records included; waiting: committed records among them, counted when lag <= %d)\n", countLimit)
 	fmt.Fprintln(tw)
 	if len(r.Branches) == 0 {
 		fmt.Fprintln(tw, "prepared branches\tnone")

@@ -208,8 +208,8 @@ type epoch struct {
 	skipped   int64
 	firstPoll time.Time
 	oldestTS  time.Time // oldest Kafka timestamp folded in (zero when the records carry none)
-	// serial routes every row to subtask 0: the replay of an epoch whose subtasks blocked each
-	// other (one branch cannot wait for itself).
+	// serial routes every row to subtask 0: the replay of an epoch that failed on a lock
+	// conflict, possibly between its own subtasks (one branch cannot wait for itself).
 	serial bool
 }
 
@@ -271,7 +271,7 @@ func (p *Pipeline) newSession(ctx context.Context, serial bool) (*session, error
 	if serial {
 		s.cur.serial = true
 		p.Log.Warn("replaying from the last decision with one sink connection for the first checkpoint",
-			zap.Int64("checkpoint", first), zap.String("why", "the failed checkpoint's subtasks waited for each other's row locks"))
+			zap.Int64("checkpoint", first), zap.String("why", "the failed checkpoint hit a lock conflict (its subtasks waiting for each other, a lock wait timeout or a deadlock)"))
 	}
 	decided := start.Clone()
 	if p.held {

@@ -310,20 +310,18 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 func (s *subtask) exec(ctx context.Context, epoch int64) error {
 	tag, conn := s.branch.Tag(), s.branch.ConnID()
 	wctx, stop := context.WithCancel(ctx)
-	var peerBlocked atomic.Value
+	var blocked string // written by the watcher before done closes, read only after
 	done := make(chan struct{})
 	t := time.AfterFunc(peerCheck, func() {
 		defer close(done)
-		if msg := s.watchLocks(wctx, tag, epoch, conn); msg != "" {
-			peerBlocked.Store(msg)
-		}
+		blocked = s.watchLocks(wctx, tag, epoch, conn)
 	})
 	err := s.branch.Exec(ctx, string(s.buf))
 	stop()
 	if !t.Stop() {
 		<-done
 	}
-	if msg, ok := peerBlocked.Load().(string); ok {
+	if msg := blocked; msg != "" {
 		// Even a statement that finished just before the KILL is failed: its connection was
 		// killed (or, if the KILL failed, is discarded when the subtask returns).
 		if err != nil {
