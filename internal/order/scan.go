@@ -5,7 +5,10 @@
 
 package order
 
-import "unicode/utf8"
+import (
+	"math/bits"
+	"unicode/utf8"
+)
 
 // maxDepth is encoding/json's nesting limit; past it json.Valid fails, so the
 // scanner must too.
@@ -102,10 +105,8 @@ func (d *Decoder) scan(p []byte) Reason {
 			if !ok {
 				return ReasonNotJSON
 			}
-			for f := range want {
-				if want[f] {
-					d.vals[f] = v
-				}
+			for ; want != 0; want &= want - 1 {
+				d.vals[bits.TrailingZeros8(want)] = v
 			}
 			i = skipSpace(p, end)
 			if i >= len(p) {
@@ -132,21 +133,23 @@ func (d *Decoder) scan(p []byte) Reason {
 // handled before this is consulted).
 var kinds = [256]kind{'{': kindObject, '[': kindArray, 't': kindBool, 'f': kindBool, 'n': kindNull}
 
-// match reports which fields a key names. Several fields may share a name;
-// then one value feeds them all.
-func (d *Decoder) match(key []byte, escaped bool) (want [numFields]bool) {
+// match reports which fields a key names, one bit per field. Several fields
+// may share a name; then one value feeds them all.
+func (d *Decoder) match(key []byte, escaped bool) (want uint8) {
 	if escaped {
 		var ok bool
 		d.keyBuf, ok = unescape(d.keyBuf[:0], key)
 		if !ok {
 			// A key with a lone surrogate is not a Unicode string, so it
 			// cannot equal any field name.
-			return want
+			return 0
 		}
 		key = d.keyBuf
 	}
 	for f, name := range d.names {
-		want[f] = string(key) == name
+		if len(key) == len(name) && string(key) == name {
+			want |= 1 << f
+		}
 	}
 	return want
 }
