@@ -11,7 +11,7 @@
 # branches), rss (peak memory with ~1M keys in one epoch), profile (pprof of relay's pipeline
 # in-process, perf of the binary).
 #
-# Scale (defaults): BENCH_ORDERS=2000000 BENCH_REPS=3 BENCH_SKUS=1000 BENCH_WINDOWS=10
+# Scale (defaults): BENCH_ORDERS=4000000 BENCH_REPS=3 BENCH_SKUS=1000 BENCH_WINDOWS=10
 # BENCH_SUBTASKS=2 BENCH_TP_INTERVAL=1s BENCH_TP_CLIENTS=shipped,image BENCH_LAT_DURATION=30s
 # (10s interval: twice that) BENCH_LAT_RATE=<auto: half the XA maximum> BENCH_RECOVERY_BRANCHES=100
 # BENCH_RSS_ORDERS=1500000 BENCH_RSS_SKUS=200000 BENCH_MICRO_COUNT=3 BENCH_MICRO_TIME=1s.

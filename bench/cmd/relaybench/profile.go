@@ -40,7 +40,7 @@ func runProfile(e *kit.Env, topic string, end map[int32]int64) (*ProfileResult, 
 		if err != nil {
 			return nil, err
 		}
-		lg := kit.LoadgenOpts{Topic: topic, Orders: kit.EnvInt("BENCH_ORDERS", 2000000), SKUs: kit.EnvInt("BENCH_SKUS", 1000),
+		lg := kit.LoadgenOpts{Topic: topic, Orders: kit.EnvInt("BENCH_ORDERS", defaultOrders), SKUs: kit.EnvInt("BENCH_SKUS", 1000),
 			Windows: kit.EnvInt("BENCH_WINDOWS", 10), Seed: 1}
 		if end, _, err = e.Produce(lg, "prof-loadgen.log"); err != nil {
 			return nil, err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +26,7 @@ type TPResult struct {
 	Loadgen     string             `json:"loadgen_command"`
 	RelayEnv    map[string]string  `json:"relay_env"`
 	Clients     []string           `json:"clients"`
+	Kinds       []string           `json:"kinds,omitempty"` // relay configurations run (BENCH_TP_KINDS)
 	ClientProps map[string]string  `json:"client_props"`
 	Runs        []TPRun            `json:"runs"`
 	Summary     map[string]TPStats `json:"summary"` // by "client/kind"
@@ -77,10 +79,15 @@ type TPStats struct {
 	MedianSteady   float64 `json:"median_steady_rate,omitempty"`
 }
 
+// defaultOrders is the size of the throughput topic: several million orders, so that relay's
+// fixed costs (the first fetch, the last interval's wait and commit) are a few percent of a run.
+const defaultOrders = 4000000
+
+// tpKinds are the relay configurations measured, in report order (BENCH_TP_KINDS picks some).
 var tpKinds = []string{"xa", "held", "xa+append"}
 
 func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
-	r := &TPResult{Orders: int64(kit.EnvInt("BENCH_ORDERS", 2000000)), Partitions: 4,
+	r := &TPResult{Orders: int64(kit.EnvInt("BENCH_ORDERS", defaultOrders)), Partitions: 4,
 		SKUs: kit.EnvInt("BENCH_SKUS", 1000), Windows: kit.EnvInt("BENCH_WINDOWS", 10),
 		Subtasks: kit.EnvInt("BENCH_SUBTASKS", 2), Interval: kit.EnvDuration("BENCH_TP_INTERVAL", time.Second).String(),
 		Summary: map[string]TPStats{}, RelayEnv: map[string]string{}}
@@ -100,6 +107,12 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 	if kit.Total(end) != r.Orders {
 		return nil, "", nil, fmt.Errorf("topic holds %d records, want %d", kit.Total(end), r.Orders)
 	}
+	r.Kinds = strings.Split(kit.EnvString("BENCH_TP_KINDS", strings.Join(tpKinds, ",")), ",")
+	for _, k := range r.Kinds {
+		if !slices.Contains(tpKinds, k) {
+			return nil, "", nil, fmt.Errorf("BENCH_TP_KINDS: unknown kind %q (known: %s)", k, strings.Join(tpKinds, ","))
+		}
+	}
 	r.Clients = strings.Split(kit.EnvString("BENCH_TP_CLIENTS", "shipped,image"), ",")
 	r.ClientProps = map[string]string{}
 	for _, c := range r.Clients {
@@ -116,7 +129,7 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 				return nil, "", nil, err
 			}
 			r.Runs = append(r.Runs, base)
-			for _, kind := range tpKinds {
+			for _, kind := range r.Kinds {
 				run, env, err := runRelayThroughput(e, r, topic, end, client, kind, rep)
 				if err != nil {
 					return nil, "", nil, fmt.Errorf("%s/%s rep %d: %w", client, kind, rep, err)
@@ -154,7 +167,11 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 func (r *TPResult) keys() []string {
 	var out []string
 	for _, c := range r.Clients {
-		for _, k := range append([]string{"baseline"}, tpKinds...) {
+		kinds := r.Kinds
+		if len(kinds) == 0 { // results written before BENCH_TP_KINDS existed
+			kinds = tpKinds
+		}
+		for _, k := range append([]string{"baseline"}, kinds...) {
 			out = append(out, c+"/"+k)
 		}
 	}

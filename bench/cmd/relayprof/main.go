@@ -14,6 +14,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"time"
 
 	"go.uber.org/zap"
@@ -31,15 +32,16 @@ import (
 func main() {
 	cpuPath := flag.String("cpu", "cpu.pprof", "CPU profile output")
 	allocPath := flag.String("allocs", "allocs.pprof", "allocation profile output")
+	tracePath := flag.String("trace", "", "also write a runtime/trace execution trace here (scheduling: who waits for what)")
 	limit := flag.Duration("timeout", 10*time.Minute, "give up after this long")
 	flag.Parse()
-	if err := run(*cpuPath, *allocPath, *limit); err != nil {
+	if err := run(*cpuPath, *allocPath, *tracePath, *limit); err != nil {
 		fmt.Fprintln(os.Stderr, "relayprof:", err)
 		os.Exit(1)
 	}
 }
 
-func run(cpuPath, allocPath string, limit time.Duration) error {
+func run(cpuPath, allocPath, tracePath string, limit time.Duration) error {
 	cfg, err := config.Load("", os.Environ())
 	if err != nil {
 		return err
@@ -93,6 +95,17 @@ func run(cpuPath, allocPath string, limit time.Duration) error {
 	defer cf.Close()
 	if err := pprof.StartCPUProfile(cf); err != nil {
 		return err
+	}
+	if tracePath != "" {
+		tf, err := os.Create(tracePath)
+		if err != nil {
+			return err
+		}
+		defer tf.Close()
+		if err := trace.Start(tf); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	start := time.Now()
 	pctx, cancel := context.WithCancel(ctx)
