@@ -2,7 +2,7 @@
 # bench.sh — relay's benchmarks against the local Kafka and MariaDB (scripts/services.sh), written
 # into docs/BENCHMARKS.md (generated section) and bench/results/last-run.json.
 #
-#   make bench                                  # everything, about 15 minutes on 2 cores
+#   make bench                                  # everything, about 20 minutes on 2 cores
 #   BENCH_STEPS=throughput,latency make bench   # some steps; the others keep their last results
 #
 # Steps: micro (Go micro-benchmarks, one core), throughput (bare consumer vs relay XA / held /
@@ -13,7 +13,7 @@
 #
 # Scale (defaults): BENCH_ORDERS=4000000 BENCH_REPS=3 BENCH_SKUS=1000 BENCH_WINDOWS=10
 # BENCH_SUBTASKS=2 BENCH_TP_INTERVAL=1s BENCH_TP_CLIENTS=shipped,image BENCH_LAT_DURATION=30s
-# (10s interval: twice that) BENCH_LAT_RATE=<auto: half the XA maximum> BENCH_RECOVERY_BRANCHES=100
+# (10s interval: twice that) BENCH_LAT_REPS=3 BENCH_LAT_RATE=<auto: half the XA maximum> BENCH_RECOVERY_BRANCHES=100
 # BENCH_RSS_ORDERS=1500000 BENCH_RSS_SKUS=200000 BENCH_MICRO_COUNT=3 BENCH_MICRO_TIME=1s.
 # BENCH_OUT is where logs, profiles and perf data go (default: a new directory under $TMPDIR).
 #
