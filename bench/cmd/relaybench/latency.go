@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -81,15 +82,15 @@ func runLatency(e *kit.Env, tp *TPResult) (*LatencyResult, error) {
 		}
 		plans = append(plans, plan{d, r.TargetRate, dur})
 	}
-	if r.TargetRate >= 20000 && plans[0].interval == 200*time.Millisecond {
+	if r.TargetRate >= 20000 && slices.ContainsFunc(plans, func(pl plan) bool { return pl.interval == targetInterval }) {
 		// The shortest interval at half that load too: where per-checkpoint work stops being the limit.
-		plans = append(plans, plan{200 * time.Millisecond, math.Round(r.TargetRate/2/1000) * 1000, base})
+		plans = append(plans, plan{targetInterval, math.Round(r.TargetRate/2/1000) * 1000, base})
 	}
-	for i, pl := range plans {
-		// The first plan is the one the target is about, and the noisiest (checkpoints back to back
-		// on a saturated machine): it is repeated and judged by the median of its repetitions.
+	for _, pl := range plans {
+		// The run the target is about is the noisiest (checkpoints back to back on a saturated
+		// machine): it is repeated and judged by the median of its repetitions.
 		reps := 1
-		if i == 0 {
+		if r.isTarget(pl.interval.String(), pl.rate) {
 			reps = max(kit.EnvInt("BENCH_LAT_REPS", 3), 1)
 		}
 		for rep := 1; rep <= reps; rep++ {
@@ -280,12 +281,20 @@ func logPhases(lines []kit.LogLine) (map[string]Q, int) {
 	return out, n
 }
 
-// targetRuns are the repetitions of the run the visibility target is about: 200 ms at the full
-// latency load (the first plan).
+// targetInterval is the checkpoint interval the visibility target is about.
+const targetInterval = 200 * time.Millisecond
+
+// isTarget says whether a run at interval and rate is the one the visibility target is about:
+// targetInterval at the full latency load.
+func (r *LatencyResult) isTarget(interval string, rate float64) bool {
+	return interval == targetInterval.String() && rate == r.TargetRate
+}
+
+// targetRuns are the repetitions of the run the visibility target is about.
 func (r *LatencyResult) targetRuns() []LatencyRun {
 	var out []LatencyRun
 	for _, run := range r.Runs {
-		if run.Interval == "200ms" && run.TargetRate == r.TargetRate {
+		if r.isTarget(run.Interval, run.TargetRate) {
 			out = append(out, run)
 		}
 	}

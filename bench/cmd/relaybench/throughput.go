@@ -167,11 +167,7 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 func (r *TPResult) keys() []string {
 	var out []string
 	for _, c := range r.Clients {
-		kinds := r.Kinds
-		if len(kinds) == 0 { // results written before BENCH_TP_KINDS existed
-			kinds = tpKinds
-		}
-		for _, k := range append([]string{"baseline"}, kinds...) {
+		for _, k := range append([]string{"baseline"}, r.Kinds...) {
 			out = append(out, c+"/"+k)
 		}
 	}
