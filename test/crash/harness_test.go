@@ -142,6 +142,9 @@ func (e *env) start(extra ...string) *proc {
 		e.t.Fatal(err)
 	}
 	p := &proc{cmd: cmd, log: logPath, done: make(chan error, 1)}
+	// A test that fails before it stops relay must not leave it running (a SIGKILL of a process
+	// that already exited is an error nobody needs).
+	e.t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
 	go func() {
 		p.done <- cmd.Wait()
 		f.Close()
