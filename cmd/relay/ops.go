@@ -88,7 +88,7 @@ func openEnv(cfg config.Config) (*ops.Env, func(), error) {
 			return nil, nil, err
 		}
 	}
-	sinkDB, ledgerDB, err := openDBs(cfg)
+	sinkDB, ledgerDB, _, err := openDBs(cfg, false)
 	if err != nil {
 		return nil, nil, err
 	}

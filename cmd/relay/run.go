@@ -65,19 +65,32 @@ func newLogger(level string) (*zap.Logger, error) {
 }
 
 // openDBs opens the sink pool and the ledger pool (the same pool when the ledger shares the sink).
-func openDBs(cfg config.Config) (sinkDB, ledgerDB *sql.DB, err error) {
-	sess := database.Session{WaitTimeout: cfg.MySQL.SessionTimeout, LockWaitTimeout: cfg.MySQL.LockWait, TLS: cfg.MySQLTLS()}
-	if sinkDB, err = database.Open(cfg.MySQL.DSN, sess); err != nil {
-		return nil, nil, fmt.Errorf("mysql.dsn: %w", err)
+// With track, the pools' server sessions are tracked, one ledger.Pool each.
+func openDBs(cfg config.Config, track bool) (sinkDB, ledgerDB *sql.DB, pools []ledger.Pool, err error) {
+	sess := database.Session{WaitTimeout: cfg.MySQL.SessionTimeout, LockWaitTimeout: cfg.MySQL.LockWait, TLS: cfg.MySQLTLS(),
+		StatementTimeout: cfg.MySQL.StatementTimeout}
+	open := func(name, dsn string) (*sql.DB, error) {
+		s := sess
+		if track {
+			s.Track = database.NewTracker()
+		}
+		db, err := database.Open(dsn, s)
+		if err == nil && track {
+			pools = append(pools, ledger.Pool{Name: name, DB: db, Sessions: s.Track})
+		}
+		return db, err
+	}
+	if sinkDB, err = open("sink", cfg.MySQL.DSN); err != nil {
+		return nil, nil, nil, fmt.Errorf("mysql.dsn: %w", err)
 	}
 	if cfg.MySQL.LedgerDSN == "" {
-		return sinkDB, sinkDB, nil
+		return sinkDB, sinkDB, pools, nil
 	}
-	if ledgerDB, err = database.Open(cfg.MySQL.LedgerDSN, sess); err != nil {
+	if ledgerDB, err = open("ledger", cfg.MySQL.LedgerDSN); err != nil {
 		sinkDB.Close()
-		return nil, nil, fmt.Errorf("mysql.ledger_dsn: %w", err)
+		return nil, nil, nil, fmt.Errorf("mysql.ledger_dsn: %w", err)
 	}
-	return sinkDB, ledgerDB, nil
+	return sinkDB, ledgerDB, pools, nil
 }
 
 func owner() string {
@@ -91,7 +104,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		zap.String("mysql", database.Redact(cfg.MySQL.DSN)), zap.Int("gc_heap_floor_mib", cfg.GCFloorMiB),
 		zap.String("gogc_env", os.Getenv("GOGC")), zap.String("version", metrics.Version))
 	m := metrics.New(cfg.Job.Name)
-	sinkDB, ledgerDB, err := openDBs(cfg)
+	sinkDB, ledgerDB, pools, err := openDBs(cfg, true)
 	if err != nil {
 		return err
 	}
@@ -135,18 +148,12 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		return err
 	}
 	led := ledger.NewInstance(ledgerDB, cfg.Job.Name, cfg.InstanceIndex(), cfg.InstanceCount())
-	fence, err := ledger.Acquire(startCtx, led, owner())
-	if err != nil {
-		return err
-	}
-	defer fence.Release()
-	log.Named("fence").Info("job fenced", zap.Int64("owner_epoch", fence.Epoch))
 
 	copts := consumer.Options{Brokers: cfg.Kafka.Brokers, Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
 		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties,
 		Instance: cfg.InstanceIndex(), Instances: cfg.InstanceCount()}
 	p := pipeline.New(pipeline.Deps{Config: cfg, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
-		Ledger: led, Fence: fence,
+		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true},
 		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) }})
 
 	srv, err := httpserver.Listen(cfg.HTTPAddr, m.Registry, p.Ready, cfg.HTTPPprof, log.Named("http"))

@@ -53,7 +53,8 @@ type Config struct {
 
 // Job names the pipeline.
 type Job struct {
-	Name string `yaml:"name"`
+	Name  string        `yaml:"name"`
+	Lease time.Duration `yaml:"lease"`
 }
 
 // Kafka is the source.
@@ -69,18 +70,19 @@ type Kafka struct {
 
 // MySQL is the sink and, by default, the ledger.
 type MySQL struct {
-	DSN            string        `yaml:"dsn"`
-	LedgerDSN      string        `yaml:"ledger_dsn"`
-	Table          string        `yaml:"table"`
-	DLQTable       string        `yaml:"dlq_table"`
-	DetailTable    string        `yaml:"detail_table"`
-	SessionTimeout time.Duration `yaml:"session_timeout"`
-	LockWait       time.Duration `yaml:"lock_wait_timeout"`
-	BatchRows      int           `yaml:"batch_rows"`
-	TLSCAFile      string        `yaml:"tls_ca_file"`
-	TLSCertFile    string        `yaml:"tls_cert_file"`
-	TLSKeyFile     string        `yaml:"tls_key_file"`
-	TLSServerName  string        `yaml:"tls_server_name"`
+	DSN              string        `yaml:"dsn"`
+	LedgerDSN        string        `yaml:"ledger_dsn"`
+	Table            string        `yaml:"table"`
+	DLQTable         string        `yaml:"dlq_table"`
+	DetailTable      string        `yaml:"detail_table"`
+	SessionTimeout   time.Duration `yaml:"session_timeout"`
+	LockWait         time.Duration `yaml:"lock_wait_timeout"`
+	StatementTimeout time.Duration `yaml:"statement_timeout"`
+	BatchRows        int           `yaml:"batch_rows"`
+	TLSCAFile        string        `yaml:"tls_ca_file"`
+	TLSCertFile      string        `yaml:"tls_cert_file"`
+	TLSKeyFile       string        `yaml:"tls_key_file"`
+	TLSServerName    string        `yaml:"tls_server_name"`
 }
 
 // Checkpoint is the coordinator's schedule.
@@ -114,17 +116,19 @@ type Input struct {
 // Default returns the configuration every unset key falls back to.
 func Default() Config {
 	return Config{
+		Job: Job{Lease: 10 * time.Second},
 		Kafka: Kafka{
 			StartOffset:        "earliest",
 			CommitGroupOffsets: true,
 			DiscoveryInterval:  30 * time.Second,
 		},
 		MySQL: MySQL{
-			Table:          "order_stats_minute",
-			DLQTable:       "relay_dlq",
-			SessionTimeout: 10 * time.Minute,
-			LockWait:       50 * time.Second,
-			BatchRows:      500,
+			Table:            "order_stats_minute",
+			DLQTable:         "relay_dlq",
+			SessionTimeout:   10 * time.Minute,
+			LockWait:         50 * time.Second,
+			StatementTimeout: time.Minute,
+			BatchRows:        500,
 		},
 		Mode:     ModeXA,
 		Subtasks: 2,
@@ -133,7 +137,7 @@ func Default() Config {
 			MinPause:          0,
 			IdleAfter:         100 * time.Millisecond,
 			Timeout:           time.Minute,
-			TolerableFailures: 3,
+			TolerableFailures: 10,
 			RestartAllowance:  2 * time.Minute,
 			BufferKeys:        100000,
 			ResolveInterval:   30 * time.Second,
@@ -267,6 +271,9 @@ func (c *Config) Validate() error {
 	if c.MySQL.LockWait < time.Second {
 		return bad("mysql.lock_wait_timeout", "%s is below 1s", c.MySQL.LockWait)
 	}
+	if c.Job.Lease < time.Second || c.Job.Lease >= c.MySQL.SessionTimeout {
+		return bad("job.lease", "%s must be at least 1s and below mysql.session_timeout (%s)", c.Job.Lease, c.MySQL.SessionTimeout)
+	}
 	switch c.Mode {
 	case ModeXA, ModeHeld:
 	default:
@@ -302,6 +309,10 @@ func (c *Config) Validate() error {
 	}
 	if c.MySQL.LockWait >= cp.Timeout {
 		return bad("mysql.lock_wait_timeout", "%s must be below checkpoint.timeout (%s) so a blocked flush fails inside the checkpoint", c.MySQL.LockWait, cp.Timeout)
+	}
+	if c.MySQL.StatementTimeout < c.MySQL.LockWait+time.Second {
+		return bad("mysql.statement_timeout", "%s must exceed mysql.lock_wait_timeout (%s) by at least 1s: a statement waiting for a row lock is not a dead connection",
+			c.MySQL.StatementTimeout, c.MySQL.LockWait)
 	}
 	if cp.BufferKeys < 1 {
 		return bad("checkpoint.buffer_keys", "%d must be positive", cp.BufferKeys)

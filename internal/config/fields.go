@@ -28,6 +28,7 @@ type Field struct {
 var (
 	docs = map[string]string{
 		"job.name":                      "Pipeline name ([a-z0-9_]{1,32}); names XA transactions, ledger rows and metrics. Never change it for a running deployment: a new name orphans the old one's in-doubt transactions.",
+		"job.lease":                     "How long this process's ownership of the job lasts past its last renewal (renewed about every second, by the server's clock). A replacement finding the owner silent waits this long, then ends the old owner's MySQL sessions and takes over; an owner that cannot renew stops deciding before it runs out.",
 		"kafka.brokers":                 "Kafka bootstrap servers, comma-separated host:port.",
 		"kafka.topics":                  "Topics to consume, comma-separated in the environment. Every partition is read, new ones are picked up.",
 		"kafka.group_id":                "Consumer group used only to publish committed offsets for lag tooling; default relay-<job>.",
@@ -42,6 +43,7 @@ var (
 		"mysql.detail_table":            "Append sink: one row per order (order_id, sku, amount, event_time, source topic/partition/offset) in the same epoch transactions; empty (default) turns it off.",
 		"mysql.session_timeout":         "wait_timeout set on relay's sessions; must exceed checkpoint.interval + checkpoint.timeout + checkpoint.restart_allowance.",
 		"mysql.lock_wait_timeout":       "innodb_lock_wait_timeout set on relay's sessions; below checkpoint.timeout.",
+		"mysql.statement_timeout":       "Read and write timeout of every MySQL connection (the driver's readTimeout/writeTimeout unless the DSN sets them): a connection the network silently dropped fails within this time. Above mysql.lock_wait_timeout.",
 		"mysql.batch_rows":              "Rows per multi-row upsert statement.",
 		"mysql.tls_ca_file":             "PEM file of the CA(s) MySQL's server certificate must chain to; turns on verified TLS for the sink and ledger connections (overrides the DSN's tls parameter). Empty: the DSN decides (tls=true uses the system CAs).",
 		"mysql.tls_cert_file":           "Client certificate (PEM) for servers that require one; with mysql.tls_key_file.",
@@ -53,7 +55,7 @@ var (
 		"checkpoint.min_pause":          "Minimum pause between the end of one checkpoint and the start of the next.",
 		"checkpoint.idle_after":         "Also cut a checkpoint once no record has arrived for this long (still honouring min_pause), so when traffic pauses what was read becomes visible without waiting out the interval; 0 turns it off.",
 		"checkpoint.timeout":            "A checkpoint not committed within this time fails and is rolled back.",
-		"checkpoint.tolerable_failures": "Consecutive failed checkpoints tolerated before relay exits non-zero.",
+		"checkpoint.tolerable_failures": "In-process restarts in a row without a committed checkpoint (failed checkpoints, lost MySQL connections, a MySQL or broker restart, the fence lost) tolerated before relay exits non-zero; restarts back off with jitter from 200ms to 10s.",
 		"checkpoint.restart_allowance":  "How long a restart may take; part of the session-timeout rule.",
 		"checkpoint.buffer_keys":        "Distinct (window, sku) keys a subtask buffers before flushing early into the open transaction.",
 		"checkpoint.resolve_interval":   "How often the resolver looks for this job's left-behind XA branches.",

@@ -16,6 +16,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"go.uber.org/zap"
 
+	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 )
 
@@ -88,7 +89,7 @@ func (c *Consumer) Partitions(ctx context.Context) (map[string][]int32, error) {
 		}
 		tm, ok := md.Topics[t]
 		if !ok || tm.Error.Code() == kafka.ErrUnknownTopicOrPart || tm.Error.Code() == kafka.ErrUnknownTopic {
-			return nil, fmt.Errorf("topic %s does not exist", t)
+			return nil, fault.Permanent(fmt.Errorf("topic %s does not exist", t))
 		}
 		if tm.Error.Code() != kafka.ErrNoError {
 			return nil, fmt.Errorf("metadata %s: %w", t, tm.Error)
@@ -207,7 +208,7 @@ func (c *Consumer) Poll(timeout time.Duration) (*kafka.Message, error) {
 			// An offset out of range means data relay has not read is gone: exactly-once cannot
 			// continue by itself; the operator decides (relay offsets reset).
 			if e.IsFatal() || e.Code() == kafka.ErrAutoOffsetReset {
-				return nil, fmt.Errorf("kafka: %w", e)
+				return nil, fault.Permanent(fmt.Errorf("kafka: %w", e))
 			}
 			c.log.Warn("kafka client error", zap.Error(e))
 		default:

@@ -20,6 +20,11 @@ type Session struct {
 	WaitTimeout     time.Duration
 	LockWaitTimeout time.Duration
 	TLS             TLS // zero: whatever the DSN's tls parameter says
+	// StatementTimeout bounds every read and write on the socket (the driver's readTimeout and
+	// writeTimeout, unless the DSN sets them): a blackholed connection fails in bounded time even
+	// where no context deadline applies.
+	StatementTimeout time.Duration
+	Track            *Tracker // nil: sessions are not tracked
 }
 
 // Open returns a pool for dsn with relay's session settings applied to every connection.
@@ -49,9 +54,18 @@ func Open(dsn string, s Session) (*sql.DB, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
 	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = s.StatementTimeout
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = s.StatementTimeout
+	}
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("dsn: %w", err)
+	}
+	if s.Track != nil {
+		conn = trackingConnector{Connector: conn, t: s.Track}
 	}
 	db := sql.OpenDB(conn)
 	db.SetConnMaxIdleTime(time.Minute)

@@ -1,8 +1,9 @@
 // Package fault is relay's one error classifier and its bounded retry loop.
 //
-// Invariant: whether an error is worth retrying is decided here only, from MySQL error numbers and
-// Kafka error codes, never from message text; every retry loop is bounded, backs off and stops when
-// its context ends.
+// Invariant: whether an error is worth retrying, what class of failure it is and whether any
+// restart can cure it are decided here only, from MySQL error numbers and Kafka error codes, never
+// from message text; every retry loop is bounded, backs off with jitter and stops when its context
+// ends.
 package fault
 
 import (
@@ -10,6 +11,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"syscall"
 	"time"
@@ -22,6 +24,8 @@ import (
 const (
 	ErTooManyConnections = 1040
 	ErServerShutdown     = 1053
+	ErDupFieldName       = 1060 // ADD COLUMN of a column that exists
+	ErNoSuchThread       = 1094 // KILL of a session that is gone
 	ErUnknownTable       = 1109 // e.g. a server without information_schema.INNODB_LOCK_WAITS
 	ErLockWaitTimeout    = 1205
 	ErLockDeadlock       = 1213
@@ -116,12 +120,64 @@ func Retryable(err error) bool {
 	return false
 }
 
+// Causes are the values Cause returns: a bounded set, fit for a metric label.
+var Causes = []string{"mysql_connection", "timeout", "lock_conflict", "kafka", "mysql", "other"}
+
+// Cause names the class of a failure, by error number and type.
+func Cause(err error) string {
+	var ke kafka.Error
+	switch {
+	case LockConflict(err):
+		return "lock_conflict"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case ConnectionLost(err):
+		return "mysql_connection"
+	case errors.As(err, &ke):
+		return "kafka"
+	case MySQLNumber(err) != 0:
+		return "mysql"
+	}
+	return "other"
+}
+
+// Permanent marks err as one no restart can cure: the operator must act (data gone from Kafka, a
+// topic that does not exist).
+func Permanent(err error) error { return &permanentError{err} }
+
+// IsPermanent reports whether err was marked Permanent or is a fatal Kafka client error.
+func IsPermanent(err error) bool {
+	var pe *permanentError
+	var ke kafka.Error
+	return errors.As(err, &pe) || (errors.As(err, &ke) && ke.IsFatal())
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
 // Policy bounds a retry loop. Sleep is injectable so tests run without waiting.
 type Policy struct {
 	Attempts int           // total tries, at least 1
 	Initial  time.Duration // first back-off
 	Max      time.Duration // back-off cap
 	Sleep    func(ctx context.Context, d time.Duration) error
+}
+
+// Backoff is the wait before retry number attempt (1 for the first retry): doubling from
+// Initial up to Max, then drawn uniformly from its upper half, so that processes failing
+// together (a MySQL restart) do not retry in lockstep.
+func (p Policy) Backoff(attempt int) time.Duration {
+	d := p.Initial
+	for i := 1; i < attempt && d < p.Max; i++ {
+		d *= 2
+	}
+	d = min(d, p.Max)
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2)
 }
 
 // DefaultPolicy retries for roughly half a minute.
@@ -148,7 +204,6 @@ func Do(ctx context.Context, p Policy, fn func(context.Context) error, onRetry f
 	if sleep == nil {
 		sleep = SleepContext
 	}
-	backoff := p.Initial
 	var err error
 	for attempt := 1; ; attempt++ {
 		if err = fn(ctx); err == nil || !Retryable(err) || attempt >= p.Attempts {
@@ -157,11 +212,8 @@ func Do(ctx context.Context, p Policy, fn func(context.Context) error, onRetry f
 		if onRetry != nil {
 			onRetry(attempt, err)
 		}
-		if serr := sleep(ctx, backoff); serr != nil {
+		if serr := sleep(ctx, p.Backoff(attempt)); serr != nil {
 			return errors.Join(err, serr)
-		}
-		if backoff *= 2; backoff > p.Max {
-			backoff = p.Max
 		}
 	}
 }

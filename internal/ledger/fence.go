@@ -1,28 +1,77 @@
 // Fence: one owner per job.
 //
-// Invariant: while a Fence is held, its GET_LOCK connection is open and the job row's owner epoch is
-// the one this Fence bumped; a second process fails fast naming the holder, and a process that lost
-// its lock connection learns it from Lost and must stop before its next decision.
+// Invariant: while a Fence is held, its GET_LOCK connection is open, the job row's owner epoch is
+// the one this Fence bumped, and the owner renews a lease in that row (server clock) about every
+// second, recording its sessions. A second process fails fast naming the holder while the holder
+// renews; one that finds the lease run out ends the recorded sessions and takes over with a higher
+// epoch. An owner writes a decision only before its Deadline, which lies before the lease can run
+// out on the server, and every decision write checks the epoch under the job row's lock, so no
+// decision of an old owner can follow a takeover.
 package ledger
 
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
 // Fence is the ownership of one job.
 type Fence struct {
-	conn  *sql.Conn
-	Epoch int64
-	lost  chan struct{}
-	stop  chan struct{}
+	conn   *sql.Conn
+	connID int64
+	key    string
+	Epoch  int64
+	cfg    FenceConfig
+	mu     sync.Mutex
+	valid  time.Time // decisions may be written until then (monotonic clock)
+	lost   chan struct{}
+	stop   chan struct{}
+	// TookOver is set when Acquire ended an earlier owner's sessions to get the fence.
+	TookOver *Takeover
 }
+
+// FenceConfig says who asks for the fence and what it may do to get it.
+type FenceConfig struct {
+	Owner string        // this process (host, pid), for the error another process prints
+	Lease time.Duration // 0: DefaultLease
+	// Pools are this process's connection pools: their sessions are recorded with each renewal,
+	// so that a process taking over after this one vanished can end them.
+	Pools []Pool
+	// TakeOver lets Acquire end the sessions of an owner whose lease expired (relay run). Operator
+	// commands leave that to the next relay run.
+	TakeOver bool
+	// Prev is this process's own earlier fence, whose lock connection died: when the server still
+	// holds that session, it is ended at once (nobody else can own the epoch it holds).
+	Prev *Fence
+}
+
+// Pool is one connection pool whose server sessions are tracked.
+type Pool struct {
+	Name     string
+	DB       *sql.DB
+	Sessions *database.Tracker
+}
+
+// Takeover describes the owner whose sessions Acquire ended.
+type Takeover struct {
+	Owner       string
+	Epoch       int64
+	Own         bool          // it was this process's own dead lock connection
+	ExpiredFor  time.Duration // how long its lease had run out (server clock)
+	Killed      []int64       // sessions ended
+	WaitedLease time.Duration // time spent waiting for the lease to run out
+}
+
+// DefaultLease is how long an owner's lease lasts past its last renewal.
+const DefaultLease = 10 * time.Second
 
 // LockName is the GET_LOCK name of an instance key.
 func LockName(key string) string { return "relay/" + key }
@@ -32,33 +81,209 @@ func LockName(key string) string { return "relay/" + key }
 // enough that a second live instance still fails fast.
 const lockWaitSeconds = 2
 
-// Acquire takes the instance's lock, waiting at most lockWaitSeconds, and bumps its owner epoch. owner describes this
-// process (host, pid) for the error another process will print. Instances of another layout (a
-// different number of instances) must all be stopped before the layout changes.
-func Acquire(ctx context.Context, l *Ledger, owner string) (*Fence, error) {
+func (c FenceConfig) lease() time.Duration {
+	if c.Lease > 0 {
+		return c.Lease
+	}
+	return DefaultLease
+}
+
+// renewEvery is how often the owner renews its lease: several renewals fit in one lease, so a
+// slow one does not lose it.
+func (c FenceConfig) renewEvery() time.Duration { return min(time.Second, c.lease()/5) }
+
+// Acquire takes the instance's lock and bumps its owner epoch. When the lock is held, it fails
+// with ErrFenced naming the holder while the holder renews its lease; with TakeOver, a holder that
+// stopped renewing is waited for until its lease runs out (server clock), then its recorded
+// sessions are ended (KILL: a prepared branch survives it, an unprepared transaction rolls back)
+// and the fence is taken with a higher epoch, which fails every later decision of the old owner.
+// Instances of another layout (a different number of instances) must all be stopped before the
+// layout changes.
+func Acquire(ctx context.Context, l *Ledger, cfg FenceConfig) (*Fence, error) {
 	conn, err := l.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("fence %s: %w", l.key, err)
 	}
-	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, LockName(l.key), lockWaitSeconds).Scan(&got); err != nil {
+	f := &Fence{conn: conn, key: l.key, cfg: cfg, lost: make(chan struct{}), stop: make(chan struct{})}
+	if f.connID, err = database.ConnID(ctx, conn); err != nil {
 		xa.Discard(conn)
 		return nil, fmt.Errorf("fence %s: %w", l.key, err)
 	}
-	if !got.Valid || got.Int64 != 1 {
+	if err := f.lock(ctx, l); err != nil {
 		xa.Discard(conn)
-		return nil, fmt.Errorf("%w: job %s is running elsewhere: %s", ErrFenced, l.key, Holder(ctx, l))
+		return nil, err
 	}
-	f := &Fence{conn: conn, lost: make(chan struct{}), stop: make(chan struct{})}
-	// Instances starting together queue on the job row; a deadlock report is retried like any.
-	if err := fault.Do(ctx, fault.DefaultPolicy(), func(ctx context.Context) error {
-		return f.claim(ctx, l, owner, l.layout)
-	}, nil); err != nil {
+	// Row lock waits on this session are short: the claim and the renewals must notice a
+	// session that holds the job row and will never let go (see claimRow).
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION innodb_lock_wait_timeout = %d", lockWaitSeconds)); err != nil {
+		f.Release()
+		return nil, fmt.Errorf("fence %s: %w", l.key, err)
+	}
+	if err := f.claimRow(ctx, l); err != nil {
 		f.Release()
 		return nil, err
 	}
-	go f.watch(l.key)
+	go f.watch()
 	return f, nil
+}
+
+// claimRow runs claim until it succeeds. Instances starting together queue on the job row; a
+// deadlock report is retried like any. A lock wait on the job row that outlasts the short wait
+// is a session of an earlier owner stuck in a decision (its host vanished mid-transaction: the
+// server keeps the session, and the row lock, until wait_timeout). With TakeOver, that owner's
+// recorded sessions are ended once its lease ran out, as when it still held the lock.
+func (f *Fence) claimRow(ctx context.Context, l *Ledger) error {
+	p := fault.DefaultPolicy()
+	for attempt := 1; ; attempt++ {
+		err := f.claim(ctx, l, f.cfg.Owner, l.layout)
+		if err == nil {
+			return nil
+		}
+		if fault.IsMySQL(err, fault.ErLockWaitTimeout) && f.cfg.TakeOver {
+			if err := f.endStaleOwner(ctx, l); err != nil {
+				return err
+			}
+			continue
+		}
+		if !fault.Retryable(err) || attempt >= p.Attempts {
+			return err
+		}
+		if err := fault.SleepContext(ctx, p.Backoff(attempt)); err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
+		}
+	}
+}
+
+// endStaleOwner waits until the recorded owner's lease ran out (it cannot renew: this process
+// holds the lock) and ends its recorded sessions.
+func (f *Fence) endStaleOwner(ctx context.Context, l *Ledger) error {
+	start := time.Now()
+	for {
+		h, err := readHolder(ctx, l)
+		if err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
+		}
+		if !h.claimed || !h.lease.Valid {
+			return fmt.Errorf("%w: job %s: the job row is locked by a session of an owner without a lease", ErrFenced, l.key)
+		}
+		if h.remaining <= 0 {
+			return f.takeOver(ctx, l, h, false, time.Since(start))
+		}
+		if err := fault.SleepContext(ctx, min(h.remaining+time.Millisecond, 500*time.Millisecond)); err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
+		}
+	}
+}
+
+// holderRow is what the ledger and the server say about the lock's holder.
+type holderRow struct {
+	holder    sql.NullInt64 // IS_USED_LOCK: the session holding the lock now
+	claimed   bool          // the job row exists
+	connID    int64         // the session the last claim recorded
+	owner     string
+	epoch     int64
+	lease     sql.NullTime
+	remaining time.Duration // until the lease runs out, by the server's clock (negative: expired)
+	sessions  string
+}
+
+func readHolder(ctx context.Context, l *Ledger) (holderRow, error) {
+	var h holderRow
+	if err := l.db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(l.key)).Scan(&h.holder); err != nil {
+		return h, err
+	}
+	var us sql.NullInt64
+	err := l.db.QueryRowContext(ctx, `SELECT j.conn_id, j.owner, j.owner_epoch, l.lease_until,
+		TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.lease_until), COALESCE(l.sessions, '')
+		FROM relay_jobs j LEFT JOIN relay_leases l ON l.job = j.job AND l.owner_epoch = j.owner_epoch WHERE j.job = ?`,
+		l.key).Scan(&h.connID, &h.owner, &h.epoch, &h.lease, &us, &h.sessions)
+	if errors.Is(err, sql.ErrNoRows) {
+		return h, nil
+	}
+	h.claimed = err == nil
+	h.remaining = time.Duration(us.Int64) * time.Microsecond
+	return h, err
+}
+
+// lock takes the GET_LOCK, through the lease rule when its holder stopped renewing.
+func (f *Fence) lock(ctx context.Context, l *Ledger) error {
+	wait := lockWaitSeconds
+	var seen sql.NullTime // the holder's lease when this process started watching it
+	start := time.Now()
+	for {
+		var got sql.NullInt64
+		if err := f.conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, LockName(l.key), wait).Scan(&got); err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
+		}
+		if got.Valid && got.Int64 == 1 {
+			return nil
+		}
+		wait = 0
+		h, err := readHolder(ctx, l)
+		if err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
+		}
+		prev := f.cfg.Prev
+		switch {
+		case !h.holder.Valid:
+			continue // released meanwhile
+		case !h.claimed || h.holder.Int64 != h.connID:
+			return fmt.Errorf("%w: job %s is running elsewhere: %s", ErrFenced, l.key, Holder(ctx, l))
+		case prev != nil && h.epoch == prev.Epoch && h.connID == prev.connID:
+			// This process's own lock session, cut off from it but alive on the server.
+			if err := f.takeOver(ctx, l, h, true, 0); err != nil {
+				return err
+			}
+			wait = lockWaitSeconds
+			continue
+		case !f.cfg.TakeOver || !h.lease.Valid:
+			return fmt.Errorf("%w: job %s is running elsewhere: %s", ErrFenced, l.key, Holder(ctx, l))
+		case h.remaining <= 0:
+			if err := f.takeOver(ctx, l, h, false, time.Since(start)); err != nil {
+				return err
+			}
+			wait = lockWaitSeconds
+			continue
+		case seen.Valid && !seen.Time.Equal(h.lease.Time):
+			return fmt.Errorf("%w: job %s is running elsewhere: %s (renewing its lease)", ErrFenced, l.key, Holder(ctx, l))
+		}
+		// The holder has not renewed since this process looked: it may have vanished. Its lease
+		// tells how long it may still decide; wait that out (or see it renew).
+		seen = h.lease
+		if err := fault.SleepContext(ctx, min(h.remaining+time.Millisecond, 500*time.Millisecond)); err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
+		}
+	}
+}
+
+// takeOver ends the sessions the lock's holder recorded, and the holder's lock session itself.
+func (f *Fence) takeOver(ctx context.Context, l *Ledger, h holderRow, own bool, waited time.Duration) error {
+	t := &Takeover{Owner: h.owner, Epoch: h.epoch, Own: own, ExpiredFor: -h.remaining, WaitedLease: waited}
+	if own {
+		t.ExpiredFor = 0
+	}
+	var recorded map[string][]int64
+	if h.sessions != "" {
+		if err := json.Unmarshal([]byte(h.sessions), &recorded); err != nil {
+			return fmt.Errorf("fence %s: recorded sessions: %w", l.key, err)
+		}
+	}
+	for _, p := range f.cfg.Pools {
+		killed, err := database.Kill(ctx, p.DB, recorded[p.Name])
+		t.Killed = append(t.Killed, killed...)
+		if err != nil {
+			return fmt.Errorf("fence %s: end sessions of %s: %w", l.key, h.owner, err)
+		}
+	}
+	if h.connID != f.connID {
+		killed, err := database.Kill(ctx, l.db, []int64{h.connID})
+		t.Killed = append(t.Killed, killed...)
+		if err != nil {
+			return fmt.Errorf("fence %s: end lock session of %s: %w", l.key, h.owner, err)
+		}
+	}
+	f.TookOver = t
+	return nil
 }
 
 // claim bumps the owner epoch and records the layout, under the job row's lock.
@@ -116,7 +341,19 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, l.key).Scan(&f.Epoch); err != nil {
 		return fmt.Errorf("fence %s: read epoch: %w", l.key, err)
 	}
-	return tx.Commit()
+	sent := time.Now()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_leases (job, owner_epoch, owner, conn_id, lease_until, sessions)
+		VALUES (?, ?, ?, CONNECTION_ID(), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?)
+		ON DUPLICATE KEY UPDATE owner_epoch = VALUES(owner_epoch), owner = VALUES(owner), conn_id = VALUES(conn_id),
+			lease_until = VALUES(lease_until), sessions = VALUES(sessions)`,
+		l.key, f.Epoch, owner, f.cfg.lease().Microseconds(), f.sessions()); err != nil {
+		return fmt.Errorf("fence %s: lease: %w", l.key, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("fence %s: %w", l.key, err)
+	}
+	f.renewed(sent)
+	return nil
 }
 
 // idBlock is how many checkpoint ids one reservation covers: one ledger write per block.
@@ -192,25 +429,69 @@ func IsHeld(ctx context.Context, l *Ledger) (bool, error) {
 	return connID.Valid, nil
 }
 
-// watch pings the lock connection; if it dies the lock is gone with it.
-func (f *Fence) watch(key string) {
-	t := time.NewTicker(time.Second)
+// watch renews the lease on the lock connection. A renewal that fails (the connection died or
+// hung past its deadline, the lock or the epoch is gone) closes Lost; decisions already stopped
+// being allowed at Deadline, before the lease can run out on the server.
+func (f *Fence) watch() {
+	every := f.cfg.renewEvery()
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-f.stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			var mine sql.NullInt64
-			err := f.conn.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?) = CONNECTION_ID()`, LockName(key)).Scan(&mine)
-			cancel()
-			if err != nil || !mine.Valid || mine.Int64 != 1 {
+			if err := f.renew(max(every, f.cfg.lease()/4)); err != nil {
 				close(f.lost)
 				return
 			}
 		}
 	}
+}
+
+// sessions renders the pools' server sessions as recorded with the lease.
+func (f *Fence) sessions() string {
+	m := map[string][]int64{}
+	for _, p := range f.cfg.Pools {
+		m[p.Name] = p.Sessions.IDs()
+	}
+	js, _ := json.Marshal(m) // a map of int slices always marshals
+	return string(js)
+}
+
+func (f *Fence) renew(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	sent := time.Now()
+	res, err := f.conn.ExecContext(ctx, `UPDATE relay_leases SET lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, sessions = ?
+		WHERE job = ? AND owner_epoch = ? AND conn_id = CONNECTION_ID() AND IS_USED_LOCK(?) = CONNECTION_ID()`,
+		f.cfg.lease().Microseconds(), f.sessions(), f.key, f.Epoch, LockName(f.key))
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("fence %s: lease not renewed: lock or epoch %d lost", f.key, f.Epoch)
+	}
+	f.renewed(sent)
+	return nil
+}
+
+// renewed extends Deadline from a renewal sent at sent: the server set the lease from its own
+// clock when it ran the statement, after sent, so sent + lease lies before the server's expiry
+// as long as the two clocks run at the same rate; a fifth of the lease is kept as a margin for
+// rates that differ and for the decision's own round trip.
+func (f *Fence) renewed(sent time.Time) {
+	lease := f.cfg.lease()
+	f.mu.Lock()
+	f.valid = sent.Add(lease - lease/5)
+	f.mu.Unlock()
+}
+
+// Deadline is when this owner must stop writing decisions unless the lease is renewed by then.
+func (f *Fence) Deadline() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.valid
 }
 
 // Lost is closed when the fence's lock connection died: ownership may have passed to another process.

@@ -22,8 +22,10 @@ import (
 	"time"
 )
 
-// SchemaVersion is the ledger layout this build reads and writes.
-const SchemaVersion = 1
+// SchemaVersion is the ledger layout this build reads and writes. Version 2 added relay_leases,
+// the owner's lease and recorded sessions: a version-1 relay would neither renew a lease nor
+// record its sessions, so it must not run against a ledger that newer relays take over by lease.
+const SchemaVersion = 2
 
 // State of a checkpoint row.
 type State string
@@ -154,6 +156,16 @@ var schema = []string{
 		layout INT NOT NULL DEFAULT 1,
 		conn_id BIGINT NOT NULL DEFAULT 0
 	) ENGINE=InnoDB`,
+	// The owner's lease, apart from relay_jobs: renewals must not queue behind the job row's
+	// lock, which a decision holds (and a decision stuck on a vanished host holds for good).
+	`CREATE TABLE IF NOT EXISTS relay_leases (
+		job VARCHAR(64) NOT NULL PRIMARY KEY,
+		owner_epoch BIGINT NOT NULL,
+		owner VARCHAR(255) NOT NULL,
+		conn_id BIGINT NOT NULL,
+		lease_until DATETIME(6) NOT NULL,
+		sessions TEXT NOT NULL
+	) ENGINE=InnoDB`,
 	// Checkpoint ids are handed out in blocks; the block says which instance may have used an id.
 	`CREATE TABLE IF NOT EXISTS relay_id_blocks (
 		job VARCHAR(64) NOT NULL,
@@ -201,6 +213,11 @@ func EnsureSchema(ctx context.Context, db *sql.DB) error {
 		}
 	}
 	if _, err := db.ExecContext(ctx, `INSERT IGNORE INTO relay_ledger_meta (name, value) VALUES ('schema_version', ?)`,
+		strconv.Itoa(SchemaVersion)); err != nil {
+		return fmt.Errorf("ledger schema: %w", err)
+	}
+	// Version 1 differs only by relay_leases, created above.
+	if _, err := db.ExecContext(ctx, `UPDATE relay_ledger_meta SET value = ? WHERE name = 'schema_version' AND value = '1'`,
 		strconv.Itoa(SchemaVersion)); err != nil {
 		return fmt.Errorf("ledger schema: %w", err)
 	}

@@ -23,12 +23,12 @@ func newLedger(t *testing.T) (*Ledger, context.Context) {
 // owner took over) can no longer write a decision, and learns it has lost the fence.
 func TestFencing(t *testing.T) {
 	l, ctx := newLedger(t)
-	f1, err := Acquire(ctx, l, "host-a pid 1")
+	f1, err := Acquire(ctx, l, FenceConfig{Owner: "host-a pid 1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f1.Release()
-	if _, err := Acquire(ctx, l, "host-b pid 2"); !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "host-a pid 1") {
+	if _, err := Acquire(ctx, l, FenceConfig{Owner: "host-b pid 2"}); !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "host-a pid 1") {
 		t.Fatalf("second owner: got %v, want ErrFenced naming host-a pid 1", err)
 	}
 	if err := l.Decide(ctx, f1.Epoch, Checkpoint{ID: 1, Tags: []string{"x-1-0"}, Offsets: Offsets{"t": {0: 5}}}); err != nil {
@@ -44,7 +44,7 @@ func TestFencing(t *testing.T) {
 	}
 	var f2 *Fence
 	for i := 0; i < 50; i++ {
-		if f2, err = Acquire(ctx, l, "host-b pid 2"); err == nil {
+		if f2, err = Acquire(ctx, l, FenceConfig{Owner: "host-b pid 2"}); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -76,7 +76,7 @@ func TestFencing(t *testing.T) {
 // Verdicts, the last decision and the COMMITTING → COMMITTED move.
 func TestCheckpointRows(t *testing.T) {
 	l, ctx := newLedger(t)
-	f, err := Acquire(ctx, l, "me")
+	f, err := Acquire(ctx, l, FenceConfig{Owner: "me"})
 	if err != nil {
 		t.Fatal(err)
 	}

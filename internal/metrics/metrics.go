@@ -44,6 +44,8 @@ type Metrics struct {
 	Ready               prometheus.Gauge
 	Recoveries          prometheus.Counter
 	Takeovers           prometheus.Counter
+	Restarts            *prometheus.CounterVec
+	FenceTakeovers      *prometheus.CounterVec
 }
 
 // New builds and registers every collector; job becomes the relay_job constant label.
@@ -88,6 +90,10 @@ func New(job string) *Metrics {
 			"Recovery passes run (start-up and after a failed checkpoint)."),
 		Takeovers: f.counter("relay_resolver_takeovers_total",
 			"Times this instance's resolver took a stopped instance's fence to finish its branches."),
+		Restarts: f.counterVec("relay_restarts_total",
+			"In-process restarts of the pipeline (session torn down, recovered, started again) by cause: mysql_connection, timeout, lock_conflict, fence_lost, kafka, mysql, other.", "cause"),
+		FenceTakeovers: f.counterVec("relay_fence_takeovers_total",
+			"Times this process ended an owner's sessions to take the job's fence: from an owner whose lease ran out (expired_lease) or from its own lock session cut off by the network (own).", "from"),
 	}
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "relay_build_info",
 		Help: "Build information; the value is 1."}, []string{"version", "goversion"})
@@ -107,6 +113,9 @@ func New(job string) *Metrics {
 	for _, res := range []string{"ok", "dlq", "skipped"} {
 		m.Records.WithLabelValues(res)
 	}
+	for _, from := range []string{"expired_lease", "own"} {
+		m.FenceTakeovers.WithLabelValues(from)
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -125,6 +134,13 @@ func (m *Metrics) WatchPool(job, pool string, db *sql.DB) {
 			Help:        "Connections of relay's MySQL pools by state (open, in_use, idle).",
 			ConstLabels: prometheus.Labels{"state": state},
 		}, func() float64 { return float64(read(db.Stats())) }))
+	}
+}
+
+// InitRestartCauses pre-registers the restart causes so their series exist at zero.
+func (m *Metrics) InitRestartCauses(causes []string) {
+	for _, c := range causes {
+		m.Restarts.WithLabelValues(c)
 	}
 }
 

@@ -90,7 +90,7 @@ type PartitionReset struct {
 func ResetOffsets(ctx context.Context, e *Env, target ResetTarget) (*ResetReport, error) {
 	led := e.Ledger
 	held := e.Config.Mode == config.ModeHeld
-	fence, err := ledger.Acquire(ctx, led, "relay offsets reset by "+e.Operator)
+	fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "relay offsets reset by " + e.Operator})
 	if err != nil {
 		return nil, fmt.Errorf("offsets reset needs the job stopped: %w", err)
 	}

@@ -98,7 +98,7 @@ func TestResetOffsets(t *testing.T) {
 		t.Fatalf("unknown topic: %v, want a refusal", err)
 	}
 
-	running, err := ledger.Acquire(ctx, e.Ledger, "a running relay")
+	running, err := ledger.Acquire(ctx, e.Ledger, ledger.FenceConfig{Owner: "a running relay"})
 	if err != nil {
 		t.Fatal(err)
 	}

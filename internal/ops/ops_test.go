@@ -104,7 +104,7 @@ func listed(t *testing.T, ctx context.Context, e *Env, tag string) bool {
 // decide writes a decided ledger row for checkpoint id, as the owner of the job would.
 func decide(t *testing.T, ctx context.Context, e *Env, id int64, offs ledger.Offsets, tags ...string) {
 	t.Helper()
-	f, err := ledger.Acquire(ctx, e.Ledger, "test owner")
+	f, err := ledger.Acquire(ctx, e.Ledger, ledger.FenceConfig{Owner: "test owner"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestStatusAndListShowVerdicts(t *testing.T) {
 	}
 
 	// Run as two instances, the job has two fences; status shows who holds each.
-	one, err := ledger.Acquire(ctx, ledger.NewInstance(e.Sink, e.Config.Job.Name, 1, 2), "instance one")
+	one, err := ledger.Acquire(ctx, ledger.NewInstance(e.Sink, e.Config.Job.Name, 1, 2), ledger.FenceConfig{Owner: "instance one"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func TestResolveWhileRunningAndAttached(t *testing.T) {
 	prepare(t, ctx, e, decided)
 	prepare(t, ctx, e, undecided)
 
-	running, err := ledger.Acquire(ctx, e.Ledger, "a running relay")
+	running, err := ledger.Acquire(ctx, e.Ledger, ledger.FenceConfig{Owner: "a running relay"})
 	if err != nil {
 		t.Fatal(err)
 	}

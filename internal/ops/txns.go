@@ -96,7 +96,7 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool) (*Reso
 		if err != nil {
 			return nil, err
 		}
-		fence, err := ledger.Acquire(ctx, led, "relay txns resolve by "+e.Operator)
+		fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "relay txns resolve by " + e.Operator})
 		switch {
 		case err == nil:
 			defer fence.Release()

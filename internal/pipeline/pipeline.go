@@ -4,10 +4,15 @@
 //   - One goroutine (the loop) polls Kafka, decodes and aggregates; it alone cuts epochs, so the
 //     offsets recorded for checkpoint c are exactly the records folded into c.
 //   - At most one checkpoint is in flight; records after its barrier go to epoch c+1 meanwhile.
-//   - The ledger row is written only after every participating branch prepared, and XA COMMIT is
-//     issued only after that row is durable. Any failure before the decision aborts the session: its
-//     connections are discarded and recovery (the same code as at start-up) rolls back what was
-//     prepared and rewinds the consumer to the last decided checkpoint.
+//   - The ledger row is written only after every participating branch prepared, only before the
+//     fence's lease deadline, and XA COMMIT is issued only after that row is durable. Any failure
+//     aborts the session: its connections are discarded (and their server sessions ended, should
+//     the network have kept them alive) and recovery (the same code as at start-up) rolls back what
+//     was not decided and commits what was, then the consumer rewinds to the last decision.
+//   - The process leaves Run only for what no restart can cure: another live owner (ErrFenced),
+//     bad input under policy fail, data Kafka no longer has, or failures past the bound.
+//   - Every statement of the protocol runs under a deadline, so a connection the network
+//     blackholed fails the session in bounded time instead of freezing it.
 package pipeline
 
 import (
@@ -43,6 +48,7 @@ const (
 	Draining                // SIGTERM: final checkpoint
 	Stopped                 // exited cleanly
 	Failed                  // exited with an error
+	Restarting              // a session failed: waiting out the back-off before the next one
 )
 
 func (s State) String() string {
@@ -59,6 +65,8 @@ func (s State) String() string {
 		return "stopped"
 	case Failed:
 		return "failed"
+	case Restarting:
+		return "restarting"
 	}
 	return fmt.Sprintf("State(%d)", int32(s))
 }
@@ -73,7 +81,9 @@ type Deps struct {
 	Metrics *metrics.Metrics
 	Sink    *sql.DB
 	Ledger  *ledger.Ledger
-	Fence   *ledger.Fence
+	// Fence says how to take the job's fence; the pipeline takes it before its first session and
+	// again whenever its lock session is lost.
+	Fence ledger.FenceConfig
 	// NewConsumer opens a consumer for a session (tests may wrap it).
 	NewConsumer func() (*consumer.Consumer, error)
 }
@@ -104,6 +114,7 @@ func New(d Deps) *Pipeline {
 		reasons = append(reasons, r.String())
 	}
 	d.Metrics.InitReasons(reasons)
+	d.Metrics.InitRestartCauses(append([]string{causeFenceLost}, fault.Causes...))
 	return p
 }
 
@@ -142,18 +153,29 @@ func (p *Pipeline) Ready() (bool, string) {
 	return true, "ok"
 }
 
-// Run recovers and consumes until ctx ends (then drains and returns nil) or a fatal error. A failed
-// checkpoint restarts the session through recovery, up to the tolerable number in a row.
+// Run takes the fence, recovers and consumes until ctx ends (then drains and returns nil) or a
+// fatal error. A failed session (a checkpoint, a lost connection, a server restart, the fence's
+// lock session lost) is torn down and started again in-process through recovery, after a jittered
+// back-off, up to the tolerable number of failures in a row without a committed checkpoint.
 func (p *Pipeline) Run(ctx context.Context) error {
+	var fence *ledger.Fence
+	defer func() {
+		if fence != nil {
+			fence.Release()
+		}
+	}()
 	failures := 0
 	serial := false
 	for {
-		s, err := p.newSession(ctx, serial)
 		committed := false
+		err := p.ensureFence(ctx, &fence)
 		if err == nil {
-			err = s.run(ctx)
-			if committed = s.committedAny.Load(); committed {
-				failures = 0
+			var s *session
+			if s, err = p.newSession(ctx, fence, serial); err == nil {
+				err = s.run(ctx)
+				if committed = s.committedAny.Load(); committed {
+					failures = 0
+				}
 			}
 		}
 		if err == nil || (ctx.Err() != nil && errors.Is(err, context.Canceled)) {
@@ -161,33 +183,99 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			p.setState(Stopped)
 			return nil
 		}
-		var ce *checkpointError
-		if !errors.As(err, &ce) && fault.Retryable(err) {
-			// MySQL or Kafka unavailable (recovery, discovery, a lost connection): the same
-			// treatment as a failed checkpoint.
-			err = &checkpointError{err}
-		}
-		if !errors.As(err, &ce) || ctx.Err() != nil {
+		if ctx.Err() != nil || fatal(err) {
 			p.setState(Failed)
 			return err
 		}
 		failures++
-		p.Metrics.Checkpoints.WithLabelValues("failed").Inc()
+		cause := restartCause(err)
+		p.Metrics.Restarts.WithLabelValues(cause).Inc()
+		var ce *checkpointError
+		if errors.As(err, &ce) {
+			p.Metrics.Checkpoints.WithLabelValues("failed").Inc()
+		}
 		// Lock conflicts between this checkpoint's own branches repeat when the same records are
 		// replayed in parallel; one connection cannot conflict with itself. A replay still owed
 		// stays owed through failures before it (MySQL still restarting) until a session commits.
 		serial = !p.held && ((serial && !committed) || errors.Is(err, errPeerLock) || fault.LockConflict(err))
 		if failures > p.Config.Checkpoint.TolerableFailures {
 			p.setState(Failed)
-			return fmt.Errorf("%d consecutive checkpoint failures, last: %w", failures, err)
+			return fmt.Errorf("%d consecutive failures without a committed checkpoint, last: %w", failures, err)
 		}
-		p.Log.Warn("checkpoint failed; rewinding through recovery", zap.Int("consecutive_failures", failures), zap.Error(err))
-		if fault.SleepContext(ctx, time.Duration(failures)*time.Second) != nil {
-			// Stopped while waiting to retry: the ledger holds a consistent state to resume from.
+		p.setState(Restarting)
+		wait := restartPolicy.Backoff(failures)
+		p.Log.Warn("session failed; restarting in-process through recovery", zap.String("cause", cause),
+			zap.Int("consecutive_failures", failures), zap.Duration("backoff", wait), zap.Error(err))
+		if restartPolicy.Sleep(ctx, wait) != nil {
+			// Stopped while waiting to restart: the ledger holds a consistent state to resume from.
 			p.setState(Stopped)
 			return nil
 		}
 	}
+}
+
+// restartPolicy spaces in-process restarts; the number of them is Checkpoint.TolerableFailures.
+var restartPolicy = fault.Policy{Initial: 200 * time.Millisecond, Max: 10 * time.Second, Sleep: fault.SleepContext}
+
+// causeFenceLost labels a restart because the fence's lock session was lost.
+const causeFenceLost = "fence_lost"
+
+// errFenceLost: the lease could not be renewed (the lock session died or hung). The fence is
+// taken again before the next session, by the lease rule when the server still holds the old one.
+var errFenceLost = errors.New("fence lock session lost")
+
+// fatal reports whether no restart can cure err.
+func fatal(err error) bool {
+	return errors.Is(err, ledger.ErrFenced) || errors.Is(err, ErrBadInput) || errors.Is(err, ledger.ErrNewerSchema) ||
+		fault.IsPermanent(err)
+}
+
+func restartCause(err error) string {
+	switch {
+	case errors.Is(err, errFenceLost):
+		return causeFenceLost
+	case errors.Is(err, errPeerLock):
+		return "lock_conflict"
+	}
+	return fault.Cause(err)
+}
+
+// ensureFence leaves *f a live fence: the one held, or a new one when its lock session was lost.
+func (p *Pipeline) ensureFence(ctx context.Context, f **ledger.Fence) error {
+	prev := *f
+	if prev != nil {
+		select {
+		case <-prev.Lost():
+		default:
+			return nil
+		}
+		prev.Release()
+		*f = nil
+	}
+	p.setState(Starting)
+	cfg := p.Fence
+	cfg.Prev = prev
+	// Bounded: waiting out a vanished owner's lease, then ending its sessions.
+	actx, cancel := context.WithTimeout(ctx, cfg.Lease+time.Minute)
+	defer cancel()
+	fence, err := ledger.Acquire(actx, p.Ledger, cfg)
+	if err != nil {
+		return err
+	}
+	log := p.Log.Named("fence")
+	if t := fence.TookOver; t != nil {
+		from := "expired_lease"
+		if t.Own {
+			from = "own"
+		}
+		p.Metrics.FenceTakeovers.WithLabelValues(from).Inc()
+		log.Warn("took the job over", zap.String("from", from), zap.String("previous_owner", t.Owner),
+			zap.Int64("previous_epoch", t.Epoch), zap.Duration("lease_expired_for", t.ExpiredFor),
+			zap.Duration("waited", t.WaitedLease), zap.Int64s("sessions_ended", t.Killed))
+	}
+	log.Info("job fenced", zap.Int64("owner_epoch", fence.Epoch))
+	*f = fence
+	return nil
 }
 
 // checkpointError marks a failure the pipeline may survive by rewinding to the last decision.
@@ -227,6 +315,7 @@ func (e *epoch) empty() bool { return e.records == 0 }
 // session is one consumer plus N subtasks between two recoveries.
 type session struct {
 	p            *Pipeline
+	fence        *ledger.Fence
 	ctx          context.Context // ends when the session fails
 	fail         context.CancelCauseFunc
 	cons         *consumer.Consumer
@@ -242,12 +331,17 @@ type session struct {
 	blockLast    int64 // last checkpoint id of the block reserved for this session
 }
 
-func (p *Pipeline) newSession(ctx context.Context, serial bool) (*session, error) {
+func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence, serial bool) (*session, error) {
 	p.setState(Recovering)
 	p.recovered.Store(false)
 	p.Metrics.Recoveries.Inc()
 	p.Metrics.PendingTransactions.Set(0)
-	rec, from, err := p.recover(ctx)
+	rctx, cancel := context.WithTimeout(ctx, p.Config.Checkpoint.Timeout)
+	defer cancel()
+	if err := p.endZombies(rctx); err != nil {
+		return nil, err
+	}
+	rec, from, err := p.recover(rctx)
 	if err != nil {
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
@@ -255,19 +349,19 @@ func (p *Pipeline) newSession(ctx context.Context, serial bool) (*session, error
 	if err != nil {
 		return nil, err
 	}
-	start, err := cons.Assign(ctx, from)
+	start, err := cons.Assign(rctx, from)
 	if err != nil {
 		cons.Close()
 		return nil, err
 	}
 	// A fresh block of ids, above every id an earlier owner (or another instance) may have used.
-	first, last, err := p.Fence.ReserveIDs(ctx, p.Ledger, rec.NextID)
+	first, last, err := fence.ReserveIDs(rctx, p.Ledger, rec.NextID)
 	if err != nil {
 		cons.Close()
 		return nil, err
 	}
 	p.sessionFirstID.Store(first)
-	s := &session{p: p, cons: cons, positions: start, cur: p.newEpoch(first), blockLast: last}
+	s := &session{p: p, fence: fence, cons: cons, positions: start, cur: p.newEpoch(first), blockLast: last}
 	if serial {
 		s.cur.serial = true
 		p.Log.Warn("replaying from the last decision with one sink connection for the first checkpoint",
@@ -289,7 +383,7 @@ func (p *Pipeline) newSession(ctx context.Context, serial bool) (*session, error
 		global := p.Config.InstanceIndex()*p.Config.Subtasks + i
 		st := newSubtask(i, global, p.Config.Job.Name, p.Sink, p.schema, p.Config.MySQL.BatchRows, p.Config.MySQL.LockWait/5, peers, p.Log.Named("subtask"), p.Metrics)
 		if p.held {
-			st.held, st.owner = p.Ledger, p.Fence.Epoch
+			st.held, st.fence = p.Ledger, fence
 		}
 		s.subs = append(s.subs, st)
 		s.wg.Add(1)
@@ -309,6 +403,22 @@ func (p *Pipeline) newSession(ctx context.Context, serial bool) (*session, error
 	p.recovered.Store(true)
 	p.setState(Running)
 	return s, nil
+}
+
+// endZombies ends the server sessions of connections this process dropped: when the network cut
+// them off the server keeps them, and with them the locks and attached branches that recovery
+// must resolve.
+func (p *Pipeline) endZombies(ctx context.Context) error {
+	for _, pool := range p.Fence.Pools {
+		killed, err := pool.Sessions.KillZombies(ctx, pool.DB)
+		if err != nil {
+			return fmt.Errorf("end dropped sessions: %w", err)
+		}
+		if len(killed) > 0 {
+			p.Log.Named("recovery").Warn("ended server sessions of dropped connections", zap.String("pool", pool.Name), zap.Int64s("sessions", killed))
+		}
+	}
+	return nil
 }
 
 // recover finishes what earlier runs left and returns where to resume. XA mode resolves in-doubt
@@ -376,8 +486,8 @@ func (s *session) run(ctx context.Context) (err error) {
 			return s.drain()
 		case <-s.ctx.Done():
 			return context.Cause(s.ctx)
-		case <-p.Fence.Lost():
-			return fmt.Errorf("%w: lock connection lost; another process may own job %s now", ledger.ErrFenced, cfg.Job.Name)
+		case <-s.fence.Lost():
+			return errFenceLost
 		case err := <-s.inflight:
 			s.inflight = nil
 			if err != nil {
@@ -388,7 +498,9 @@ func (s *session) run(ctx context.Context) (err error) {
 		case <-discover.C:
 			added, err := s.cons.Discover(s.ctx)
 			if err != nil {
-				return err
+				// A broker restart: the partitions read so far keep being read; look again later.
+				p.Log.Warn("partition discovery failed", zap.Error(err))
+				continue
 			}
 			for t, ps := range added {
 				for part, off := range ps {
@@ -568,7 +680,9 @@ func (s *session) cut() error {
 	}
 	next := e.id + 1
 	if next > s.blockLast {
-		first, last, err := s.p.Fence.ReserveIDs(s.ctx, s.p.Ledger, next)
+		rctx, cancel := context.WithTimeout(s.ctx, s.p.Config.Checkpoint.Timeout)
+		first, last, err := s.fence.ReserveIDs(rctx, s.p.Ledger, next)
+		cancel()
 		if err != nil {
 			return err
 		}
@@ -652,7 +766,15 @@ func (s *session) complete(cp *pending) error {
 	crashpoint.Hit(crashpoint.AfterPrepare)
 
 	t := time.Now()
-	err := p.Ledger.Decide(tctx, p.Fence.Epoch, ledger.Checkpoint{ID: cp.e.id, Tags: tags, Offsets: cp.offsets, Records: cp.e.records})
+	// Decide only while the lease surely holds: past the deadline another process may be taking
+	// the job over (its epoch bump would fail this write anyway; this keeps the old owner quiet).
+	deadline := s.fence.Deadline()
+	if !t.Before(deadline) {
+		return &checkpointError{fmt.Errorf("checkpoint %d: decide: %w: lease not renewed since %s", cp.e.id, errFenceLost, deadline.Format(time.RFC3339Nano))}
+	}
+	dctx, dcancel := context.WithDeadline(tctx, deadline)
+	err := p.Ledger.Decide(dctx, s.fence.Epoch, ledger.Checkpoint{ID: cp.e.id, Tags: tags, Offsets: cp.offsets, Records: cp.e.records})
+	dcancel()
 	if errors.Is(err, ledger.ErrFenced) {
 		return err
 	}
@@ -664,8 +786,11 @@ func (s *session) complete(cp *pending) error {
 	log.Debug("decided", zap.Strings("tags", tags), zap.Int64("records", cp.e.records))
 	crashpoint.Hit(crashpoint.AfterDecide)
 
-	// From here the checkpoint is committed; failures only delay it (recovery finishes the commit),
-	// so the timeout no longer applies.
+	// From here the checkpoint is committed; failures only delay it (recovery finishes the commit,
+	// from XA RECOVER and the ledger, never by retrying a COMMIT whose reply was lost). The
+	// commit phase gets a deadline of its own so that a blackholed connection cannot hold it.
+	cctx, ccancel := context.WithTimeout(s.ctx, cfg.Checkpoint.Timeout)
+	defer ccancel()
 	t = time.Now()
 	// The first branch commits alone, the rest together: a death in between leaves the state the
 	// between-commits crash point tests (some committed, some prepared, the decision durable).
@@ -674,7 +799,7 @@ func (s *session) complete(cp *pending) error {
 		if i > 0 {
 			group = participants[i:]
 		}
-		if err := s.commitGroup(group); err != nil {
+		if err := s.commitGroup(cctx, group); err != nil {
 			return &checkpointError{fmt.Errorf("checkpoint %d: commit: %w", cp.e.id, err)}
 		}
 		if i == 0 && len(participants) > 1 {
@@ -683,13 +808,13 @@ func (s *session) complete(cp *pending) error {
 		i += len(group)
 	}
 	crashpoint.Hit(crashpoint.AfterCommit)
-	if err := p.Ledger.MarkCommitted(s.ctx, cp.e.id); err != nil {
+	if err := p.Ledger.MarkCommitted(cctx, cp.e.id); err != nil {
 		return &checkpointError{err}
 	}
 	p.Metrics.PhaseDuration.WithLabelValues("commit").Observe(time.Since(t).Seconds())
 	s.committed(cp, tags, log)
 	if cp.e.id%100 == 0 {
-		if err := p.Ledger.Prune(s.ctx, cp.e.id, 1000); err != nil {
+		if err := p.Ledger.Prune(cctx, cp.e.id, 1000); err != nil {
 			log.Warn("ledger prune failed", zap.Error(err))
 		}
 	}
@@ -722,11 +847,13 @@ func (s *session) committed(cp *pending, tags []string, log *zap.Logger) {
 	}
 }
 
-// commitGroup commits the prepared branches of subs in parallel, each on its own connection.
-func (s *session) commitGroup(subs []*subtask) error {
+// commitGroup commits the prepared branches of subs in parallel, each on its own connection,
+// within ctx's deadline.
+func (s *session) commitGroup(ctx context.Context, subs []*subtask) error {
 	done := make(chan error, len(subs))
+	deadline, _ := ctx.Deadline()
 	for _, st := range subs {
-		st.ctrl <- decision{commit: true, done: done}
+		st.ctrl <- decision{commit: true, done: done, deadline: deadline}
 	}
 	for range subs {
 		select {
@@ -734,8 +861,8 @@ func (s *session) commitGroup(subs []*subtask) error {
 			if err != nil {
 				return err
 			}
-		case <-s.ctx.Done():
-			return context.Cause(s.ctx)
+		case <-ctx.Done():
+			return context.Cause(ctx)
 		}
 	}
 	return nil

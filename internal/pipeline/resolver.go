@@ -127,7 +127,7 @@ func (p *Pipeline) exportDoubt(log *zap.Logger, doubt []Branch, firstSeen map[st
 // zombie of it can no longer write a decision), applies the ledger's verdicts, and lets go.
 func (p *Pipeline) takeOver(ctx context.Context, key string, bs []Branch, log *zap.Logger) error {
 	other := p.Ledger.ForKey(key)
-	f, err := ledger.Acquire(ctx, other, "resolver of "+p.Ledger.Key())
+	f, err := ledger.Acquire(ctx, other, ledger.FenceConfig{Owner: "resolver of " + p.Ledger.Key()})
 	if errors.Is(err, ledger.ErrFenced) {
 		return nil // it came back: its own recovery answers for its branches
 	}

@@ -72,8 +72,9 @@ type txn interface {
 
 // decision resolves the prepared branch on its own connection.
 type decision struct {
-	commit bool
-	done   chan<- error
+	commit   bool
+	done     chan<- error
+	deadline time.Time // the statement's; zero: none
 }
 
 type subtask struct {
@@ -97,9 +98,9 @@ type subtask struct {
 	// before that epoch ends (a peer's branch of an earlier epoch commits without waiting for us).
 	peers *peerConns
 	peer  *peerState // this subtask's entry in peers
-	// held mode only: the ledger the barrier writes offsets to, under this owner epoch.
+	// held mode only: the ledger the barrier writes offsets to, under this fence's owner epoch.
 	held  *ledger.Ledger
-	owner int64
+	fence *ledger.Fence
 }
 
 func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, rows int, lockReport time.Duration, peers *peerConns, log *zap.Logger, m *metrics.Metrics) *subtask {
@@ -216,7 +217,12 @@ func (s *subtask) run(ctx context.Context) error {
 			return nil
 		case d = <-s.ctrl:
 		}
-		err = s.resolve(ctx, d.commit, b.epoch)
+		dctx, cancel := ctx, context.CancelFunc(func() {})
+		if !d.deadline.IsZero() {
+			dctx, cancel = context.WithDeadline(ctx, d.deadline)
+		}
+		err = s.resolve(dctx, d.commit, b.epoch)
+		cancel()
 		d.done <- err
 		if err != nil {
 			return err
@@ -257,7 +263,15 @@ func (s *subtask) commitHeld(ctx context.Context, b batch) (string, error) {
 	}
 	crashpoint.Hit(crashpoint.AfterFlush)
 	h := s.branch.(*heldTxn)
-	if err := s.held.WriteHeldOffsets(ctx, h.Conn(), s.owner, b.epoch, b.offsets); err != nil {
+	// The COMMIT below is the decision: like XA mode's ledger write, only before the lease deadline.
+	deadline := s.fence.Deadline()
+	if !time.Now().Before(deadline) {
+		h.fail()
+		return "", fmt.Errorf("subtask %d: %w: lease not renewed since %s", s.global, errFenceLost, deadline.Format(time.RFC3339Nano))
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if err := s.held.WriteHeldOffsets(ctx, h.Conn(), s.fence.Epoch, b.epoch, b.offsets); err != nil {
 		h.fail()
 		return "", fmt.Errorf("subtask %d: %w", s.global, err)
 	}

@@ -63,7 +63,7 @@ func TestCheckpointFailuresExit(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("relay exit: %v, want status 1\n%s", err, tail(p.log, 10))
 	}
-	if out := tail(p.log, 3); !strings.Contains(out, "3 consecutive checkpoint failures") {
+	if out := tail(p.log, 3); !strings.Contains(out, "3 consecutive failures without a committed checkpoint") {
 		t.Fatalf("exit reason not stated:\n%s", out)
 	}
 	if bs := e.branches(); len(bs) != 0 {

@@ -79,7 +79,7 @@ func prepareInDoubt(ctx context.Context, db *sql.DB, job, topic string, n int) (
 		return 0, err
 	}
 	led := ledger.New(db, job)
-	fence, err := ledger.Acquire(ctx, led, "relaybench")
+	fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "relaybench"})
 	if err != nil {
 		return 0, err
 	}

@@ -77,14 +77,9 @@ func run(cpuPath, allocPath, tracePath string, limit time.Duration) error {
 		return err
 	}
 	led := ledger.New(db, cfg.Job.Name)
-	fence, err := ledger.Acquire(ctx, led, "relayprof")
-	if err != nil {
-		return err
-	}
-	defer fence.Release()
 	copts := consumer.Options{Brokers: cfg.Kafka.Brokers, Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
 		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties}
-	p := pipeline.New(pipeline.Deps{Config: cfg, Log: log, Metrics: m, Sink: db, Ledger: led, Fence: fence,
+	p := pipeline.New(pipeline.Deps{Config: cfg, Log: log, Metrics: m, Sink: db, Ledger: led, Fence: ledger.FenceConfig{Owner: "relayprof"},
 		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log) }})
 	// --- end of runJob's wiring
 

@@ -1,0 +1,154 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/testenv"
+)
+
+// trackedLedger is a ledger on a pool whose sessions are tracked, as relay run opens it.
+func trackedLedger(t *testing.T) (*Ledger, Pool, context.Context) {
+	t.Helper()
+	dsn := testenv.Database(t)
+	tr := database.NewTracker()
+	db, err := database.Open(dsn, database.Session{Track: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx := testenv.Context(t, time.Minute)
+	if err := EnsureSchema(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	return New(db, "job_"+testenv.Suffix()), Pool{Name: "sink", DB: db, Sessions: tr}, ctx
+}
+
+// silence stops a fence's renewals while its lock session stays open on the server: what a
+// vanished host (or a SIGSTOPped process) looks like to MySQL.
+func silence(f *Fence) { close(f.stop) }
+
+func alive(ctx context.Context, t *testing.T, l *Ledger, id int64) bool {
+	t.Helper()
+	var n int
+	if err := l.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?`, id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// An owner that stops renewing is taken over once its lease ran out: its recorded sessions (the
+// lock session and a session holding the job row's lock in an open transaction) are ended, the
+// epoch goes up, and the old owner's decisions fail.
+func TestLeaseTakeover(t *testing.T) {
+	l, pool, ctx := trackedLedger(t)
+	lease := 2 * time.Second
+	old, err := Acquire(ctx, l, FenceConfig{Owner: "host-a pid 1", Lease: lease, Pools: []Pool{pool}, TakeOver: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Release()
+	// A session of the old owner in the middle of a decision: it holds the job row.
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var stuck int64
+	if err := tx.QueryRowContext(ctx, `SELECT CONNECTION_ID() FROM relay_jobs WHERE job = ? FOR UPDATE`, l.key).Scan(&stuck); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // renewals record the stuck session
+	silence(old)
+	silencedAt := time.Now()
+	if d := old.Deadline(); !d.Before(silencedAt.Add(lease)) {
+		t.Fatalf("old owner's decision deadline %s is not before its lease can run out (%s)", d, silencedAt.Add(lease))
+	}
+
+	newer, err := Acquire(ctx, l, FenceConfig{Owner: "host-b pid 2", Lease: lease, Pools: []Pool{pool}, TakeOver: true})
+	if err != nil {
+		t.Fatalf("takeover after the lease ran out: %v", err)
+	}
+	defer newer.Release()
+	took := time.Since(silencedAt)
+	tk := newer.TookOver
+	if tk == nil || tk.Own || tk.Owner != "host-a pid 1" || tk.Epoch != old.Epoch {
+		t.Fatalf("takeover record %+v, want one from host-a pid 1 at epoch %d", tk, old.Epoch)
+	}
+	if took < lease-500*time.Millisecond || took > lease+5*time.Second {
+		t.Fatalf("took over %s after the last renewal, want about the lease (%s)", took, lease)
+	}
+	for _, id := range []int64{old.connID, stuck} {
+		if !slices.Contains(tk.Killed, id) {
+			t.Fatalf("sessions ended %v do not include %d (lock %d, stuck %d)", tk.Killed, id, old.connID, stuck)
+		}
+		if alive(ctx, t, l, id) {
+			t.Fatalf("session %d of the old owner is still alive", id)
+		}
+	}
+	if newer.Epoch != old.Epoch+1 {
+		t.Fatalf("epoch %d after takeover, want %d", newer.Epoch, old.Epoch+1)
+	}
+	if err := l.Decide(ctx, old.Epoch, Checkpoint{ID: 1, Offsets: Offsets{}}); !errors.Is(err, ErrFenced) {
+		t.Fatalf("old owner's decision after the takeover: %v, want ErrFenced", err)
+	}
+	if err := l.Decide(ctx, newer.Epoch, Checkpoint{ID: 1, Offsets: Offsets{}}); err != nil {
+		t.Fatalf("new owner's decision: %v", err)
+	}
+}
+
+// An owner that keeps renewing is never taken over: the newcomer fails fast, naming it.
+func TestLiveOwnerKeepsLease(t *testing.T) {
+	l, pool, ctx := trackedLedger(t)
+	owner, err := Acquire(ctx, l, FenceConfig{Owner: "host-a pid 1", Lease: 20 * time.Second, Pools: []Pool{pool}, TakeOver: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Release()
+	start := time.Now()
+	_, err = Acquire(ctx, l, FenceConfig{Owner: "host-b pid 2", Lease: 20 * time.Second, Pools: []Pool{pool}, TakeOver: true})
+	if !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "host-a pid 1") {
+		t.Fatalf("newcomer against a live owner: %v, want ErrFenced naming host-a pid 1", err)
+	}
+	if d := time.Since(start); d > 6*time.Second {
+		t.Fatalf("newcomer took %s to give up on a live owner", d)
+	}
+	if !alive(ctx, t, l, owner.connID) {
+		t.Fatal("the live owner's lock session was ended")
+	}
+	if err := l.Decide(ctx, owner.Epoch, Checkpoint{ID: 1, Offsets: Offsets{}}); err != nil {
+		t.Fatalf("live owner's decision: %v", err)
+	}
+}
+
+// A process whose own lock session was cut off (alive on the server, lost to the process) takes
+// the fence back at once, without waiting out its lease; without TakeOver (operator commands)
+// an expired lease is reported, not acted on.
+func TestOwnZombieRetaken(t *testing.T) {
+	l, pool, ctx := trackedLedger(t)
+	first, err := Acquire(ctx, l, FenceConfig{Owner: "me", Lease: time.Minute, Pools: []Pool{pool}, TakeOver: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	silence(first)
+	if _, err := Acquire(ctx, l, FenceConfig{Owner: "operator"}); !errors.Is(err, ErrFenced) {
+		t.Fatalf("operator command against a silent owner: %v, want ErrFenced", err)
+	}
+	start := time.Now()
+	again, err := Acquire(ctx, l, FenceConfig{Owner: "me", Lease: time.Minute, Pools: []Pool{pool}, TakeOver: true, Prev: first})
+	if err != nil {
+		t.Fatalf("re-taking own fence: %v", err)
+	}
+	defer again.Release()
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("re-taking own fence took %s (waited for the lease?)", d)
+	}
+	if again.TookOver == nil || !again.TookOver.Own || again.Epoch != first.Epoch+1 {
+		t.Fatalf("re-take %+v epoch %d, want own takeover at epoch %d", again.TookOver, again.Epoch, first.Epoch+1)
+	}
+}
