@@ -151,13 +151,21 @@ func Load(path string, environ []string) (Config, error) {
 	return c, nil
 }
 
-// keyedTypeErrors names the key of each of yaml's type errors, which name only a line: every leaf of
-// the file is decoded alone into its field's type, and a leaf whose error is one of te's owns it
-// (identical texts, as from one line of a flow mapping, go to their keys in document order).
+// keyedTypeErrors names the key of each of yaml's type errors, which name only a line (and, for an
+// unknown key, its last part): every leaf of the file is decoded alone into its field's type, and a
+// leaf whose error is one of te's owns it (identical texts, as from one line of a flow mapping, go
+// to their keys in document order).
 func keyedTypeErrors(path string, b []byte, te *yaml.TypeError) error {
 	types := map[string]reflect.Type{}
-	walk(reflect.ValueOf(&Config{}).Elem(), "", func(key string, v reflect.Value) { types[key] = v.Type() })
+	sections := map[string]bool{}
+	walk(reflect.ValueOf(&Config{}).Elem(), "", func(key string, v reflect.Value) {
+		types[key] = v.Type()
+		for i := strings.LastIndexByte(key, '.'); i > 0; i = strings.LastIndexByte(key[:i], '.') {
+			sections[key[:i]] = true
+		}
+	})
 	owners := map[string][]string{} // error text -> keys
+	unknown := map[string]string{}  // yaml's "line N: field x not found" -> key
 	var visit func(prefix string, n *yaml.Node)
 	visit = func(prefix string, n *yaml.Node) {
 		if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
@@ -179,8 +187,12 @@ func keyedTypeErrors(path string, b []byte, te *yaml.TypeError) error {
 				key = prefix + "." + key
 			}
 			t, leaf := types[key]
-			if !leaf {
+			if sections[key] {
 				visit(key, val)
+				continue
+			}
+			if !leaf {
+				unknown[fmt.Sprintf("line %d: field %s not found", n.Content[i].Line, n.Content[i].Value)] = key
 				continue
 			}
 			var leafErr *yaml.TypeError
@@ -197,9 +209,13 @@ func keyedTypeErrors(path string, b []byte, te *yaml.TypeError) error {
 	}
 	var errs []error
 	for _, msg := range te.Errors {
+		where, _, _ := strings.Cut(msg, " in type ")
 		if keys := owners[msg]; len(keys) > 0 {
 			errs = append(errs, bad(keys[0], "%s %s", path, msg))
 			owners[msg] = keys[1:]
+		} else if key, ok := unknown[where]; ok {
+			line, _, _ := strings.Cut(where, ":")
+			errs = append(errs, fmt.Errorf("config %s: %w %s (%s)", path, ErrUnknownKey, key, line))
 		} else {
 			errs = append(errs, fmt.Errorf("config %s: %s", path, msg))
 		}
