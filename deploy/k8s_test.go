@@ -5,17 +5,20 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/relay-sh/relay/internal/config"
 )
 
 // The StatefulSet example maps the pod ordinal to RELAY_INSTANCE with the replica count as M,
-// probes /readyz and /healthz, is scraped by Prometheus, and sets only keys relay knows.
+// probes /readyz and /healthz, is scraped by Prometheus, and sets only keys relay knows; it talks
+// to MySQL over verified TLS, and every *_FILE it names is a key of a mounted secret.
 func TestK8sStatefulSet(t *testing.T) {
 	b, err := os.ReadFile("k8s/relay.yaml")
 	if err != nil {
@@ -27,21 +30,45 @@ func TestK8sStatefulSet(t *testing.T) {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	found := false
+	secrets := map[string]map[string]string{} // name -> stringData
+	env := map[string]string{}                // the container's variables, secretKeyRefs resolved below
+	refs := map[string][2]string{}            // variable -> secret name, key
+	mounts := map[string]string{}             // mount path -> secret name
 	for {
 		var doc struct {
-			Kind string `yaml:"kind"`
-			Spec struct {
+			Kind     string `yaml:"kind"`
+			Metadata struct {
+				Name string `yaml:"name"`
+			} `yaml:"metadata"`
+			StringData map[string]string `yaml:"stringData"`
+			Spec       struct {
 				Replicas int `yaml:"replicas"`
 				Template struct {
 					Metadata struct {
 						Annotations map[string]string `yaml:"annotations"`
 					} `yaml:"metadata"`
 					Spec struct {
+						Volumes []struct {
+							Name   string `yaml:"name"`
+							Secret struct {
+								SecretName string `yaml:"secretName"`
+							} `yaml:"secret"`
+						} `yaml:"volumes"`
 						Containers []struct {
 							Env []struct {
-								Name  string `yaml:"name"`
-								Value string `yaml:"value"`
+								Name      string `yaml:"name"`
+								Value     string `yaml:"value"`
+								ValueFrom struct {
+									SecretKeyRef struct {
+										Name string `yaml:"name"`
+										Key  string `yaml:"key"`
+									} `yaml:"secretKeyRef"`
+								} `yaml:"valueFrom"`
 							} `yaml:"env"`
+							VolumeMounts []struct {
+								Name      string `yaml:"name"`
+								MountPath string `yaml:"mountPath"`
+							} `yaml:"volumeMounts"`
 							ReadinessProbe struct {
 								HTTPGet struct {
 									Path string `yaml:"path"`
@@ -61,6 +88,9 @@ func TestK8sStatefulSet(t *testing.T) {
 			break
 		} else if err != nil {
 			t.Fatal(err)
+		}
+		if doc.Kind == "Secret" {
+			secrets[doc.Metadata.Name] = doc.StringData
 		}
 		if doc.Kind != "StatefulSet" {
 			continue
@@ -82,6 +112,17 @@ func TestK8sStatefulSet(t *testing.T) {
 			if e.Name == "RELAY_INSTANCE" {
 				instance = e.Value
 			}
+			env[e.Name] = e.Value
+			if r := e.ValueFrom.SecretKeyRef; r.Name != "" {
+				refs[e.Name] = [2]string{r.Name, r.Key}
+			}
+		}
+		volumes := map[string]string{}
+		for _, v := range tpl.Spec.Volumes {
+			volumes[v.Name] = v.Secret.SecretName
+		}
+		for _, m := range c.VolumeMounts {
+			mounts[m.MountPath] = volumes[m.Name]
 		}
 		if want := "$(POD_INDEX)/" + strconv.Itoa(doc.Spec.Replicas); instance != want {
 			t.Errorf("RELAY_INSTANCE = %q, want %q (the ordinal of replicas)", instance, want)
@@ -92,5 +133,27 @@ func TestK8sStatefulSet(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no StatefulSet in k8s/relay.yaml")
+	}
+	for name, ref := range refs {
+		env[name] = secrets[ref[0]][ref[1]]
+	}
+	for name, path := range env {
+		if !strings.HasSuffix(name, "_FILE") {
+			continue
+		}
+		dir, key := filepath.Split(path)
+		secret, mounted := mounts[filepath.Clean(dir)]
+		if _, ok := secrets[secret][key]; !mounted || !ok {
+			t.Errorf("%s=%s is not a key of a mounted secret", name, path)
+		}
+	}
+	// tls=preferred or skip-verify would hand the password to whoever answers on the path; a CA
+	// file overrides the DSN's tls parameter.
+	dsn := env["RELAY_MYSQL_DSN"]
+	if env["RELAY_MYSQL_TLS_CA_FILE"] == "" && !strings.Contains(dsn, "tls=true") {
+		t.Errorf("RELAY_MYSQL_DSN %q: MySQL TLS is not verified (want tls=true or RELAY_MYSQL_TLS_CA_FILE)", dsn)
+	}
+	if _, err := mysql.ParseDSN(dsn); err != nil {
+		t.Errorf("RELAY_MYSQL_DSN %q: %v", dsn, err)
 	}
 }

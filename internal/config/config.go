@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/database"
 )
 
@@ -66,11 +67,13 @@ type Kafka struct {
 	CommitGroupOffsets bool              `yaml:"commit_group_offsets"`
 	DiscoveryInterval  time.Duration     `yaml:"discovery_interval"`
 	Properties         map[string]string `yaml:"properties"`
+	SASLPasswordFile   string            `yaml:"sasl_password_file"`
 }
 
 // MySQL is the sink and, by default, the ledger.
 type MySQL struct {
 	DSN              string        `yaml:"dsn"`
+	PasswordFile     string        `yaml:"password_file"`
 	LedgerDSN        string        `yaml:"ledger_dsn"`
 	Table            string        `yaml:"table"`
 	DLQTable         string        `yaml:"dlq_table"`
@@ -204,7 +207,7 @@ func (c *Config) Validate() error {
 	// a prepared branch never waits, and every wait ends; with several, instance A's branch can wait
 	// for B's prepared one while B's waits for A's: a cycle only a lock wait timeout breaks.
 	if m > 1 && c.Subtasks > 1 {
-		return bad("subtasks", "%d with instance %s: a job split into instances runs one subtask per instance (several would deadlock across instances on shared rows); scale with more instances", c.Subtasks, c.Instance)
+		return bad("subtasks", "%d with instance %s: a job split into instances runs one subtask per instance (several would deadlock across instances on shared rows): set subtasks to 1 (%s=1) and scale with more instances", c.Subtasks, c.Instance, envOf("subtasks"))
 	}
 	if n := len(MaxTag(c.Job.Name, m*c.Subtasks)); n > MaxTagBytes {
 		return bad("job.name", "transaction tag can reach %d bytes, XA allows %d", n, MaxTagBytes)
@@ -228,10 +231,9 @@ func (c *Config) Validate() error {
 	if c.Kafka.DiscoveryInterval < time.Second {
 		return bad("kafka.discovery_interval", "%s is below 1s", c.Kafka.DiscoveryInterval)
 	}
-	for k := range c.Kafka.Properties {
-		if reservedKafkaProperty(k) {
-			return bad("kafka.properties", "%q is set by relay itself (exactly-once depends on it)", k)
-		}
+	// librdkafka would otherwise refuse a property only when the consumer is built, after the fence.
+	if err := consumer.CheckProperties(c.Kafka.Properties); err != nil {
+		return bad("kafka.properties", "%v", err)
 	}
 	if c.MySQL.DSN == "" {
 		return bad("mysql.dsn", "is required")
@@ -278,6 +280,12 @@ func (c *Config) Validate() error {
 	case ModeXA, ModeHeld:
 	default:
 		return bad("mode", "%q is not xa or held", c.Mode)
+	}
+	// Held mode commits a subtask's offsets in its data transaction, so on the sink connection, while
+	// the fence and recovery read the ledger database: with a separate ledger, recovery would resume
+	// from offsets the data never moved (or from stale relay_* tables) and replay committed records.
+	if c.Mode == ModeHeld && c.MySQL.LedgerDSN != "" {
+		return bad("mode", "held keeps the ledger in the sink database (offsets commit with the data): mysql.ledger_dsn (%s) must be empty with it", envOf("mysql.ledger_dsn"))
 	}
 	if c.Subtasks < 1 || c.Subtasks > 256 {
 		return bad("subtasks", "%d is outside 1..256", c.Subtasks)
@@ -425,14 +433,6 @@ func (c *Config) CheckServer(maxConnections, threadsConnected int) error {
 			need, free, maxConnections, threadsConnected)
 	}
 	return nil
-}
-
-func reservedKafkaProperty(k string) bool {
-	switch k {
-	case "enable.auto.commit", "enable.auto.offset.store", "isolation.level", "group.id", "bootstrap.servers", "auto.offset.reset":
-		return true
-	}
-	return false
 }
 
 // ErrUnknownKey marks a key relay does not know, in the file or the environment.

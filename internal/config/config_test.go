@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 func valid() Config {
@@ -42,6 +44,10 @@ func TestValidateRefuses(t *testing.T) {
 		{"kafka.discovery_interval", func(c *Config) { c.Kafka.DiscoveryInterval = time.Millisecond }, "below"},
 		{"kafka.properties", func(c *Config) { c.Kafka.Properties = map[string]string{"isolation.level": "read_uncommitted"} }, "set by relay"},
 		{"kafka.properties", func(c *Config) { c.Kafka.Properties = map[string]string{"enable.auto.commit": "true"} }, "set by relay"},
+		{"kafka.properties", func(c *Config) { c.Kafka.Properties = map[string]string{"enable.partition.eof": "true"} }, "set by relay"},
+		{"kafka.properties", func(c *Config) { c.Kafka.Properties = map[string]string{"sasl.pasword": "x"} }, `"sasl.pasword" is not a librdkafka`},
+		{"kafka.properties", func(c *Config) { c.Kafka.Properties = map[string]string{"security.protocol": "sasl"} }, "refuses its value"},
+		{"mode", func(c *Config) { c.Mode = ModeHeld; c.MySQL.LedgerDSN = "u:p@tcp(l:3306)/l" }, "mysql.ledger_dsn (RELAY_LEDGER_DSN) must be empty"},
 		{"mysql.dsn", func(c *Config) { c.MySQL.DSN = "" }, "required"},
 		{"mysql.dsn", func(c *Config) { c.MySQL.DSN = "not a dsn" }, "invalid DSN"},
 		{"mysql.ledger_dsn", func(c *Config) { c.MySQL.LedgerDSN = "nope" }, "invalid DSN"},
@@ -56,7 +62,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"mode", func(c *Config) { c.Mode = "2pc" }, "xa or held"},
 		{"subtasks", func(c *Config) { c.Subtasks = 0 }, "outside"},
 		{"subtasks", func(c *Config) { c.Subtasks = 1000 }, "outside"},
-		{"subtasks", func(c *Config) { c.Instance = "1/3" }, "one subtask per instance"},
+		{"subtasks", func(c *Config) { c.Instance = "1/3" }, "set subtasks to 1 (RELAY_SUBTASKS=1)"},
 		{"instance", func(c *Config) { c.Instance = "3/3" }, "not i/M"},
 		{"checkpoint.interval", func(c *Config) { c.Checkpoint.Interval = time.Millisecond }, "below"},
 		{"checkpoint.min_pause", func(c *Config) { c.Checkpoint.MinPause = time.Hour }, "between"},
@@ -144,7 +150,7 @@ subtasks: 3
 	if err := os.WriteFile(path, []byte("job:\n  nmae: x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(path, nil); err == nil || !strings.Contains(err.Error(), "nmae") {
+	if _, err := Load(path, nil); !errors.Is(err, ErrUnknownKey) || !strings.Contains(err.Error(), "unknown key job.nmae (line 2)") {
 		t.Fatalf("unknown YAML key: %v", err)
 	}
 	if _, err := Load("", []string{"RELAY_SUBTASK=3"}); !errors.Is(err, ErrUnknownKey) || !strings.Contains(err.Error(), "RELAY_SUBTASK") {
@@ -190,6 +196,127 @@ func TestEveryKeyDocumented(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("doc for unknown key %s", k)
+		}
+	}
+}
+
+// A list item in the environment can hold a comma or a backslash, escaped.
+func TestEnvListEscaping(t *testing.T) {
+	c, err := Load("", []string{`RELAY_KAFKA_PROPERTIES=sasl.username=relay, sasl.password=3xtra\,S3cret\\x=y,,`,
+		`RELAY_KAFKA_TOPICS=a,b\\`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Kafka.Properties["sasl.password"]; got != `3xtra,S3cret\x=y` || c.Kafka.Properties["sasl.username"] != "relay" {
+		t.Fatalf("properties %q", c.Kafka.Properties)
+	}
+	if got := strings.Join(c.Kafka.Topics, "|"); got != `a|b\` {
+		t.Fatalf("topics %q", got)
+	}
+}
+
+// A malformed item is named by its position (and key), never by its text: it can be a password.
+func TestEnvErrorsHideValues(t *testing.T) {
+	const secret = "3xtra-S3cret"
+	for _, tc := range []struct{ val, says string }{
+		{"sasl.username=relay,sasl.password=a," + secret, "item 3 is not key=value"},
+		{"sasl.password=a\\b" + secret, "item 1: a backslash escapes only"},
+		{"sasl.password=" + secret + "\\", "item 1: a backslash escapes only"},
+		{"sasl.password=" + secret + ",=" + secret, "item 2 is not key=value"},
+		{"sasl.password=" + secret + ",sasl.password=" + secret, "item 2 sets sasl.password again"},
+	} {
+		_, err := Load("", []string{"RELAY_KAFKA_PROPERTIES=" + tc.val})
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Key != "kafka.properties" || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: got %v, want kafka.properties saying %q", tc.val, err, tc.says)
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("%s: error %q shows the value", tc.val, err)
+		}
+	}
+	// librdkafka's refusal of a value is reported without it too.
+	c := valid()
+	c.Kafka.Properties = map[string]string{"security.protocol": secret}
+	if err := c.Validate(); err == nil || strings.Contains(err.Error(), secret) {
+		t.Errorf("Validate: %v", err)
+	}
+}
+
+// Secrets can come from files (mounted secrets): no escaping, no password in the environment.
+func TestSecretFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	kpw, mpw := write("kafka", "3xtra,S3cret\\\n"), write("mysql", "p@ss:w/rd\r\n")
+	c, err := Load("", []string{"RELAY_KAFKA_PROPERTIES=sasl.username=relay", "RELAY_KAFKA_SASL_PASSWORD_FILE=" + kpw,
+		"RELAY_MYSQL_DSN=relay@tcp(db:3306)/relay?tls=true&sql_mode=%27ANSI%27", "RELAY_MYSQL_PASSWORD_FILE=" + mpw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Kafka.Properties["sasl.password"]; got != `3xtra,S3cret\` {
+		t.Errorf("sasl.password %q", got)
+	}
+	dsn, err := mysql.ParseDSN(c.MySQL.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dsn.User != "relay" || dsn.Passwd != "p@ss:w/rd" || dsn.Addr != "db:3306" || dsn.DBName != "relay" ||
+		dsn.TLSConfig != "true" || dsn.Params["sql_mode"] != "'ANSI'" {
+		t.Errorf("dsn %s parsed as %+v", c.MySQL.DSN, dsn)
+	}
+	empty := write("empty", "\n")
+	for _, tc := range []struct {
+		env  []string
+		key  string
+		says string
+	}{
+		{[]string{"RELAY_KAFKA_PROPERTIES=sasl.password=x", "RELAY_KAFKA_SASL_PASSWORD_FILE=" + kpw}, "kafka.sasl_password_file", "sets sasl.password too"},
+		{[]string{"RELAY_KAFKA_SASL_PASSWORD_FILE=" + empty}, "kafka.sasl_password_file", "is empty"},
+		{[]string{"RELAY_KAFKA_SASL_PASSWORD_FILE=" + dir + "/none"}, "kafka.sasl_password_file", "no such file"},
+		{[]string{"RELAY_MYSQL_DSN=relay:pw@tcp(db:3306)/relay", "RELAY_MYSQL_PASSWORD_FILE=" + mpw}, "mysql.password_file", "has a password too"},
+	} {
+		_, err := Load("", tc.env)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Key != tc.key || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%v: got %v, want %s saying %q", tc.env, err, tc.key, tc.says)
+		}
+	}
+}
+
+// yaml's type errors name a line; relay's name the key too, in block and flow style.
+func TestYAMLTypeErrorsNameTheKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.yaml")
+	for _, tc := range []struct {
+		yaml string
+		keys []string
+	}{
+		{"job:\n  name: x\ncheckpoint:\n  interval: fast\n", []string{"checkpoint.interval (RELAY_CHECKPOINT_INTERVAL): " + path + " line 4: cannot unmarshal"}},
+		{"checkpoint: {timeout: 1s, interval: fast}\nsubtasks: many\n", []string{"checkpoint.interval", "subtasks (RELAY_SUBTASKS)"}},
+		{"kafka:\n  topics: [a, [b]]\n  properties: [x]\n", []string{"kafka.topics", "kafka.properties"}},
+		{"checkpoint: {timeout: fast, interval: fast}\n", []string{"checkpoint.timeout", "checkpoint.interval"}},
+		{"defaults: &d {interval: fast}\ncheckpoint:\n  <<: *d\n", []string{"checkpoint.interval"}},
+	} {
+		if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path, nil)
+		if err == nil {
+			t.Errorf("%q: loaded", tc.yaml)
+			continue
+		}
+		for _, k := range tc.keys {
+			if !strings.Contains(err.Error(), "config "+k) {
+				t.Errorf("%q: error %q does not name %s", tc.yaml, err, k)
+			}
+		}
+		var fe *FieldError
+		if len(tc.keys) > 0 && (!errors.As(err, &fe) || !strings.HasPrefix(tc.keys[0], fe.Key)) {
+			t.Errorf("%q: %v is not a FieldError for %s", tc.yaml, err, tc.keys[0])
 		}
 	}
 }

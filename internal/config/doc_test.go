@@ -81,7 +81,11 @@ relay reads its configuration from a YAML file (` + "`relay run --config FILE`" 
 dots being nesting) and from ` + "`RELAY_*`" + ` environment variables, which override the file, so a container
 needs no file at all. Unknown keys, in the file or in the environment, and bad values stop relay at
 start-up with an error naming the key. Durations are Go durations (` + "`500ms`, `2s`, `1m30s`" + `), times are
-RFC 3339, lists and maps in the environment are comma-separated (` + "`a,b`, `k=v,k=v`" + `).
+RFC 3339, lists and maps in the environment are comma-separated (` + "`a,b`, `k=v,k=v`" + `). Inside an item,
+` + "`\\,`" + ` is a comma and ` + "`\\\\`" + ` a backslash; any other backslash is an error, and spaces around items,
+keys and values are dropped. A malformed item is reported by its position and key, never its text. Secrets can
+instead come from files, such as a mounted Kubernetes secret: ` + "`kafka.sasl_password_file`" + ` and
+` + "`mysql.password_file`" + `.
 
 Start-up validation also enforces relations between keys, e.g. ` + "`mysql.session_timeout`" + ` must exceed
 ` + "`checkpoint.interval + checkpoint.timeout + checkpoint.restart_allowance`" + ` and ` + "`mysql.lock_wait_timeout`" + `

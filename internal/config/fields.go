@@ -6,6 +6,7 @@ package config
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"reflect"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -35,9 +37,11 @@ var (
 		"kafka.start_offset":            "earliest or latest: where to start partitions the ledger has no offset for (first run only).",
 		"kafka.commit_group_offsets":    "After each committed checkpoint, also commit its offsets to the consumer group (for lag tools; relay never reads them back).",
 		"kafka.discovery_interval":      "How often to look for new partitions of the topics.",
-		"kafka.properties":              "Extra librdkafka properties (security.protocol, sasl.*, ssl.* ...); in the environment as k=v,k=v. Keys relay owns are refused.",
+		"kafka.properties":              "Extra librdkafka properties (security.protocol, sasl.*, ssl.* ...); in the environment as k=v,k=v, where `\\,` is a comma and `\\\\` a backslash inside a value. Keys relay sets itself and keys or values the linked librdkafka refuses stop relay at start-up, before it connects; errors name the key, never the value.",
+		"kafka.sasl_password_file":      "File holding the SASL password (sets sasl.password), e.g. a mounted secret; trailing newlines are dropped. Keeps the password out of the environment and needs no escaping; kafka.properties must not set sasl.password too.",
 		"mysql.dsn":                     "go-sql-driver DSN of the sink database, e.g. relay:secret@tcp(mysql:3306)/relay?tls=true.",
-		"mysql.ledger_dsn":              "DSN of the ledger database; empty means the sink database.",
+		"mysql.password_file":           "File holding the password of mysql.dsn's user, e.g. a mounted secret, so the DSN carries none (relay@tcp(mysql:3306)/relay?tls=true); trailing newlines are dropped. mysql.ledger_dsn, when set, carries its own.",
+		"mysql.ledger_dsn":              "DSN of the ledger database; empty means the sink database. Not with mode held, which commits offsets with the data, in the sink database.",
 		"mysql.table":                   "Aggregate table (window_start, sku, order_count, amount_sum); created if missing.",
 		"mysql.dlq_table":               "Dead-letter table for bad input; created if missing.",
 		"mysql.detail_table":            "Append sink: one row per order (order_id, sku, amount, event_time, source topic/partition/offset) in the same epoch transactions; empty (default) turns it off.",
@@ -49,7 +53,7 @@ var (
 		"mysql.tls_cert_file":           "Client certificate (PEM) for servers that require one; with mysql.tls_key_file.",
 		"mysql.tls_key_file":            "Private key (PEM) of mysql.tls_cert_file.",
 		"mysql.tls_server_name":         "Host name to verify the server certificate against; default the DSN's host.",
-		"mode":                          "xa (XA two-phase commit, the default) or held (one ordinary transaction per subtask, for MySQL without XA).",
+		"mode":                          "xa (XA two-phase commit, the default) or held (one ordinary transaction per subtask, for MySQL without XA; needs mysql.ledger_dsn empty).",
 		"subtasks":                      "Number of sink writers, each with its own MySQL connection and transaction per checkpoint.",
 		"checkpoint.interval":           "Time between checkpoints (Go duration). Data becomes visible in MySQL at checkpoints.",
 		"checkpoint.min_pause":          "Minimum pause between the end of one checkpoint and the start of the next.",
@@ -75,7 +79,7 @@ var (
 		"http_pprof":                    "Also serve Go's /debug/pprof profiles on http_addr (off by default: profiles expose internals; enable to diagnose CPU or memory).",
 		"gc_heap_floor_mib":             "Go heap size (MiB) below which relay does not collect garbage: the Kafka client makes a few hundred bytes of garbage per record, and with a small heap the collector would run many times a second. Above the floor Go's default applies. While the floor is in effect the Go memory limit is 3 floors (a lower GOMEMLIMIT is kept), so the raised heap goal never applies to a heap that grew past it. 0 turns this off; a GOGC environment variable also does.",
 		"log_level":                     "debug, info, warn or error.",
-		"instance":                      "i/M: this process is instance i of M and reads the partitions p with p mod M == i (a StatefulSet ordinal). Each instance has its own fence and runs one subtask (instances share rows, and several branches per instance could wait on each other across instances); tags stay unique across instances.",
+		"instance":                      "i/M: this process is instance i of M and reads the partitions p with p mod M == i (a StatefulSet ordinal). Each instance has its own fence and runs one subtask (instances share rows, and several branches per instance could wait on each other across instances), so with M > 1 set subtasks to 1: the default 2 is refused. Tags stay unique across instances.",
 	}
 	envNames = map[string]string{
 		"mysql.ledger_dsn":   "RELAY_LEDGER_DSN",
@@ -130,17 +134,141 @@ func Load(path string, environ []string) (Config, error) {
 		}
 		dec := yaml.NewDecoder(bytes.NewReader(b))
 		dec.KnownFields(true)
-		if err := dec.Decode(&c); err != nil && err.Error() != "EOF" {
+		var te *yaml.TypeError
+		if err := dec.Decode(&c); errors.As(err, &te) {
+			return c, keyedTypeErrors(path, b, te)
+		} else if err != nil && err.Error() != "EOF" {
 			return c, fmt.Errorf("config %s: %w", path, err)
 		}
 	}
 	if err := c.applyEnv(environ); err != nil {
 		return c, err
 	}
+	if err := c.readSecretFiles(); err != nil {
+		return c, err
+	}
 	if c.Kafka.GroupID == "" && c.Job.Name != "" {
 		c.Kafka.GroupID = "relay-" + c.Job.Name
 	}
 	return c, nil
+}
+
+// keyedTypeErrors names the key of each of yaml's type errors, which name only a line (and, for an
+// unknown key, its last part): every leaf of the file is decoded alone into its field's type, and a
+// leaf whose error is one of te's owns it (identical texts, as from one line of a flow mapping, go
+// to their keys in document order).
+func keyedTypeErrors(path string, b []byte, te *yaml.TypeError) error {
+	types := map[string]reflect.Type{}
+	sections := map[string]bool{}
+	walk(reflect.ValueOf(&Config{}).Elem(), "", func(key string, v reflect.Value) {
+		types[key] = v.Type()
+		for i := strings.LastIndexByte(key, '.'); i > 0; i = strings.LastIndexByte(key[:i], '.') {
+			sections[key[:i]] = true
+		}
+	})
+	owners := map[string][]string{} // error text -> keys
+	unknown := map[string]string{}  // yaml's "line N: field x not found" -> key
+	var visit func(prefix string, n *yaml.Node)
+	visit = func(prefix string, n *yaml.Node) {
+		if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+			n = n.Content[0]
+		}
+		if n.Kind == yaml.AliasNode {
+			n = n.Alias
+		}
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key, val := n.Content[i].Value, n.Content[i+1]
+			if key == "<<" { // a merge key's values belong to the mapping it is in
+				visit(prefix, val)
+				continue
+			}
+			if prefix != "" {
+				key = prefix + "." + key
+			}
+			t, leaf := types[key]
+			if sections[key] {
+				visit(key, val)
+				continue
+			}
+			if !leaf {
+				unknown[fmt.Sprintf("line %d: field %s not found", n.Content[i].Line, n.Content[i].Value)] = key
+				continue
+			}
+			var leafErr *yaml.TypeError
+			if errors.As(val.Decode(reflect.New(t).Interface()), &leafErr) {
+				for _, msg := range leafErr.Errors {
+					owners[msg] = append(owners[msg], key)
+				}
+			}
+		}
+	}
+	var root yaml.Node
+	if yaml.Unmarshal(b, &root) == nil {
+		visit("", &root)
+	}
+	var errs []error
+	for _, msg := range te.Errors {
+		where, _, _ := strings.Cut(msg, " in type ")
+		if keys := owners[msg]; len(keys) > 0 {
+			errs = append(errs, bad(keys[0], "%s %s", path, msg))
+			owners[msg] = keys[1:]
+		} else if key, ok := unknown[where]; ok {
+			line, _, _ := strings.Cut(where, ":")
+			errs = append(errs, fmt.Errorf("config %s: %w %s (%s)", path, ErrUnknownKey, key, line))
+		} else {
+			errs = append(errs, fmt.Errorf("config %s: %s", path, msg))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// readSecretFiles puts the contents of the *_file keys where relay uses them, so a secret can be a
+// mounted file rather than text in the environment or the YAML file, and needs no escaping.
+func (c *Config) readSecretFiles() error {
+	if p := c.Kafka.SASLPasswordFile; p != "" {
+		if _, ok := c.Kafka.Properties["sasl.password"]; ok {
+			return bad("kafka.sasl_password_file", "kafka.properties sets sasl.password too: set it in one place")
+		}
+		pw, err := readSecret(p)
+		if err != nil {
+			return bad("kafka.sasl_password_file", "%v", err)
+		}
+		if c.Kafka.Properties == nil {
+			c.Kafka.Properties = map[string]string{}
+		}
+		c.Kafka.Properties["sasl.password"] = pw
+	}
+	if p := c.MySQL.PasswordFile; p != "" && c.MySQL.DSN != "" {
+		dsn, err := mysql.ParseDSN(c.MySQL.DSN)
+		if err != nil {
+			return bad("mysql.dsn", "%v", err)
+		}
+		if dsn.Passwd != "" {
+			return bad("mysql.password_file", "mysql.dsn has a password too: set it in one place")
+		}
+		if dsn.Passwd, err = readSecret(p); err != nil {
+			return bad("mysql.password_file", "%v", err)
+		}
+		c.MySQL.DSN = dsn.FormatDSN()
+	}
+	return nil
+}
+
+// readSecret is a file's content without the trailing newline editors and `kubectl create secret
+// --from-file` leave; an empty secret is a mistake, not a password.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimRight(string(b), "\r\n")
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
 }
 
 // Reserved prefixes belong to the test harness and services script, not to relay's configuration.
@@ -184,6 +312,30 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 	return false
 }
 
+// splitList splits an environment list at its unescaped commas: `\,` is a comma inside an item and
+// `\\` a backslash (a Kafka password can hold either). Items are trimmed and kept in place, empty
+// ones too, so an error can give an item's position.
+func splitList(s string) ([]string, error) {
+	var items []string
+	var cur strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case ',':
+			items = append(items, strings.TrimSpace(cur.String()))
+			cur.Reset()
+		case '\\':
+			if i+1 == len(s) || (s[i+1] != ',' && s[i+1] != '\\') {
+				return nil, fmt.Errorf("item %d: a backslash escapes only a comma or a backslash (write \\\\ for one backslash)", len(items)+1)
+			}
+			i++
+			cur.WriteByte(s[i])
+		default:
+			cur.WriteByte(s[i])
+		}
+	}
+	return append(items, strings.TrimSpace(cur.String())), nil
+}
+
 func setFromString(v reflect.Value, s string) error {
 	switch {
 	case v.Type() == durationType:
@@ -213,24 +365,37 @@ func setFromString(v reflect.Value, s string) error {
 		}
 		v.SetBool(b)
 	case v.Kind() == reflect.Slice:
+		items, err := splitList(s)
+		if err != nil {
+			return err
+		}
 		var parts []string
-		for _, p := range strings.Split(s, ",") {
-			if p = strings.TrimSpace(p); p != "" {
+		for _, p := range items {
+			if p != "" {
 				parts = append(parts, p)
 			}
 		}
 		v.Set(reflect.ValueOf(parts))
 	case v.Kind() == reflect.Map:
+		items, err := splitList(s)
+		if err != nil {
+			return err
+		}
+		// Errors give the item's position and key, never its text: the value can be a password.
 		m := map[string]string{}
-		for _, p := range strings.Split(s, ",") {
-			if p = strings.TrimSpace(p); p == "" {
+		for i, p := range items {
+			if p == "" {
 				continue
 			}
 			k, val, ok := strings.Cut(p, "=")
-			if !ok {
-				return fmt.Errorf("%q is not k=v", p)
+			k = strings.TrimSpace(k)
+			switch _, dup := m[k]; {
+			case !ok || k == "":
+				return fmt.Errorf("item %d is not key=value (a comma inside a value is written \\,)", i+1)
+			case dup:
+				return fmt.Errorf("item %d sets %s again", i+1, k)
 			}
-			m[strings.TrimSpace(k)] = strings.TrimSpace(val)
+			m[k] = strings.TrimSpace(val)
 		}
 		v.Set(reflect.ValueOf(m))
 	default:
