@@ -38,6 +38,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	database.SetLogger(log.Named("mysql"))
 	err = runJob(ctx, cfg, log)
 	if err != nil {
 		log.Error("relay stopped", zap.Error(err))
@@ -117,34 +118,14 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	// MySQL may still be starting next to relay (compose, a restarted pod): wait for it, bounded.
-	var flavor sink.Flavor
-	var version string
+	// MySQL may still be starting next to relay (compose, a restarted pod), or the network may
+	// drop a connection now and then: retry, bounded.
 	err = fault.Do(startCtx, fault.DefaultPolicy(), func(ctx context.Context) error {
-		flavor, version, err = sink.DetectFlavor(ctx, sinkDB)
-		return err
+		return prepareServer(ctx, cfg, sinkDB, ledgerDB, log)
 	}, func(attempt int, err error) {
-		log.Warn("mysql not reachable yet", zap.Int("attempt", attempt), zap.Error(err))
+		log.Warn("mysql not ready yet", zap.Int("attempt", attempt), zap.Error(err))
 	})
 	if err != nil {
-		return fmt.Errorf("connect sink: %w", err)
-	}
-	log.Info("mysql", zap.String("server_version", version))
-	maxConn, err := database.ServerVar(startCtx, sinkDB, "SHOW GLOBAL VARIABLES LIKE 'max_connections'")
-	if err != nil {
-		return fmt.Errorf("read max_connections: %w", err)
-	}
-	threads, err := database.ServerVar(startCtx, sinkDB, "SHOW GLOBAL STATUS LIKE 'Threads_connected'")
-	if err != nil {
-		return fmt.Errorf("read Threads_connected: %w", err)
-	}
-	if err := cfg.CheckServer(maxConn, threads); err != nil {
-		return err
-	}
-	if err := (sink.Schema{Table: cfg.MySQL.Table, DLQ: cfg.MySQL.DLQTable, Detail: cfg.MySQL.DetailTable}).Create(startCtx, sinkDB, flavor); err != nil {
-		return err
-	}
-	if err := ledger.EnsureSchema(startCtx, ledgerDB); err != nil {
 		return err
 	}
 	led := ledger.NewInstance(ledgerDB, cfg.Job.Name, cfg.InstanceIndex(), cfg.InstanceCount())
@@ -189,6 +170,30 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		log.Info("stopped cleanly")
 	}
 	return err
+}
+
+// prepareServer checks the server against the configuration and creates what relay writes.
+func prepareServer(ctx context.Context, cfg config.Config, sinkDB, ledgerDB *sql.DB, log *zap.Logger) error {
+	flavor, version, err := sink.DetectFlavor(ctx, sinkDB)
+	if err != nil {
+		return fmt.Errorf("connect sink: %w", err)
+	}
+	log.Info("mysql", zap.String("server_version", version))
+	maxConn, err := database.ServerVar(ctx, sinkDB, "SHOW GLOBAL VARIABLES LIKE 'max_connections'")
+	if err != nil {
+		return fmt.Errorf("read max_connections: %w", err)
+	}
+	threads, err := database.ServerVar(ctx, sinkDB, "SHOW GLOBAL STATUS LIKE 'Threads_connected'")
+	if err != nil {
+		return fmt.Errorf("read Threads_connected: %w", err)
+	}
+	if err := cfg.CheckServer(maxConn, threads); err != nil {
+		return err
+	}
+	if err := (sink.Schema{Table: cfg.MySQL.Table, DLQ: cfg.MySQL.DLQTable, Detail: cfg.MySQL.DetailTable}).Create(ctx, sinkDB, flavor); err != nil {
+		return err
+	}
+	return ledger.EnsureSchema(ctx, ledgerDB)
 }
 
 // watch samples what no request drives: readiness for relay_ready (alerts must not depend on a

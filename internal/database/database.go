@@ -10,9 +10,11 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"go.uber.org/zap"
 )
 
 // Session holds the per-connection settings.
@@ -92,3 +94,13 @@ func ServerVar(ctx context.Context, db *sql.DB, query string) (int, error) {
 	}
 	return strconv.Atoi(val)
 }
+
+// SetLogger sends the driver's own messages (a connection that died under it, "unexpected EOF")
+// through log, so relay's log stays one JSON object a line.
+func SetLogger(log *zap.Logger) {
+	_ = mysql.SetLogger(driverLog{log})
+}
+
+type driverLog struct{ l *zap.Logger }
+
+func (d driverLog) Print(v ...any) { d.l.Warn(strings.TrimSpace(fmt.Sprint(v...))) }

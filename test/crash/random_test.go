@@ -86,7 +86,7 @@ func randomKills(t *testing.T, kills int, extra ...string) {
 		}
 		time.Sleep(time.Duration(300+rng.IntN(2200)) * time.Millisecond)
 		if killDB && k%10 == 0 {
-			killMariaDB(t)
+			restartService(t, "mariadb")
 		}
 		select {
 		case err := <-p.done:
@@ -138,12 +138,13 @@ func (e *env) maxCheckpoint() int64 {
 	return id
 }
 
-// killMariaDB SIGKILLs the MariaDB that scripts/services.sh started and starts it again.
-func killMariaDB(t *testing.T) {
-	pidFile := "../../.cache/services/mariadb.pid"
+// restartService SIGKILLs a server scripts/services.sh started (mariadb or kafka) and starts it
+// again.
+func restartService(t *testing.T, name string) {
+	pidFile := "../../.cache/services/" + name + ".pid"
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
-		t.Skipf("RELAY_CRASH_KILL_DB needs a MariaDB started by scripts/services.sh: %v", err)
+		t.Skipf("killing %s needs one started by scripts/services.sh: %v", name, err)
 	}
 	pid, _ := strconv.Atoi(string(trimNL(b)))
 	_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -159,7 +160,7 @@ func killMariaDB(t *testing.T) {
 		}
 	}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("restarting MariaDB: %v\n%s", err, out)
+		t.Fatalf("restarting %s: %v\n%s", name, err, out)
 	}
 }
 
