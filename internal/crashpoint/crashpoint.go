@@ -4,7 +4,9 @@
 //
 // Invariant: compiled only with the crashpoints build tag; production builds get the no-op in
 // off.go. RELAY_CRASH_AT=name[:n] kills the process (SIGKILL, no deferred cleanup) the n-th time
-// (default 1st) it passes the named point.
+// (default 1st) it passes the named point; with RELAY_CRASH_ACTION=stop it freezes there instead
+// (SIGSTOP to itself) and goes on where it stood once a test sends SIGCONT: a process stalled at
+// the worst moment, past its lease.
 package crashpoint
 
 import (
@@ -22,6 +24,7 @@ var (
 	once   sync.Once
 	target string
 	after  int
+	stop   bool
 	mu     sync.Mutex
 	seen   int
 )
@@ -30,6 +33,7 @@ func load() {
 	spec := os.Getenv("RELAY_CRASH_AT")
 	name, n, _ := strings.Cut(spec, ":")
 	target, after = name, 1
+	stop = os.Getenv("RELAY_CRASH_ACTION") == "stop"
 	if v, err := strconv.Atoi(n); err == nil && v > 0 {
 		after = v
 	}
@@ -45,6 +49,11 @@ func Hit(name string) {
 	seen++
 	fire := seen == after
 	mu.Unlock()
+	if fire && stop {
+		os.Stderr.WriteString("crashpoint: stopping at " + name + "\n")
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		return
+	}
 	if fire {
 		os.Stderr.WriteString("crashpoint: killing at " + name + "\n")
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -71,11 +72,11 @@ func (e *env) waitCommitAbove(p *proc, id int64, d time.Duration) time.Duration 
 }
 
 // TestNetworkFaults resets and blackholes random MySQL connections of a running relay every 1-4 s
-// for two minutes (RELAY_FAULT_SECONDS) under load, with SIGKILLs in between. relay must stay up
+// for two minutes (RELAY_TEST_FAULT_SECONDS) under load, with SIGKILLs in between. relay must stay up
 // through them: at most one exit of its own per ten faults. Totals stay exact.
 func TestNetworkFaults(t *testing.T) {
 	seconds := 120
-	if v, err := strconv.Atoi(os.Getenv("RELAY_FAULT_SECONDS")); err == nil && v > 0 {
+	if v, err := strconv.Atoi(os.Getenv("RELAY_TEST_FAULT_SECONDS")); err == nil && v > 0 {
 		seconds = v
 	}
 	e := newEnv(t, 3, faultEnv...)
@@ -191,22 +192,26 @@ func TestVanishedHost(t *testing.T) {
 	e.finish(totals)
 }
 
-// TestStaleOwnerStandsDown: an owner frozen (SIGSTOP) past its lease is taken over; woken up
-// (SIGCONT), it writes no decision and exits as fenced, while the new owner runs on.
+// TestStaleOwnerStandsDown: an owner freezes between its branches' prepare and its decision
+// (SIGSTOP at the after-prepare point) and stays frozen past its lease. A newcomer takes over and
+// rolls the undecided branches back. Woken up (SIGCONT), the old owner must not write its
+// decision (that would declare committed what was rolled back): it writes none and exits as
+// fenced, while the new owner runs on; totals stay exact.
 func TestStaleOwnerStandsDown(t *testing.T) {
 	e := newEnv(t, 2, append([]string{"RELAY_JOB_LEASE=4s"}, faultEnv...)...)
 	totals := loadgen.NewTotals()
 	stop := e.streamOrders(totals, 2000, 11)
-	a := e.start()
-	e.waitCommitAbove(a, 0, 60*time.Second)
+	a := e.start("RELAY_CRASH_AT=after-prepare:5", "RELAY_CRASH_ACTION=stop")
+	waitFor(t, 60*time.Second, func() bool { return strings.Contains(tail(a.log, 5), "crashpoint: stopping at after-prepare") },
+		"the first owner to freeze after a prepare")
 	epochA := ownerEpoch(t, a)
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
 	b := e.start()
 	e.waitCommitAbove(b, e.maxCheckpoint(), 60*time.Second)
 	if ev := logEvents(t, b.log, "took the job over"); len(ev) != 1 || ev[0]["from"] != "expired_lease" {
 		t.Fatalf("new owner's takeover: %v\n%s", ev, tail(b.log, 20))
+	}
+	if len(logEvents(t, b.log, "in-doubt branch resolved")) == 0 {
+		t.Fatalf("the new owner resolved none of the frozen owner's prepared branches:\n%s", tail(b.log, 30))
 	}
 	var woke time.Time
 	if err := e.db.QueryRow(`SELECT UTC_TIMESTAMP(6)`).Scan(&woke); err != nil {
