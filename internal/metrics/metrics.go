@@ -7,6 +7,7 @@ package metrics
 import (
 	"database/sql"
 	"runtime"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -41,7 +42,7 @@ type Metrics struct {
 	VisibilityLatency   prometheus.Histogram
 	EndToEndLatency     prometheus.Histogram
 	ThreadsConnected    prometheus.Gauge
-	Ready               prometheus.Gauge
+	ready               atomic.Pointer[func() bool] // SetReadiness; nil reads as not ready
 	Recoveries          prometheus.Counter
 	Takeovers           prometheus.Counter
 }
@@ -82,13 +83,21 @@ func New(job string) *Metrics {
 			prometheus.ExponentialBuckets(0.01, 2, 20)),
 		ThreadsConnected: f.gauge("relay_mysql_threads_connected",
 			"Server-side Threads_connected of the sink MySQL (all clients)."),
-		Ready: f.gauge("relay_ready",
-			"1 when recovery finished and the last checkpoint is recent (the /readyz verdict)."),
 		Recoveries: f.counter("relay_recoveries_total",
 			"Recovery passes run (start-up and after a failed checkpoint)."),
 		Takeovers: f.counter("relay_resolver_takeovers_total",
 			"Times this instance's resolver took a stopped instance's fence to finish its branches."),
 	}
+	// Evaluated at each scrape, so relay_ready never disagrees with /readyz (a sampled gauge read 0
+	// for up to its sampling period after /readyz turned 200).
+	r.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "relay_ready",
+		Help: "1 when recovery finished and the last checkpoint is recent (the /readyz verdict)."},
+		func() float64 {
+			if f := m.ready.Load(); f != nil && (*f)() {
+				return 1
+			}
+			return 0
+		}))
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "relay_build_info",
 		Help: "Build information; the value is 1."}, []string{"version", "goversion"})
 	r.MustRegister(info)
@@ -110,6 +119,9 @@ func New(job string) *Metrics {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// SetReadiness makes relay_ready report ready(), the rule /readyz answers with.
+func (m *Metrics) SetReadiness(ready func() bool) { m.ready.Store(&ready) }
 
 // WatchPool exports the connection pool of db as relay_mysql_pool_connections{pool,state}.
 func (m *Metrics) WatchPool(job, pool string, db *sql.DB) {
