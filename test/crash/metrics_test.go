@@ -409,15 +409,7 @@ func TestReadyzStaleCheckpoint(t *testing.T) {
 
 	// One key only (one sku, one window); an outside transaction locks its row first.
 	opts := loadgen.Options{Orders: 200, Batch: 100, SKUs: 1, Windows: 1, StartTS: 1764000000000, Seed: 31}
-	holder, err := e.db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback() }()
-	window := time.UnixMilli(opts.StartTS).UTC()
-	if _, err := holder.ExecContext(ctx, "INSERT INTO order_stats_minute VALUES (?, 'SKU-0', 0, 0)", window); err != nil {
-		t.Fatal(err)
-	}
+	holder := e.lockKeyRow(ctx, opts)
 	totals := loadgen.NewTotals()
 	if err := e.produce(ctx, totals, opts); err != nil {
 		t.Fatal(err)
