@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -139,7 +140,7 @@ func TestStatusAgreesWithReadyz(t *testing.T) {
 		}
 		f := rep.Fences[0]
 		if !f.Held || f.Ready == nil || *f.Ready != want {
-			t.Fatalf("status --json fence %+v (ready %v), want held and ready=%v like /readyz", f, f.Ready, want)
+			t.Fatalf("status --json fence %s: held %v, ready %s (%q); want held and ready=%v like /readyz", f.Instance, f.Held, fmtBool(f.Ready), f.Readiness, want)
 		}
 		text, stderr, code := e.cli([]string{httpEnv}, "status")
 		if code != 0 {
@@ -174,6 +175,13 @@ func TestStatusAgreesWithReadyz(t *testing.T) {
 	agree(true)
 	e.stopAll([]*proc{p})
 	e.finish(totals)
+}
+
+func fmtBool(b *bool) string {
+	if b == nil {
+		return "null"
+	}
+	return strconv.FormatBool(*b)
 }
 
 // With a broker that refuses connections, librdkafka logs errors; they reach relay's log as zap
