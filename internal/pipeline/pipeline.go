@@ -307,8 +307,10 @@ func (p *Pipeline) newSession(ctx context.Context, serial bool) (*session, error
 		zap.Int("rolled_back", rec.RolledBack), zap.Int("left_to_resolver", rec.Skipped), zap.Any("offsets", start))
 	// Lag is exported before readiness flips, so a ready process never lacks the series dashboards
 	// and alerts read: the loop refreshes it only every 5 s, and from librdkafka's cache, which is
-	// empty until the first fetch.
-	s.exportLag(func(t string, part int32) (int64, bool) { return cons.QueryHighWatermark(ctx, t, part) })
+	// empty until the first fetch. Bounded: a slow broker must not hold the session back for it.
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	s.exportLag(func(t string, part int32) (int64, bool) { return cons.QueryHighWatermark(lctx, t, part) })
+	cancel()
 	p.lastOK.Store(time.Now().UnixNano())
 	p.recovered.Store(true)
 	p.setState(Running)

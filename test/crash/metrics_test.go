@@ -388,7 +388,7 @@ func TestReadyzDuringRecovery(t *testing.T) {
 			t.Errorf("relay_transactions_total{%s,%s} = %v, want %v", c.action, c.origin, got, c.want)
 		}
 	}
-	// relay refreshes relay_ready itself every 5 s, whether or not anything polls /readyz.
+	// relay_ready follows the readiness rule at every scrape, whether or not anything polls /readyz.
 	waitFor(t, 15*time.Second, func() bool { return scrapeMetrics(t, addr).value(t, "relay_ready") == 1 }, "relay_ready to become 1")
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	if err := p.wait(t, 60*time.Second); err != nil {
