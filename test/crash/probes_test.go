@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,8 +54,39 @@ func TestMetricsPresentWhenReady(t *testing.T) {
 	if got := s.value(t, "relay_ready"); got != 1 {
 		t.Errorf("first scrape after /readyz 200: relay_ready = %v", got)
 	}
+	for _, name := range alertedFamilies(t) {
+		if len(s[name].GetMetric()) == 0 {
+			t.Errorf("first scrape after /readyz 200 has no %s, which deploy/prometheus/alerts.yml alerts on", name)
+		}
+	}
 	e.stopAll([]*proc{p})
 	e.finish(totals)
+}
+
+// alertedFamilies lists the relay families the alert rules name.
+func alertedFamilies(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
+		for _, name := range regexp.MustCompile(`\brelay_[a-z_]+`).FindAllString(line, -1) {
+			if !seen[name] && !strings.HasPrefix(name, "relay_job") {
+				seen[name] = true
+				out = append(out, name)
+			}
+		}
+	}
+	if len(out) < 8 {
+		t.Fatalf("found only %v in alerts.yml", out)
+	}
+	return out
 }
 
 // getQuick is get without failing the test: /readyz is polled as fast as relay answers.
