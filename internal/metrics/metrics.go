@@ -59,7 +59,7 @@ func New(job string) *Metrics {
 		InDoubtBranches: f.gauge("relay_xa_in_doubt_branches",
 			"Prepared branches of this job listed by XA RECOVER at the last resolver pass that this process does not own."),
 		InDoubtOldestAge: f.gauge("relay_xa_in_doubt_oldest_age_seconds",
-			"Age of the oldest in-doubt branch of this job seen by the resolver (0 when none)."),
+			"Age of the oldest in-doubt branch of this job at the resolver's last pass: since its checkpoint's decision, else since a relay first listed it (kept in the ledger across restarts); 0 when none."),
 		Checkpoints: f.counterVec("relay_checkpoints_total",
 			"Checkpoints by result: committed, failed, or empty (nothing new to commit).", "result"),
 		PhaseDuration: f.histogramVec("relay_checkpoint_phase_duration_seconds",
