@@ -32,6 +32,7 @@ import (
 const (
 	composeFile    = "../docker-compose.yml"
 	alertsFile     = "prometheus/alerts.yml"
+	alertsTestFile = "prometheus/alerts_test.yml"
 	promConfigFile = "prometheus/prometheus.yml"
 	dashboardFile  = "grafana/dashboards/relay.json"
 	datasourceDir  = "grafana/provisioning/datasources"
@@ -207,15 +208,16 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
-// Prometheus loads the rule file the compose stack mounts and scrapes relay as job "relay", which is
-// what RelayDown's up{job="relay"} matches.
+// Prometheus loads the rule file the compose stack mounts and scrapes relay with the label
+// app="relay", the scrape label the alert rules match (RelayDown's up{app="relay"}).
 func TestPrometheusConfig(t *testing.T) {
 	var cfg struct {
 		RuleFiles     []string `yaml:"rule_files"`
 		ScrapeConfigs []struct {
 			JobName       string `yaml:"job_name"`
 			StaticConfigs []struct {
-				Targets []string `yaml:"targets"`
+				Targets []string          `yaml:"targets"`
+				Labels  map[string]string `yaml:"labels"`
 			} `yaml:"static_configs"`
 		} `yaml:"scrape_configs"`
 	}
@@ -226,13 +228,81 @@ func TestPrometheusConfig(t *testing.T) {
 	found := false
 	for _, sc := range cfg.ScrapeConfigs {
 		for _, st := range sc.StaticConfigs {
-			if sc.JobName == "relay" && contains(st.Targets, "relay:8080") {
+			if contains(st.Targets, "relay:8080") && st.Labels["app"] == "relay" {
 				found = true
 			}
 		}
 	}
 	if !found {
-		t.Error(`no scrape config with job_name "relay" and target relay:8080`)
+		t.Error(`no scrape config with target relay:8080 labelled app="relay"`)
+	}
+}
+
+// promtool runs Prometheus's own checker (Debian's prometheus package; scripts/test.sh installs it).
+func promtool(t *testing.T, args ...string) {
+	t.Helper()
+	bin, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("RELAY_TEST_REQUIRE") == "1" {
+			t.Fatal("promtool is not installed (apt-get install -y prometheus); RELAY_TEST_REQUIRE=1 forbids skipping")
+		}
+		t.Skip("promtool not installed")
+	}
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// Prometheus itself accepts the rules and the compose configuration, and the rule unit tests pass:
+// each alert fires on the series it is for, with the labels and texts an operator gets, and stays
+// quiet on healthy ones.
+func TestPromtool(t *testing.T) {
+	promtool(t, "check", "rules", alertsFile)
+	promtool(t, "test", "rules", alertsTestFile)
+	// --syntax-only: the rule file it names is a path inside the container.
+	promtool(t, "check", "config", "--syntax-only", promConfigFile)
+}
+
+// Every alert has a rule unit test in which it fires and one in which it stays quiet.
+func TestAlertRuleTestsCoverEveryAlert(t *testing.T) {
+	var doc struct {
+		RuleFiles []string `yaml:"rule_files"`
+		Tests     []struct {
+			AlertRuleTest []struct {
+				Alertname string `yaml:"alertname"`
+				ExpAlerts []any  `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	readYAML(t, alertsTestFile, &doc, false)
+	if !reflect.DeepEqual(doc.RuleFiles, []string{filepath.Base(alertsFile)}) {
+		t.Fatalf("%s tests rule files %v, want [%s]", alertsTestFile, doc.RuleFiles, filepath.Base(alertsFile))
+	}
+	fires, quiet := map[string]bool{}, map[string]bool{}
+	for _, tc := range doc.Tests {
+		for _, a := range tc.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			} else {
+				quiet[a.Alertname] = true
+			}
+		}
+	}
+	names := map[string]bool{}
+	for _, r := range loadAlerts(t) {
+		names[r.Alert] = true
+		if !fires[r.Alert] {
+			t.Errorf("%s: no case where %s fires", alertsTestFile, r.Alert)
+		}
+		if !quiet[r.Alert] {
+			t.Errorf("%s: no case where %s stays quiet", alertsTestFile, r.Alert)
+		}
+	}
+	for n := range fires {
+		if !names[n] {
+			t.Errorf("%s tests %s, which %s does not define", alertsTestFile, n, alertsFile)
+		}
 	}
 }
 
@@ -320,8 +390,9 @@ func touchVectors(t *testing.T, m *metrics.Metrics) {
 	}
 }
 
-// scrapeLabels are attached by Prometheus, not by relay.
-var scrapeLabels = map[string]bool{"job": true, "instance": true, "__name__": true}
+// scrapeLabels are attached by Prometheus, not by relay. Of them only app means the same in every
+// setup (the job is "relay" in compose, the scrape job's name in Kubernetes).
+var scrapeLabels = map[string]bool{"job": true, "instance": true, "app": true, "__name__": true}
 
 // checkRefs fails for each metric an expression names that relay does not export, and for each
 // label matcher on a label the metric does not have.
@@ -334,6 +405,9 @@ func checkRefs(t *testing.T, where, expr string, names map[string]map[string]boo
 	}
 	for _, r := range refs {
 		if r.metric == "up" {
+			if !reflect.DeepEqual(r.labels, []string{"app"}) {
+				t.Errorf(`%s: up must be selected by app="relay" alone, the label every scrape setup gives relay (expr %q)`, where, expr)
+			}
 			continue
 		}
 		labels, ok := names[r.metric]

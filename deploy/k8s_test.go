@@ -45,6 +45,7 @@ func TestK8sStatefulSet(t *testing.T) {
 				Replicas int `yaml:"replicas"`
 				Template struct {
 					Metadata struct {
+						Labels      map[string]string `yaml:"labels"`
 						Annotations map[string]string `yaml:"annotations"`
 					} `yaml:"metadata"`
 					Spec struct {
@@ -99,6 +100,10 @@ func TestK8sStatefulSet(t *testing.T) {
 		tpl := doc.Spec.Template
 		if tpl.Metadata.Annotations["prometheus.io/scrape"] != "true" || tpl.Metadata.Annotations["prometheus.io/path"] != "/metrics" {
 			t.Errorf("scrape annotations: %v", tpl.Metadata.Annotations)
+		}
+		// The scrape job copies pod labels; app="relay" is what the alert rules select targets by.
+		if tpl.Metadata.Labels["app"] != "relay" {
+			t.Errorf("pod labels %v lack app: relay, which RelayDown's up{app=\"relay\"} matches", tpl.Metadata.Labels)
 		}
 		c := tpl.Spec.Containers[0]
 		if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
@@ -155,5 +160,41 @@ func TestK8sStatefulSet(t *testing.T) {
 	}
 	if _, err := mysql.ParseDSN(dsn); err != nil {
 		t.Errorf("RELAY_MYSQL_DSN %q: %v", dsn, err)
+	}
+}
+
+// The scrape job shipped for the pod annotations keeps only annotated pods and copies the pod
+// labels onto the series, so relay's targets carry app="relay" as in docker-compose. (Debian's
+// promtool is built without Kubernetes discovery, so it cannot check this file.)
+func TestK8sScrapeConfig(t *testing.T) {
+	var cfg struct {
+		ScrapeConfigs []struct {
+			JobName             string `yaml:"job_name"`
+			KubernetesSDConfigs []struct {
+				Role string `yaml:"role"`
+			} `yaml:"kubernetes_sd_configs"`
+			RelabelConfigs []struct {
+				SourceLabels []string `yaml:"source_labels"`
+				Action       string   `yaml:"action"`
+				Regex        string   `yaml:"regex"`
+			} `yaml:"relabel_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, "k8s/prometheus-scrape.yml", &cfg, false)
+	if len(cfg.ScrapeConfigs) != 1 {
+		t.Fatalf("%d scrape configs, want 1", len(cfg.ScrapeConfigs))
+	}
+	sc := cfg.ScrapeConfigs[0]
+	if len(sc.KubernetesSDConfigs) != 1 || sc.KubernetesSDConfigs[0].Role != "pod" {
+		t.Errorf("kubernetes_sd_configs %+v, want role pod", sc.KubernetesSDConfigs)
+	}
+	keep, labelmap := false, false
+	for _, rc := range sc.RelabelConfigs {
+		keep = keep || (rc.Action == "keep" && rc.Regex == "true" &&
+			strings.Join(rc.SourceLabels, ",") == "__meta_kubernetes_pod_annotation_prometheus_io_scrape")
+		labelmap = labelmap || (rc.Action == "labelmap" && rc.Regex == "__meta_kubernetes_pod_label_(.+)")
+	}
+	if !keep || !labelmap {
+		t.Errorf("relabel_configs: keep on prometheus.io/scrape %v, labelmap of pod labels %v; want both", keep, labelmap)
 	}
 }

@@ -4,9 +4,16 @@
 # them with `make services-down`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The deploy test validates docker-compose.yml with Debian's docker-compose (no Docker engine needed).
-if ! command -v docker-compose >/dev/null; then
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
+# The deploy test validates docker-compose.yml with Debian's docker-compose (no Docker engine
+# needed), and the alert rules with promtool, which Debian ships only in its prometheus package
+# (on a host with systemd that package also enables a Prometheus daemon on :9090; the tests use
+# only promtool: `systemctl disable --now prometheus` if it is in the way).
+missing=()
+command -v docker-compose >/dev/null || missing+=(docker-compose)
+command -v promtool >/dev/null || missing+=(prometheus)
+if [ ${#missing[@]} -gt 0 ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 eval "$(scripts/services.sh up)"
 export RELAY_TEST_KAFKA RELAY_TEST_MYSQL_DSN RELAY_TEST_MYSQL_CA

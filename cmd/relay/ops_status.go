@@ -9,7 +9,9 @@ import (
 )
 
 const statusAbout = `Shows one job: for each instance, whether a relay holds its fence (and who: host, pid, MySQL
-connection) and its owner epoch; the last decided checkpoint (id, state, decided_at, age; in mode
+connection) and its owner epoch, and for the configured instance whether that relay is ready: it
+asks its /readyz (--readyz, or http_addr of the configuration on this host), and says "running"
+only on a 200, as a readiness probe would; the last decided checkpoint (id, state, decided_at, age; in mode
 held the newest partition offset row); each partition's resume offset against its high watermark
 (lag; on a transactional topic the last commit marker counts as 1); the job's prepared XA branches
 with the ledger's verdict (decided checkpoint: commit; no ledger row: rollback); ledger rows still
@@ -18,8 +20,9 @@ nothing and locks nothing: safe to run while relay runs.
 
 --json prints one object with these fields (stable; null means "none" or "unknown"):
   job, mode, server_time
-  fences: [{instance, held, holder, owner, owner_epoch, acquired_at}]   (one per instance: the job,
-          or job/0..job/M-1 when it runs as M instances)
+  fences: [{instance, held, holder, owner, owner_epoch, acquired_at, ready, readiness}]   (one per
+          instance: the job, or job/0..job/M-1 when it runs as M instances; ready is the answer of
+          the holder's /readyz, null when not asked or no answer, with readiness saying why)
   last_checkpoint: {id, state, decided_at, committed_at, age_seconds, records, tags} | null
   partitions: [{topic, partition, offset, high_watermark, lag}]
   branches: [{tag, job, kind, checkpoint, subtask, verdict, ledger_state, decided_at, age_seconds}]
@@ -33,13 +36,18 @@ func cmdStatus(ctx context.Context, args []string) error {
   relay status --config relay.yaml --json | jq '.partitions[] | select(.lag > 10000)'
 `)
 	asJSON := fs.Bool("json", false, "print JSON (fields above) instead of a table")
+	readyz := fs.String("readyz", "", "URL of the running relay's /readyz (default: http_addr of the configuration, on this host)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return withEnv(ctx, path, func(ctx context.Context, e *ops.Env) error {
-		r, err := ops.Status(ctx, e)
+		url := *readyz
+		if url == "" {
+			url = ops.ReadyzURL(e.Config.HTTPAddr)
+		}
+		r, err := ops.Status(ctx, e, url)
 		if err != nil {
 			return err
 		}

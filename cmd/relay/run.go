@@ -137,6 +137,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true},
 		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) }})
 
+	m.SetReadiness(func() bool { ok, _ := p.Ready(); return ok })
 	srv, err := httpserver.Listen(cfg.HTTPAddr, m.Registry, p.Ready, cfg.HTTPPprof, log.Named("http"))
 	if err != nil {
 		return err
@@ -149,7 +150,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	})
 	g.Go("http", srv.Serve)
 	g.Go("resolver", p.ResolveLoop)
-	g.Go("watch", func(gctx context.Context) error { return watch(gctx, sinkDB, m, p) })
+	g.Go("watch", func(gctx context.Context) error { return watch(gctx, sinkDB, m) })
 	g.Go("pipeline", func(gctx context.Context) error {
 		// The pipeline drains on SIGTERM (ctx) but stops at once when a sibling fails (gctx).
 		pctx, cancel := context.WithCancel(ctx)
@@ -196,17 +197,12 @@ func prepareServer(ctx context.Context, cfg config.Config, sinkDB, ledgerDB *sql
 	return ledger.EnsureSchema(ctx, ledgerDB)
 }
 
-// watch samples what no request drives: readiness for relay_ready (alerts must not depend on a
-// probe calling /readyz), and the server's Threads_connected, where connection explosions show first.
-func watch(ctx context.Context, db *sql.DB, m *metrics.Metrics, p *pipeline.Pipeline) error {
+// watch samples what no request drives: the server's Threads_connected, where connection
+// explosions show first.
+func watch(ctx context.Context, db *sql.DB, m *metrics.Metrics) error {
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
 	for {
-		if ok, _ := p.Ready(); ok {
-			m.Ready.Set(1)
-		} else {
-			m.Ready.Set(0)
-		}
 		qctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 		if n, err := database.ServerVar(qctx, db, "SHOW GLOBAL STATUS LIKE 'Threads_connected'"); err == nil {
 			m.ThreadsConnected.Set(float64(n))

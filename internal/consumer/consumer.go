@@ -15,6 +15,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
@@ -60,16 +61,44 @@ func ConfigMap(o Options) *kafka.ConfigMap {
 	return &cm
 }
 
-// New connects a consumer; nothing is assigned yet.
+// New connects a consumer; nothing is assigned yet. librdkafka's own log lines go to log's
+// "librdkafka" child instead of stderr, where their "%3|..." format broke the JSON log stream.
 func New(o Options, log *zap.Logger) (*Consumer, error) {
-	c, err := kafka.NewConsumer(ConfigMap(o))
+	cm := ConfigMap(o)
+	// log.queue (set by the Go client with this key) holds even the lines of rd_kafka_new until
+	// the channel is attached, so none reaches stderr.
+	cm.SetKey("go.logs.channel.enable", true)
+	c, err := kafka.NewConsumer(cm)
 	if err != nil {
 		return nil, fmt.Errorf("kafka consumer: %w", err)
 	}
 	if o.Instances < 1 {
 		o.Instances = 1
 	}
+	go forwardLogs(c.Logs(), log.Named("librdkafka"))
 	return &Consumer{c: c, opts: o, assigned: map[string]map[int32]bool{}, log: log}, nil
+}
+
+// forwardLogs writes librdkafka's log events to log until Close closes the channel.
+func forwardLogs(events <-chan kafka.LogEvent, log *zap.Logger) {
+	for ev := range events {
+		if ce := log.Check(logLevel(ev.Level), ev.Message); ce != nil {
+			ce.Write(zap.String("facility", ev.Tag), zap.String("client", ev.Name), zap.Int("syslog_level", ev.Level))
+		}
+	}
+}
+
+// logLevel maps a syslog level (librdkafka's: 0 emergency .. 7 debug) to zap's.
+func logLevel(syslog int) zapcore.Level {
+	switch {
+	case syslog <= 3:
+		return zapcore.ErrorLevel
+	case syslog == 4:
+		return zapcore.WarnLevel
+	case syslog <= 6:
+		return zapcore.InfoLevel
+	}
+	return zapcore.DebugLevel
 }
 
 // Close leaves the brokers.
@@ -182,14 +211,23 @@ func (c *Consumer) Discover(ctx context.Context) (ledger.Offsets, error) {
 }
 
 func (c *Consumer) resolveStart(ctx context.Context, t string, p int32, where string) (int64, error) {
-	lo, hi, err := c.c.QueryWatermarkOffsets(t, p, timeoutMS(ctx, 10*time.Second))
+	lo, hi, err := c.queryWatermarks(ctx, t, p)
 	if err != nil {
-		return 0, fmt.Errorf("watermarks %s/%d: %w", t, p, err)
+		return 0, err
 	}
 	if where == "latest" {
 		return hi, nil
 	}
 	return lo, nil
+}
+
+// queryWatermarks asks the partition leader for a partition's low and high watermark.
+func (c *Consumer) queryWatermarks(ctx context.Context, t string, p int32) (lo, hi int64, err error) {
+	lo, hi, err = c.c.QueryWatermarkOffsets(t, p, timeoutMS(ctx, 10*time.Second))
+	if err != nil {
+		return 0, 0, fmt.Errorf("watermarks %s/%d: %w", t, p, err)
+	}
+	return lo, hi, nil
 }
 
 // Poll returns the next record, nil on timeout, or a fatal consumer error.
@@ -240,6 +278,13 @@ func (c *Consumer) HighWatermark(t string, p int32) (int64, bool) {
 		return 0, false
 	}
 	return hi, true
+}
+
+// QueryHighWatermark is a partition's high watermark from its leader (a broker round trip), for the
+// moment before the first fetch, when HighWatermark has nothing cached yet.
+func (c *Consumer) QueryHighWatermark(ctx context.Context, t string, p int32) (int64, bool) {
+	_, hi, err := c.queryWatermarks(ctx, t, p)
+	return hi, err == nil && hi >= 0
 }
 
 // Position is the client's next offset for a partition: past the last record delivered, and past

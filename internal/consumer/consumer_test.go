@@ -9,6 +9,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/testenv"
@@ -165,4 +166,14 @@ func readAll(t *testing.T, c *Consumer, n int) map[string]bool {
 		}
 	}
 	return got
+}
+
+// librdkafka's syslog levels map onto zap's: errors stay errors, notices are info.
+func TestLogLevel(t *testing.T) {
+	for syslog, want := range map[int]zapcore.Level{0: zapcore.ErrorLevel, 3: zapcore.ErrorLevel, 4: zapcore.WarnLevel,
+		5: zapcore.InfoLevel, 6: zapcore.InfoLevel, 7: zapcore.DebugLevel} {
+		if got := logLevel(syslog); got != want {
+			t.Errorf("syslog level %d: %s, want %s", syslog, got, want)
+		}
+	}
 }

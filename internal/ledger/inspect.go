@@ -109,6 +109,9 @@ func ServerNow(ctx context.Context, db *sql.DB) (time.Time, error) {
 	return now, nil
 }
 
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+func placeholders(n int) string { return repeatJoin("?", n) }
+
+// repeatJoin is n copies of s separated by commas (the VALUES of a multi-row insert).
+func repeatJoin(s string, n int) string {
+	return strings.TrimSuffix(strings.Repeat(s+",", n), ",")
 }

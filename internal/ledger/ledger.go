@@ -203,6 +203,7 @@ var schema = []string{
 		PRIMARY KEY (job, topic, kpartition)
 	) ENGINE=InnoDB`,
 	auditTable,
+	inDoubtTable,
 }
 
 // EnsureSchema creates the ledger tables and refuses a ledger written by a newer relay.

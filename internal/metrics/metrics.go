@@ -7,6 +7,7 @@ package metrics
 import (
 	"database/sql"
 	"runtime"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -41,7 +42,7 @@ type Metrics struct {
 	VisibilityLatency   prometheus.Histogram
 	EndToEndLatency     prometheus.Histogram
 	ThreadsConnected    prometheus.Gauge
-	Ready               prometheus.Gauge
+	ready               atomic.Pointer[func() bool] // SetReadiness; nil reads as not ready
 	Recoveries          prometheus.Counter
 	Takeovers           prometheus.Counter
 	Restarts            *prometheus.CounterVec
@@ -60,7 +61,7 @@ func New(job string) *Metrics {
 		InDoubtBranches: f.gauge("relay_xa_in_doubt_branches",
 			"Prepared branches of this job listed by XA RECOVER at the last resolver pass that this process does not own."),
 		InDoubtOldestAge: f.gauge("relay_xa_in_doubt_oldest_age_seconds",
-			"Age of the oldest in-doubt branch of this job seen by the resolver (0 when none)."),
+			"Age of the oldest in-doubt branch of this job at the resolver's last pass: since its checkpoint's decision, else since a relay first listed it (kept in the ledger across restarts); 0 when none."),
 		Checkpoints: f.counterVec("relay_checkpoints_total",
 			"Checkpoints by result: committed, failed, or empty (nothing new to commit).", "result"),
 		PhaseDuration: f.histogramVec("relay_checkpoint_phase_duration_seconds",
@@ -84,8 +85,6 @@ func New(job string) *Metrics {
 			prometheus.ExponentialBuckets(0.01, 2, 20)),
 		ThreadsConnected: f.gauge("relay_mysql_threads_connected",
 			"Server-side Threads_connected of the sink MySQL (all clients)."),
-		Ready: f.gauge("relay_ready",
-			"1 when recovery finished and the last checkpoint is recent (the /readyz verdict)."),
 		Recoveries: f.counter("relay_recoveries_total",
 			"Recovery passes run (start-up and after a failed checkpoint)."),
 		Takeovers: f.counter("relay_resolver_takeovers_total",
@@ -95,6 +94,16 @@ func New(job string) *Metrics {
 		FenceTakeovers: f.counterVec("relay_fence_takeovers_total",
 			"Times this process ended an owner's sessions to take the job's fence: from an owner whose lease ran out (expired_lease) or from its own lock session cut off by the network (own).", "from"),
 	}
+	// Evaluated at each scrape, so relay_ready never disagrees with /readyz (a sampled gauge read 0
+	// for up to its sampling period after /readyz turned 200).
+	r.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "relay_ready",
+		Help: "1 when recovery finished and the last checkpoint is recent (the /readyz verdict)."},
+		func() float64 {
+			if f := m.ready.Load(); f != nil && (*f)() {
+				return 1
+			}
+			return 0
+		}))
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "relay_build_info",
 		Help: "Build information; the value is 1."}, []string{"version", "goversion"})
 	r.MustRegister(info)
@@ -119,6 +128,9 @@ func New(job string) *Metrics {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// SetReadiness makes relay_ready report ready(), the rule /readyz answers with.
+func (m *Metrics) SetReadiness(ready func() bool) { m.ready.Store(&ready) }
 
 // WatchPool exports the connection pool of db as relay_mysql_pool_connections{pool,state}.
 func (m *Metrics) WatchPool(job, pool string, db *sql.DB) {

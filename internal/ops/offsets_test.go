@@ -169,7 +169,7 @@ func TestResetOffsetsHeld(t *testing.T) {
 	if offs, _, _ = e.Ledger.PartitionOffsets(ctx); !offs.Equal(ledger.Offsets{topic: {0: 0, 1: 0}}) {
 		t.Fatalf("held offsets after reset to earliest: %v", offs)
 	}
-	st, err := Status(ctx, e)
+	st, err := Status(ctx, e, "")
 	if err != nil || st.LastCheckpoint == nil || st.LastCheckpoint.ID != r.Checkpoint || st.Partitions[0].Offset == nil || *st.Partitions[0].Offset != 0 {
 		t.Fatalf("status in held mode: %+v, %v", st, err)
 	}

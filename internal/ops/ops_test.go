@@ -137,7 +137,7 @@ func TestStatusAndListShowVerdicts(t *testing.T) {
 		prepare(t, ctx, e, tg)
 	}
 
-	st, err := Status(ctx, e)
+	st, err := Status(ctx, e, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestStatusAndListShowVerdicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err = Status(ctx, e)
+	st, err = Status(ctx, e, "")
 	one.Release()
 	if err != nil || len(st.Fences) != 2 || st.Fences[0].Held || !st.Fences[1].Held ||
 		st.Fences[1].Instance != e.Config.Job.Name+"/1" || st.Fences[1].Owner != "instance one" {

@@ -1,13 +1,17 @@
 // Status: one job's fence, last decision, per-partition lag and prepared branches, as one report.
 //
 // Invariant: gathering status changes nothing and locks nothing (no locking reads, no fence), so it
-// is safe to run as often as an operator or a monitor likes, while relay runs.
+// is safe to run as often as an operator or a monitor likes, while relay runs. "Running" means what
+// a readiness probe means by it: the fence is held and that process's /readyz answers 200; the lock
+// alone only says a process exists (it may be recovering, or stuck with an old checkpoint).
 package ops
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -41,6 +45,11 @@ type InstanceFence struct {
 	Owner      string     `json:"owner"`  // last owner recorded in relay_jobs ("" when none)
 	OwnerEpoch int64      `json:"owner_epoch"`
 	AcquiredAt *time.Time `json:"acquired_at"`
+	// Ready is the answer of the holder's /readyz (true: 200): null when nobody holds the fence or
+	// when it was not asked (another instance) or did not answer. Readiness says why, in /readyz's
+	// own words or the error.
+	Ready     *bool  `json:"ready"`
+	Readiness string `json:"readiness"`
 }
 
 // CheckpointInfo is one ledger row, summarised.
@@ -73,8 +82,9 @@ func checkpointInfo(c ledger.Checkpoint, now time.Time) CheckpointInfo {
 		AgeSeconds: now.Sub(c.DecidedAt).Seconds(), Records: c.Records, Tags: c.Tags}
 }
 
-// Status gathers the report.
-func Status(ctx context.Context, e *Env) (*StatusReport, error) {
+// Status gathers the report; readyz is the /readyz URL of the process running the configured
+// instance ("" when unknown; see ReadyzURL).
+func Status(ctx context.Context, e *Env, readyz string) (*StatusReport, error) {
 	led := e.Ledger
 	r := &StatusReport{Job: led.Job(), Mode: string(e.Config.Mode), Partitions: []PartitionLag{}, Branches: []Txn{},
 		Committing: []CheckpointInfo{}}
@@ -85,6 +95,9 @@ func Status(ctx context.Context, e *Env) (*StatusReport, error) {
 	r.ServerTime = now
 	if r.Fences, err = fences(ctx, led); err != nil {
 		return nil, err
+	}
+	for i := range r.Fences {
+		askReadiness(ctx, &r.Fences[i], led.Key(), readyz)
 	}
 	decided, err := e.lastCommit(ctx, r, now)
 	if err != nil {
@@ -148,6 +161,52 @@ func fences(ctx context.Context, led *ledger.Ledger) ([]InstanceFence, error) {
 		out[i] = f
 	}
 	return out, nil
+}
+
+// ReadyzURL is where a relay configured with httpAddr (relay's http_addr) answers /readyz when it
+// runs on this host: a wildcard or empty host means loopback. "" when the port is chosen at start
+// (0), so nobody can know it.
+func ReadyzURL(httpAddr string) string {
+	host, port, err := net.SplitHostPort(httpAddr)
+	if err != nil || port == "" || port == "0" {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/readyz"
+}
+
+// askReadiness fills in f's readiness: only for the instance this configuration names (key), the
+// one whose http address it knows, and only while some process holds its fence.
+func askReadiness(ctx context.Context, f *InstanceFence, key, readyz string) {
+	switch {
+	case !f.Held:
+		f.Readiness = "not running"
+		return
+	case f.Instance != key:
+		f.Readiness = "not asked: run relay status with that instance's configuration"
+		return
+	case readyz == "":
+		f.Readiness = "not asked: http_addr names no fixed port; pass --readyz"
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, readyz, nil)
+	if err != nil {
+		f.Readiness = err.Error()
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.Readiness = fmt.Sprintf("no answer from %s: %v", readyz, err)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	ready := resp.StatusCode == http.StatusOK
+	f.Ready, f.Readiness = &ready, strings.TrimSpace(string(body))
 }
 
 // lastCommit fills in the last checkpoint and returns the offsets the job resumes from (each
@@ -286,11 +345,7 @@ func (r *StatusReport) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "job\t%s (mode %s)\n", r.Job, r.Mode)
 	for _, f := range r.Fences {
-		running := "not running"
-		if f.Held {
-			running = "running"
-		}
-		fmt.Fprintf(tw, "fence %s\t%s: %s\n", f.Instance, running, f.Holder)
+		fmt.Fprintf(tw, "fence %s\t%s: %s\n", f.Instance, f.runState(), f.Holder)
 		if f.AcquiredAt != nil {
 			fmt.Fprintf(tw, "  last owner\t%s, owner epoch %d, since %s\n", f.Owner, f.OwnerEpoch, f.AcquiredAt.Format(time.RFC3339))
 		}
@@ -336,6 +391,19 @@ func (r *StatusReport) WriteText(w io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// runState says "running" only when /readyz said 200, as a readiness probe would.
+func (f InstanceFence) runState() string {
+	switch {
+	case !f.Held:
+		return "not running"
+	case f.Ready == nil:
+		return "fence held, readiness unknown (" + f.Readiness + ")"
+	case *f.Ready:
+		return "running, ready"
+	}
+	return "NOT READY (" + f.Readiness + ")"
 }
 
 func ageString(seconds float64) string {

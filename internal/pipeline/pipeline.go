@@ -399,6 +399,12 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence, serial b
 	}
 	p.Log.Info("recovered", zap.Int64("resume_checkpoint", first), zap.Int("committed", rec.Committed),
 		zap.Int("rolled_back", rec.RolledBack), zap.Int("left_to_resolver", rec.Skipped), zap.Any("offsets", start))
+	// Lag is exported before readiness flips, so a ready process never lacks the series dashboards
+	// and alerts read: the loop refreshes it only every 5 s, and from librdkafka's cache, which is
+	// empty until the first fetch. Bounded: a slow broker must not hold the session back for it.
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	s.exportLag(func(t string, part int32) (int64, bool) { return cons.QueryHighWatermark(lctx, t, part) })
+	cancel()
 	p.lastOK.Store(time.Now().UnixNano())
 	p.recovered.Store(true)
 	p.setState(Running)
@@ -508,7 +514,7 @@ func (s *session) run(ctx context.Context) (err error) {
 				}
 			}
 		case <-lagEvery.C:
-			s.exportLag()
+			s.exportLag(s.cons.HighWatermark)
 		case <-wake.C:
 		case b := <-batches:
 			s.lastRecord = time.Now()
@@ -892,10 +898,12 @@ func (s *session) drain() error {
 	return nil
 }
 
-func (s *session) exportLag() {
+// exportLag sets relay_consumer_lag_records of every partition with a decided offset, reading high
+// watermarks from highWatermark.
+func (s *session) exportLag(highWatermark func(topic string, part int32) (int64, bool)) {
 	for t, ps := range *s.decided.Load() {
 		for part, off := range ps {
-			hi, ok := s.cons.HighWatermark(t, part)
+			hi, ok := highWatermark(t, part)
 			if !ok {
 				continue
 			}

@@ -91,6 +91,15 @@ func Recover(ctx context.Context, led *ledger.Ledger, sinkDB *sql.DB, log *zap.L
 	if err != nil {
 		return r, err
 	}
+	// Every branch listed now is left behind by an earlier session: its in-doubt age starts here
+	// at the latest, even if recovery has to leave it to the resolver.
+	inDoubt := map[string]int64{}
+	for _, b := range branches {
+		inDoubt[b.Tag] = b.Checkpoint
+	}
+	if err := led.NoteInDoubt(ctx, inDoubt); err != nil {
+		log.Warn("recording in-doubt branches failed (their age may read low)", zap.Error(err))
+	}
 	for i, b := range branches {
 		maxID = max(maxID, b.Checkpoint)
 		commit, err := resolveBranch(ctx, led, sinkDB, b, log, origin)

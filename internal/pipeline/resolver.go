@@ -17,13 +17,14 @@ import (
 	"github.com/relay-sh/relay/internal/metrics"
 )
 
-// ResolveLoop runs the resolver every interval until ctx ends. Errors are logged and retried at the
-// next tick: a resolver that cannot reach MySQL is no reason to stop the pipeline.
+// ResolveLoop runs the resolver as soon as recovery finished and then every interval until ctx
+// ends. Errors are logged and retried at the next tick: a resolver that cannot reach MySQL is no
+// reason to stop the pipeline. (The first pass does not wait an interval: until it runs, the
+// in-doubt gauges know nothing of the branches recovery left behind.)
 func (p *Pipeline) ResolveLoop(ctx context.Context) error {
 	log := p.Log.Named("resolver")
-	t := time.NewTicker(p.Config.Checkpoint.ResolveInterval)
+	t := time.NewTimer(0)
 	defer t.Stop()
-	firstSeen := map[string]time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -31,15 +32,17 @@ func (p *Pipeline) ResolveLoop(ctx context.Context) error {
 		case <-t.C:
 		}
 		if !p.recovered.Load() {
+			t.Reset(100 * time.Millisecond)
 			continue
 		}
-		if err := p.resolvePass(ctx, log, firstSeen); err != nil && ctx.Err() == nil {
+		if err := p.resolvePass(ctx, log); err != nil && ctx.Err() == nil {
 			log.Warn("resolver pass failed", zap.Error(err))
 		}
+		t.Reset(p.Config.Checkpoint.ResolveInterval)
 	}
 }
 
-func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger, firstSeen map[string]time.Time) error {
+func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger) error {
 	// Operators' `relay txns resolve` runs in another process: it leaves an audit row, counted here once.
 	if n, err := p.Ledger.ClaimManualResolves(ctx); err != nil {
 		log.Warn("counting manual resolutions failed", zap.Error(err))
@@ -84,7 +87,7 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger, firstSeen m
 		doubt = append(doubt, b)
 		byOwner[key] = append(byOwner[key], b)
 	}
-	p.exportDoubt(log, doubt, firstSeen)
+	p.exportDoubt(ctx, log, doubt, branches)
 	for key, bs := range byOwner {
 		if key == p.Ledger.Key() {
 			err = p.resolveAll(ctx, p.Ledger, bs, live, log)
@@ -98,26 +101,32 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger, firstSeen m
 	return nil
 }
 
-// exportDoubt publishes how many branches are left behind and how long the oldest has been seen
-// (XA RECOVER tells no age, so age counts from the first pass that saw it).
-func (p *Pipeline) exportDoubt(log *zap.Logger, doubt []Branch, firstSeen map[string]time.Time) {
-	now := time.Now()
-	seen := map[string]bool{}
-	var oldest time.Duration
+// exportDoubt publishes how many branches are left behind and the oldest one's age, from the
+// ledger's in-doubt record (see ledger.InDoubtAges): since its checkpoint's decision, or since a
+// relay process first listed it. An in-memory "first seen" restarted at zero with every process
+// and with every pass that found it anew, so a branch in doubt for minutes read 0.
+func (p *Pipeline) exportDoubt(ctx context.Context, log *zap.Logger, doubt, listed []Branch) {
+	ids := map[string]int64{}
 	for _, b := range doubt {
-		seen[b.Tag] = true
-		if _, ok := firstSeen[b.Tag]; !ok {
-			firstSeen[b.Tag] = now
-		}
-		oldest = max(oldest, now.Sub(firstSeen[b.Tag]))
+		ids[b.Tag] = b.Checkpoint
 	}
-	for tag := range firstSeen {
-		if !seen[tag] {
-			delete(firstSeen, tag)
-		}
+	tags := make([]string, len(listed))
+	for i, b := range listed {
+		tags[i] = b.Tag
 	}
-	p.Metrics.InDoubtBranches.Set(float64(len(doubt)))
+	ages, err := p.Ledger.InDoubtAges(ctx, ids, tags)
+	if err != nil {
+		p.Metrics.InDoubtBranches.Set(float64(len(doubt)))
+		log.Warn("reading the in-doubt ages failed; relay_xa_in_doubt_oldest_age_seconds keeps its last value", zap.Error(err))
+		return
+	}
+	var oldest time.Duration
+	for _, a := range ages {
+		oldest = max(oldest, a)
+	}
+	// Age before count: a scrape in between never pairs a new branch with the old age.
 	p.Metrics.InDoubtOldestAge.Set(oldest.Seconds())
+	p.Metrics.InDoubtBranches.Set(float64(len(doubt)))
 	if oldest > p.Config.Checkpoint.InDoubtAlertAge {
 		log.Warn("in-doubt branch older than the alert age", zap.Duration("age", oldest), zap.Int("branches", len(doubt)))
 	}

@@ -24,6 +24,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
@@ -209,21 +210,72 @@ func tail(path string, n int) string {
 
 // logEvents returns the JSON log entries with the given message.
 func logEvents(t *testing.T, path, msg string) []map[string]any {
+	var out []map[string]any
+	eachLine(t, path, func(_ int, line []byte) {
+		var m map[string]any
+		if json.Unmarshal(line, &m) == nil && m["msg"] == msg {
+			out = append(out, m)
+		}
+	})
+	return out
+}
+
+// eachLine calls fn with every line of a log file (numbered from 1).
+func eachLine(t *testing.T, path string, fn func(n int, line []byte)) {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []map[string]any
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == msg {
-			out = append(out, m)
-		}
+	for n := 1; sc.Scan(); n++ {
+		fn(n, sc.Bytes())
 	}
-	return out
+}
+
+// lockKeyRow inserts, in a transaction it leaves open, the sink row of SKU-0 in the window of
+// opts.StartTS: the one key of a load with one sku and one window. relay's checkpoint then waits
+// for that row lock until the test rolls the transaction back (or the test ends).
+func (e *env) lockKeyRow(ctx context.Context, opts loadgen.Options) *sql.Tx {
+	e.t.Helper()
+	holder, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = holder.Rollback() })
+	if _, err := holder.ExecContext(ctx, "INSERT INTO order_stats_minute VALUES (?, 'SKU-0', 0, 0)", time.UnixMilli(opts.StartTS).UTC()); err != nil {
+		e.t.Fatal(err)
+	}
+	return holder
+}
+
+// attachedBranch prepares a branch of the job for checkpoint id (one row in a new table) on a
+// connection of the test: MariaDB lets no other session resolve it until Close ends that session.
+// A failed test closes it too, before the database is dropped: DROP DATABASE would wait for the
+// branch's metadata lock forever.
+func (e *env) attachedBranch(ctx context.Context, table string, id int64) (*xa.Branch, string) {
+	e.t.Helper()
+	if _, err := e.db.ExecContext(ctx, "CREATE TABLE "+table+" (x INT)"); err != nil {
+		e.t.Fatal(err)
+	}
+	b, err := xa.NewBranch(ctx, e.db)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(b.Close)
+	tag := config.Tag(e.job, id, 0)
+	if err := b.Start(ctx, tag); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := b.Exec(ctx, "INSERT INTO "+table+" VALUES (1)"); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := b.Prepare(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	return b, tag
 }
 
 // produce writes n orders in Kafka transactions (some aborted, some bad records) and returns what

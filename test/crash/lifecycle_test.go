@@ -243,14 +243,7 @@ func TestLockConflictReplaysOnOneConnection(t *testing.T) {
 	opts := loadgen.Options{Orders: 3000, Batch: 100, SKUs: 40, Windows: 2, StartTS: 1764000000000, Seed: 41}
 	p := e.start() // creates the table
 	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.log, "recovered")) > 0 }, "relay running")
-	holder, err := e.db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback() }()
-	if _, err := holder.ExecContext(ctx, "INSERT INTO order_stats_minute VALUES (?, 'SKU-0', 0, 0)", time.UnixMilli(opts.StartTS).UTC()); err != nil {
-		t.Fatal(err)
-	}
+	holder := e.lockKeyRow(ctx, opts)
 	totals := loadgen.NewTotals()
 	if err := e.produce(ctx, totals, opts); err != nil {
 		t.Fatal(err)

@@ -388,7 +388,7 @@ func TestReadyzDuringRecovery(t *testing.T) {
 			t.Errorf("relay_transactions_total{%s,%s} = %v, want %v", c.action, c.origin, got, c.want)
 		}
 	}
-	// relay refreshes relay_ready itself every 5 s, whether or not anything polls /readyz.
+	// relay_ready follows the readiness rule at every scrape, whether or not anything polls /readyz.
 	waitFor(t, 15*time.Second, func() bool { return scrapeMetrics(t, addr).value(t, "relay_ready") == 1 }, "relay_ready to become 1")
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	if err := p.wait(t, 60*time.Second); err != nil {
@@ -409,15 +409,7 @@ func TestReadyzStaleCheckpoint(t *testing.T) {
 
 	// One key only (one sku, one window); an outside transaction locks its row first.
 	opts := loadgen.Options{Orders: 200, Batch: 100, SKUs: 1, Windows: 1, StartTS: 1764000000000, Seed: 31}
-	holder, err := e.db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback() }()
-	window := time.UnixMilli(opts.StartTS).UTC()
-	if _, err := holder.ExecContext(ctx, "INSERT INTO order_stats_minute VALUES (?, 'SKU-0', 0, 0)", window); err != nil {
-		t.Fatal(err)
-	}
+	holder := e.lockKeyRow(ctx, opts)
 	totals := loadgen.NewTotals()
 	if err := e.produce(ctx, totals, opts); err != nil {
 		t.Fatal(err)

@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/loadgen"
-	"github.com/relay-sh/relay/internal/xa"
 )
 
 // A prepared branch of the job that is still attached to a live session (a zombie) cannot be
@@ -17,26 +15,7 @@ func TestResolverFinishesAttachedBranch(t *testing.T) {
 	e := newEnv(t, 2, "RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, err := e.db.ExecContext(ctx, "CREATE TABLE zombie (x INT)"); err != nil {
-		t.Fatal(err)
-	}
-	zombie, err := xa.NewBranch(ctx, e.db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// On a failure before the explicit Close below, the prepared branch must still leave its
-	// session before the database is dropped: DROP DATABASE waits for its metadata lock forever.
-	t.Cleanup(zombie.Close)
-	tag := config.Tag(e.job, 3, 0)
-	if err := zombie.Start(ctx, tag); err != nil {
-		t.Fatal(err)
-	}
-	if err := zombie.Exec(ctx, "INSERT INTO zombie VALUES (1)"); err != nil {
-		t.Fatal(err)
-	}
-	if err := zombie.Prepare(ctx); err != nil {
-		t.Fatal(err)
-	}
+	zombie, tag := e.attachedBranch(ctx, "zombie", 3)
 	totals := loadgen.NewTotals()
 	if err := e.produce(ctx, totals, loadgen.Options{Orders: 2000, Batch: 100, Seed: 11}); err != nil {
 		t.Fatal(err)
