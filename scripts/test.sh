@@ -19,7 +19,10 @@ eval "$(scripts/services.sh up)"
 export RELAY_TEST_KAFKA RELAY_TEST_MYSQL_DSN RELAY_TEST_MYSQL_CA
 # Tests that need the services fail (instead of skipping) when they are missing.
 export RELAY_TEST_REQUIRE=1
-if [ $# -eq 0 ]; then
-  set -- -timeout 30m ./...
+if [ $# -gt 0 ]; then
+  exec go test -count=1 "$@"
 fi
-go test -count=1 "$@"
+go test -count=1 -timeout 30m ./...
+# Tests that SIGKILL the shared Kafka broker and MariaDB would break every test running beside
+# them, so they run alone, after the suite (only against servers services.sh started).
+RELAY_TEST_DISRUPTIVE=1 go test -count=1 -timeout 10m -run 'TestServerRestarts' -v ./test/crash/

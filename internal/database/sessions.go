@@ -6,8 +6,9 @@
 // and its attached XA branch, until wait_timeout. Such sessions stay listed as zombies until a
 // KILL (by this process after a restart, or by the next owner of the job) made sure they are gone.
 // Thread ids grow within one server lifetime; a new connection with an id at or below the highest
-// seen means the server restarted, which ended every older session, so the zombies are dropped
-// rather than killed (their ids may belong to someone else now).
+// seen means the server restarted, which ended every older session: those sessions, zombies and
+// connections the pool has not yet found dead alike, are no longer listed (their ids may belong to
+// someone else now).
 package database
 
 import (
@@ -24,30 +25,37 @@ import (
 // Tracker lists the server sessions of one pool.
 type Tracker struct {
 	mu     sync.Mutex
-	open   map[int64]bool
-	zombie map[int64]bool // closed here, maybe alive on the server
-	maxID  int64
+	life   int            // server lifetimes seen
+	open   map[int64]int  // open connection → the lifetime it was opened in
+	zombie map[int64]bool // closed here in the current lifetime, maybe alive on the server
+	maxID  int64          // highest id of the current lifetime
 }
 
 // NewTracker returns an empty tracker.
-func NewTracker() *Tracker { return &Tracker{open: map[int64]bool{}, zombie: map[int64]bool{}} }
+func NewTracker() *Tracker { return &Tracker{open: map[int64]int{}, zombie: map[int64]bool{}} }
 
-func (t *Tracker) opened(id int64) {
+// opened records a new connection and returns the lifetime it belongs to.
+func (t *Tracker) opened(id int64) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if id <= t.maxID {
+		t.life++
+		t.maxID = 0
 		clear(t.zombie)
 	}
 	t.maxID = max(t.maxID, id)
-	t.open[id] = true
+	t.open[id] = t.life
+	return t.life
 }
 
-func (t *Tracker) closed(id int64) {
+func (t *Tracker) closed(id int64, life int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.open[id] {
+	if l, ok := t.open[id]; ok && l == life {
 		delete(t.open, id)
-		t.zombie[id] = true
+		if life == t.life {
+			t.zombie[id] = true
+		}
 	}
 }
 
@@ -56,8 +64,10 @@ func (t *Tracker) IDs() []int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]int64, 0, len(t.open)+len(t.zombie))
-	for id := range t.open {
-		out = append(out, id)
+	for id, life := range t.open {
+		if life == t.life {
+			out = append(out, id)
+		}
 	}
 	for id := range t.zombie {
 		out = append(out, id)
@@ -136,8 +146,7 @@ func (c trackingConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("connection id: %w", err)
 	}
-	c.t.opened(id)
-	return &trackedConn{Conn: conn, id: id, t: c.t}, nil
+	return &trackedConn{Conn: conn, id: id, life: c.t.opened(id), t: c.t}, nil
 }
 
 func threadID(ctx context.Context, conn driver.Conn) (int64, error) {
@@ -171,12 +180,13 @@ func threadID(ctx context.Context, conn driver.Conn) (int64, error) {
 // uses it exactly as it would the driver's own.
 type trackedConn struct {
 	driver.Conn
-	id int64
-	t  *Tracker
+	id   int64
+	life int
+	t    *Tracker
 }
 
 func (c *trackedConn) Close() error {
-	c.t.closed(c.id)
+	c.t.closed(c.id, c.life)
 	return c.Conn.Close()
 }
 

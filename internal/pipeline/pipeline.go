@@ -336,7 +336,7 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence, serial b
 	p.recovered.Store(false)
 	p.Metrics.Recoveries.Inc()
 	p.Metrics.PendingTransactions.Set(0)
-	rctx, cancel := context.WithTimeout(ctx, p.Config.Checkpoint.Timeout)
+	rctx, cancel := context.WithTimeout(ctx, p.Config.Checkpoint.RestartAllowance)
 	defer cancel()
 	if err := p.endZombies(rctx); err != nil {
 		return nil, err
