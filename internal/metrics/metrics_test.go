@@ -94,6 +94,7 @@ func TestMetricsLint(t *testing.T) {
 var allowedLabels = map[string]bool{
 	"relay_job": true, "result": true, "phase": true, "action": true, "origin": true, "reason": true,
 	"topic": true, "partition": true, "pool": true, "state": true, "version": true, "goversion": true,
+	"cause": true, "from": true,
 }
 
 func TestMetricsNamesAndLabels(t *testing.T) {
