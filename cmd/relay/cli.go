@@ -29,7 +29,9 @@ const usage = `relay moves order events from Kafka into MySQL exactly once.
 
 Usage:
   relay run       [--config FILE]            consume and commit checkpoints until SIGTERM
-  relay loadgen   [flags]                    produce synthetic orders with known totals
+  relay loadgen   --brokers B --topic T [flags]
+                                             produce synthetic orders with known totals (refuses a
+                                             topic a job's ledger reads)
   relay preflight [--config FILE]            check MySQL, Kafka and the configuration before a run
   relay status    [--json]                   fence, last checkpoint, lag, prepared branches of the job
   relay txns list [--json]                   prepared XA branches with the ledger's verdict

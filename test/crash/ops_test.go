@@ -17,6 +17,7 @@ import (
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/ops"
+	"github.com/relay-sh/relay/internal/testenv"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
@@ -326,6 +327,37 @@ func TestOpsTxnsUnknownJob(t *testing.T) {
 	}
 }
 
+// loadgen writes only where it is told: without --brokers and --topic it refuses (though the
+// RELAY_KAFKA_* of a relay pod are set), and into a topic a job's ledger reads it refuses, whichever
+// database of the server holds that ledger, unless --i-know-this-is-live.
+func TestOpsLoadgenGuards(t *testing.T) {
+	e := ranJob(t, 2, 9)
+	end := e.highWatermarks()
+	for _, args := range [][]string{{"loadgen"}, {"loadgen", "--topic", e.topic}, {"loadgen", "--brokers", e.brokers}} {
+		if stdout, stderr, code := e.cli(nil, args...); code != 2 || !strings.Contains(stderr, "--brokers and --topic are required") {
+			t.Fatalf("%v with RELAY_KAFKA_* set: exit %d, want 2\n%s%s", args, code, stdout, stderr)
+		}
+	}
+	lg := []string{"loadgen", "--brokers", e.brokers, "--topic", e.topic, "--orders", "10", "--transactional-id", ""}
+	refused := func(extraEnv []string, extra ...string) {
+		t.Helper()
+		stdout, stderr, code := e.cli(extraEnv, append(lg, extra...)...)
+		if code != 1 || !strings.Contains(stderr, "refusing to produce into "+e.topic) || !strings.Contains(stderr, "job "+e.job) {
+			t.Fatalf("loadgen into the job's input (%v %v): exit %d, want 1 naming job %s\n%s%s", extraEnv, extra, code, e.job, stdout, stderr)
+		}
+	}
+	refused(nil) // the ledger of RELAY_MYSQL_DSN
+	// Another database of the same server: the job's ledger is found there too.
+	refused([]string{"RELAY_MYSQL_DSN="}, "--ledger-dsn", testenv.AdminDSN(t))
+	if got := e.highWatermarks(); !got.Equal(end) {
+		t.Fatalf("a refused loadgen wrote to %s: end offsets %v, were %v", e.topic, got, end)
+	}
+	stdout, stderr, code := e.cli(nil, append(lg, "--i-know-this-is-live")...)
+	if code != 0 || !strings.Contains(stdout, "loadgen: topic "+e.topic) || !strings.Contains(stdout, "10 records sent: 10 good orders committed") {
+		t.Fatalf("loadgen --i-know-this-is-live: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
 // ranJob is a job whose relay committed 200 orders (stream seed) and stopped.
 func ranJob(t *testing.T, partitions int, seed uint64) *env {
 	e := newEnv(t, partitions)
@@ -335,6 +367,21 @@ func ranJob(t *testing.T, partitions int, seed uint64) *env {
 	}
 	e.finish(totals)
 	return e
+}
+
+// highWatermarks reads the end offset of every partition of the job's topic.
+func (e *env) highWatermarks() ledger.Offsets {
+	e.t.Helper()
+	stdout, stderr, code := e.cli(nil, "status", "--json")
+	var rep ops.StatusReport
+	if err := json.Unmarshal([]byte(stdout), &rep); code != 0 || err != nil {
+		e.t.Fatalf("status --json: exit %d, %v\n%s%s", code, err, stdout, stderr)
+	}
+	out := ledger.Offsets{}
+	for _, p := range rep.Partitions {
+		out.Set(p.Topic, p.Partition, p.HighWatermark)
+	}
+	return out
 }
 
 // preflight passes on the test setup and fails, with the numbers, on a session timeout shorter than
