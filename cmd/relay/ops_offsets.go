@@ -23,7 +23,8 @@ partition's watermarks (LOW, HIGH), and what the move does: RE-READ offsets the 
 and reads again (their records are counted twice in MySQL) and SKIPPED offsets it will never read
 (their records are never counted). Both count offsets, so they bound the records: transaction
 markers and aborted records among them are never counted anyway. It acts only with --yes, or
-after you type yes at a terminal; otherwise nothing changes and it exits 5.
+after you type yes at a terminal; otherwise nothing changes and it exits 5. While it waits for
+your answer it holds the job's fence (a relay started meanwhile exits 3).
 
   --to earliest        the first retained offset (re-reads everything still in the topic)
   --to latest          the end of each partition (skips everything not read yet)

@@ -226,7 +226,7 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("commit of an undecided branch: %v, want a refusal", err)
 	}
 	for _, commit := range []bool{false, true} {
-		if _, err := Resolve(ctx, e, unknown, commit, true, yes); !errors.Is(err, ErrUnknownJob) || !strings.Contains(err.Error(), "own ledger") {
+		if _, err := Resolve(ctx, e, unknown, commit, true, yes); !errors.Is(err, ErrUnknownJob) || !strings.Contains(err.Error(), "no database on this server") {
 			t.Fatalf("forced resolution (commit %v) of a branch of an unknown job: %v, want ErrUnknownJob", commit, err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -121,7 +122,7 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool, confir
 		return nil, err
 	}
 	if t.Kind == KindUnknown {
-		return nil, fmt.Errorf("%w: refusing %s even with --force: %s", ErrUnknownJob, tag, t.why())
+		return nil, fmt.Errorf("%w: refusing %s even with --force: %s%s", ErrUnknownJob, tag, t.why(), e.ledgersOf(ctx, t.Job))
 	}
 	action := VerdictRollback
 	if commit {
@@ -193,6 +194,18 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool, confir
 	return res, nil
 }
 
+// ledgersOf says where job's ledger is, as far as the sink server shows, for a refusal's message.
+func (e *Env) ledgersOf(ctx context.Context, job string) string {
+	dbs, err := JobLedgers(ctx, e.Sink, job)
+	switch {
+	case err != nil:
+		return fmt.Sprintf(" (looking for its ledger: %v)", err)
+	case len(dbs) == 0:
+		return " (no database on this server that relay's user can read has a ledger of it; see docs/RUNBOOK.md)"
+	}
+	return fmt.Sprintf(" (its ledger: database %s on this server)", strings.Join(dbs, ", "))
+}
+
 // owner is the ledger of the instance that may decide t's checkpoint: the one whose id block holds
 // it. Without a block (a ledger older than id blocks), the job as a whole, whose fence is granted
 // only while no instance runs.
@@ -227,7 +240,7 @@ func (e *Env) find(ctx context.Context, tag string) (Txn, error) {
 func (t Txn) why() string {
 	switch {
 	case t.Kind == KindUnknown:
-		return fmt.Sprintf("job %s has no ledger in this database; its ledger may be another database of this server and may have decided checkpoint %d, so rolling it back could lose a committed checkpoint: run relay txns resolve with job %s's own configuration", t.Job, t.Checkpoint, t.Job)
+		return fmt.Sprintf("job %s has no ledger in this database; its ledger may be in another database of this server and may have decided checkpoint %d, so rolling it back could lose a committed checkpoint: run relay txns resolve with job %s's own configuration", t.Job, t.Checkpoint, t.Job)
 	case t.Kind == KindProbe:
 		return "a preflight probe branch is never part of a checkpoint: it must roll back"
 	case t.Verdict == VerdictCommit:

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
@@ -304,6 +306,11 @@ func TestOpsTxnsUnknownJob(t *testing.T) {
 	decided := config.Tag(other.job, other.lastCheckpoint().ID, 5) // the other ledger says: commit
 	other.prepareBranch(decided)
 	e := newEnv(t, 1)
+	dsn, err := mysql.ParseDSN(other.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledgerDB := dsn.DBName
 
 	stdout, stderr, code := e.cli(nil, "txns", "list")
 	if code != 0 || !lineHas(stdout, decided, "unknown_job", "unknown") || lineHas(stdout, decided, "rollback") {
@@ -311,7 +318,7 @@ func TestOpsTxnsUnknownJob(t *testing.T) {
 	}
 	for _, action := range []string{"--rollback", "--commit"} {
 		stdout, stderr, code = e.cli(nil, "txns", "resolve", decided, action, "--force", "--yes")
-		if code != 1 || !strings.Contains(stderr, "unknown job: resolve it from its own ledger") {
+		if code != 1 || !strings.Contains(stderr, "unknown job: resolve it from its own ledger") || !strings.Contains(stderr, "its ledger: database "+ledgerDB) {
 			t.Fatalf("forced %s of another ledger's branch: exit %d, want 1 and the refusal\n%s%s", action, code, stdout, stderr)
 		}
 	}
