@@ -24,60 +24,60 @@ type TopicReader struct {
 // has resume offsets of topic. relay_offsets is written with every decision, so every job that
 // ever committed a checkpoint of the topic is listed.
 func TopicReaders(ctx context.Context, db *sql.DB, topic string) ([]TopicReader, error) {
-	dbs, err := ledgerDatabases(ctx, db, "relay_offsets")
-	if err != nil {
-		return nil, err
-	}
 	var out []TopicReader
-	for _, name := range dbs {
-		q := "SELECT job, COUNT(*) FROM " + quoteName(name) + ".relay_offsets WHERE topic = ? GROUP BY job ORDER BY job"
-		if out, err = appendReaders(ctx, db, out, name, q, topic); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	err := eachLedger(ctx, db, "relay_offsets", func(name, quoted string) (err error) {
+		out, err = appendReaders(ctx, db, out, name, "SELECT job, COUNT(*) FROM "+quoted+".relay_offsets WHERE topic = ? GROUP BY job ORDER BY job", topic)
+		return err
+	})
+	return out, err
 }
 
 // JobLedgers lists the databases of db's server (those db's user can see) whose ledger knows job:
 // where a branch of that job must be resolved from.
 func JobLedgers(ctx context.Context, db *sql.DB, job string) ([]string, error) {
-	dbs, err := ledgerDatabases(ctx, db, "relay_jobs")
-	if err != nil {
-		return nil, err
-	}
 	var out []string
-	for _, name := range dbs {
+	err := eachLedger(ctx, db, "relay_jobs", func(name, quoted string) error {
 		var n int
-		q := "SELECT COUNT(*) FROM " + quoteName(name) + ".relay_jobs WHERE job = ? OR job LIKE CONCAT(?, '/%')"
+		q := "SELECT COUNT(*) FROM " + quoted + ".relay_jobs WHERE job = ? OR job LIKE CONCAT(?, '/%')"
 		if err := db.QueryRowContext(ctx, q, job, job).Scan(&n); err != nil {
-			return nil, fmt.Errorf("ledger %s: %w", name, err)
+			return fmt.Errorf("ledger %s: %w", name, err)
 		}
 		if n > 0 {
 			out = append(out, name)
 		}
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
-// ledgerDatabases lists the databases that hold the ledger table named table.
-func ledgerDatabases(ctx context.Context, db *sql.DB, table string) ([]string, error) {
+// eachLedger calls fn, in name order, with every database that holds the ledger table named table
+// and that name quoted for SQL.
+func eachLedger(ctx context.Context, db *sql.DB, table string, fn func(name, quoted string) error) error {
 	rows, err := db.QueryContext(ctx, `SELECT table_schema FROM information_schema.tables WHERE table_name = ? ORDER BY table_schema`, table)
 	if err != nil {
-		return nil, fmt.Errorf("ledger databases: %w", err)
+		return fmt.Errorf("ledger databases: %w", err)
 	}
-	defer rows.Close()
+	// The list is read in full first, so no result set stays open across fn's queries.
 	var dbs []string
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
-			return nil, fmt.Errorf("ledger databases: %w", err)
+			rows.Close()
+			return fmt.Errorf("ledger databases: %w", err)
 		}
 		dbs = append(dbs, name)
 	}
-	return dbs, rows.Err()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("ledger databases: %w", err)
+	}
+	for _, name := range dbs {
+		if err := fn(name, "`"+strings.ReplaceAll(name, "`", "``")+"`"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
-
-func quoteName(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
 
 func appendReaders(ctx context.Context, db *sql.DB, out []TopicReader, name, q, topic string) ([]TopicReader, error) {
 	rows, err := db.QueryContext(ctx, q, topic)
