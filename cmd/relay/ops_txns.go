@@ -41,7 +41,8 @@ It first prints the plan: the branch, its job and checkpoint, the ledger's verdi
 action does to the job's records (nothing lost or counted twice when it follows the ledger; lost,
 or counted twice, when forced against it). It acts only with --yes, or after you type yes at a
 terminal; otherwise nothing changes and it exits 5. While it waits for your answer it holds the
-job's fence, so the verdict cannot change under the plan (a relay started meanwhile exits 3).
+job's fence (when it takes one, see below), so the verdict cannot change under the plan (a relay
+started meanwhile exits 3).
 
 It refuses (exit 1) to contradict the ledger: committing a branch of a checkpoint the ledger never
 decided, or rolling back one of a decided checkpoint, breaks the checkpoint's all-or-nothing
