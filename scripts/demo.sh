@@ -14,13 +14,15 @@ export RELAY_MYSQL_DSN="$RELAY_TEST_MYSQL_DSN" RELAY_SUBTASKS=2 RELAY_CHECKPOINT
 WORK=$(mktemp -d)
 sql() { scripts/services.sh mysql relay "$@"; }
 
+# A fresh demo job each time: clear what an earlier demo left in the shared demo database (before
+# producing: loadgen refuses a topic whose offsets a ledger still holds, as a reused DEMO_TOPIC's).
+sql -e "DELETE FROM relay_checkpoints WHERE job='$JOB'; DELETE FROM relay_offsets WHERE job='$JOB'; DELETE FROM relay_jobs WHERE job='$JOB'; DROP TABLE IF EXISTS order_stats_minute; DELETE FROM relay_dlq WHERE job='$JOB';" 2>/dev/null || true
+
 echo "== producing $ORDERS synthetic orders to $TOPIC (Kafka transactions, 5% aborted, 0.5% bad records)"
-bin/relay loadgen --topic "$TOPIC" --create-partitions 4 --orders "$ORDERS" --abort-rate 0.05 --bad-rate 0.005 \
+bin/relay loadgen --brokers "$RELAY_TEST_KAFKA" --topic "$TOPIC" --create-partitions 4 --orders "$ORDERS" --abort-rate 0.05 --bad-rate 0.005 \
   --skus 50 --windows 5 --seed 42 --totals "$WORK/expected.json" 2> >(grep -v '^%' >&2)
 
 echo "== starting relay (job $JOB, logs in $WORK/relay.log, metrics on http://$HTTP/metrics)"
-# A fresh demo job each time: clear what an earlier demo left in the shared demo database.
-sql -e "DELETE FROM relay_checkpoints WHERE job='$JOB'; DELETE FROM relay_jobs WHERE job='$JOB'; DROP TABLE IF EXISTS order_stats_minute; DELETE FROM relay_dlq WHERE job='$JOB';" 2>/dev/null || true
 bin/relay run >"$WORK/relay.log" 2>&1 &
 RELAY_PID=$!
 trap 'kill $RELAY_PID 2>/dev/null || true' EXIT

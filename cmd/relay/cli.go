@@ -29,14 +29,16 @@ const usage = `relay moves order events from Kafka into MySQL exactly once.
 
 Usage:
   relay run       [--config FILE]            consume and commit checkpoints until SIGTERM
-  relay loadgen   [flags]                    produce synthetic orders with known totals
+  relay loadgen   --brokers B --topic T [flags]
+                                             produce synthetic orders with known totals (refuses a
+                                             topic a job's ledger reads)
   relay preflight [--config FILE]            check MySQL, Kafka and the configuration before a run
   relay status    [--json]                   fence, last checkpoint, lag, prepared branches of the job
   relay txns list [--json]                   prepared XA branches with the ledger's verdict
-  relay txns resolve <tag> --commit|--rollback [--force]
+  relay txns resolve <tag> --commit|--rollback [--force] [--yes]
                                              settle one branch by hand; refuses to contradict the
                                              ledger unless --force
-  relay offsets reset --to earliest|latest|<time>|<topic:partition=offset,...>
+  relay offsets reset --to earliest|latest|<time>|<topic:partition=offset,...> [--yes]
                                              move a stopped job's resume offsets
   relay verify    [--from earliest|<checkpoint>] [--expected FILE] [--json]
                                              recount the topic and diff it against MySQL
@@ -49,7 +51,11 @@ RELAY_KAFKA_TOPICS, RELAY_MYSQL_DSN.
 
 Run 'relay <command> --help' for a command's flags, examples and exit codes.
 
-Exit codes: 0 ok, 1 error, 2 usage, 3 fenced (the job runs elsewhere), 4 differences found.
+Commands that change state (txns resolve, offsets reset) print their plan first and act only with
+--yes or after "yes" typed at a terminal; without, nothing changes.
+
+Exit codes: 0 ok, 1 error, 2 usage, 3 fenced (the job runs elsewhere), 4 differences found,
+5 nothing changed (a plan shown without --yes).
 `
 
 type command struct {

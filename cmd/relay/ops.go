@@ -2,17 +2,24 @@
 //
 // Invariant: every operator command works on the same configuration and the same database
 // sessions as relay run (loadConfig, openDBs), prints its result on stdout (a table, or JSON with
-// --json) and its log lines on stderr, and never leaves a pool or a fence open when it returns.
+// --json) and its log lines on stderr, and never leaves a pool or a fence open when it returns. A
+// command that changes state prints its plan first and applies it only with --yes or a "yes"
+// typed at a terminal; otherwise it changes nothing and exits 5.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/user"
+	"strings"
+
+	"golang.org/x/term"
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
@@ -25,6 +32,7 @@ const exitCodes = `exit codes:
   2  usage error
   3  fenced: the job is running (stop it first)
   4  differences found (verify)
+  5  nothing changed: the plan was shown without --yes (or not confirmed at the terminal)
 `
 
 const configHelp = `Configuration is relay run's: --config FILE (YAML) and RELAY_* variables, which override it
@@ -109,6 +117,43 @@ func operator() string {
 		name = u.Username
 	}
 	return name + "@" + owner()
+}
+
+// exitNotConfirmed is the status of a command that showed its plan and changed nothing.
+const exitNotConfirmed = 5
+
+// confirmer shows a plan and says whether to apply it. With yes it applies it without asking
+// (with --json the plan is not printed: the report printed after acting holds it); without, an
+// operator at a terminal is asked, and anywhere else (a script, a pipe) the plan is all that
+// happens, so that no script changes state it never had to name.
+func confirmer(yes, asJSON bool) ops.Confirm {
+	return func(p ops.Plan) (bool, error) {
+		if !yes || !asJSON {
+			if err := textOrJSON(asJSON, p); err != nil {
+				return false, err
+			}
+		}
+		if yes || !stdinIsTerminal() {
+			return yes, nil
+		}
+		fmt.Fprint(os.Stderr, "apply this plan? type yes to go on: ")
+		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return false, err
+		}
+		return strings.TrimSpace(line) == "yes", nil
+	}
+}
+
+// stdinIsTerminal asks the tty driver: a character device alone may be /dev/null.
+func stdinIsTerminal() bool { return term.IsTerminal(int(os.Stdin.Fd())) }
+
+// notConfirmed gives a plan that was not applied its exit status and says how to apply it.
+func notConfirmed(err error) error {
+	if errors.Is(err, ops.ErrNotConfirmed) {
+		return codedError{exitNotConfirmed, fmt.Errorf("%w; re-run with --yes to apply the plan above", err)}
+	}
+	return err
 }
 
 // textOrJSON prints a report as JSON, or as its text rendering.

@@ -9,15 +9,22 @@ import (
 	"github.com/relay-sh/relay/internal/ops"
 )
 
-const offsetsUsage = `usage: relay offsets reset --to earliest|latest|<RFC 3339 time>|<topic:partition=offset,...> [--json] [--config FILE]
+const offsetsUsage = `usage: relay offsets reset --to earliest|latest|<RFC 3339 time>|<topic:partition=offset,...> [--yes] [--json] [--config FILE]
 
 Run 'relay offsets reset --help' for details.
 `
 
 const offsetsResetAbout = `Moves where the job resumes reading, for every partition of the configured topics, by writing a
 new commit of the offsets alone (mode xa: a COMMITTED ledger checkpoint row without transactions;
-mode held: every partition's offset row); relay resumes from it on its next start. It prints the
-old and the new offset of each partition.
+mode held: every partition's offset row); relay resumes from it on its next start.
+
+It first prints the plan, per partition: the ledger's offset (OLD), the new one (NEW), the
+partition's watermarks (LOW, HIGH), and what the move does: RE-READ offsets the job already counted
+and reads again (their records are counted twice in MySQL) and SKIPPED offsets it will never read
+(their records are never counted). Both count offsets, so they bound the records: transaction
+markers and aborted records among them are never counted anyway. It acts only with --yes, or
+after you type yes at a terminal; otherwise nothing changes and it exits 5. While it waits for
+your answer it holds the job's fence (a relay started meanwhile exits 3).
 
   --to earliest        the first retained offset (re-reads everything still in the topic)
   --to latest          the end of each partition (skips everything not read yet)
@@ -50,12 +57,14 @@ func cmdOffsets(ctx context.Context, args []string) error {
 
 func cmdOffsetsReset(ctx context.Context, args []string) error {
 	fs, path := opsFlags("offsets reset", "--to earliest|latest|<time>|<topic:partition=offset,...> [--json] [--config FILE]", offsetsResetAbout,
-		`  relay offsets reset --to latest
-  relay offsets reset --to 2025-11-24T16:00:00Z
-  relay offsets reset --to orders:0=1200,orders:1=1175
+		`  relay offsets reset --to latest                 # prints the plan, changes nothing (exit 5)
+  relay offsets reset --to latest --yes
+  relay offsets reset --to 2025-11-24T16:00:00Z --yes
+  relay offsets reset --to orders:0=1200,orders:1=1175 --yes
 `)
 	to := fs.String("to", "", "where to move the offsets (required): earliest, latest, an RFC 3339 time, or topic:partition=offset,...")
-	asJSON := fs.Bool("json", false, "print JSON {job, to, previous_checkpoint, checkpoint, partitions: [{topic, partition, old, new}]}")
+	yes := fs.Bool("yes", false, "apply the plan without asking")
+	asJSON := fs.Bool("json", false, "print JSON {job, to, applied, previous_checkpoint, checkpoint, reread, skipped, partitions: [{topic, partition, old, new, low_watermark, high_watermark, reread, skipped}]}")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -66,10 +75,14 @@ func cmdOffsetsReset(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return withEnv(ctx, path, func(ctx context.Context, e *ops.Env) error {
-		r, err := ops.ResetOffsets(ctx, e, target)
+		r, err := ops.ResetOffsets(ctx, e, target, confirmer(*yes, *asJSON))
 		if err != nil {
-			return err
+			return notConfirmed(err)
 		}
-		return textOrJSON(*asJSON, r)
+		if *asJSON {
+			return textOrJSON(true, r)
+		}
+		fmt.Println(r.Done())
+		return nil
 	})
 }

@@ -11,7 +11,7 @@ import (
 )
 
 const txnsUsage = `usage: relay txns list [--json] [--config FILE]
-       relay txns resolve <tag> --commit|--rollback [--force] [--config FILE]
+       relay txns resolve <tag> --commit|--rollback [--force] [--yes] [--config FILE]
 
 Prepared XA branches (XA RECOVER) with the ledger's verdict, and settling one by hand.
 Run 'relay txns list --help' or 'relay txns resolve --help' for details.
@@ -19,11 +19,13 @@ Run 'relay txns list --help' or 'relay txns resolve --help' for details.
 
 const txnsListAbout = `Lists every prepared XA branch on the sink server whose xid is a relay tag
 (<job>-<checkpoint>-<subtask>), with:
-  kind     job (the configured job), other_job (another job of this ledger), or orphan (its job
-           is not in relay_jobs: a renamed job, a preflight probe, or another ledger database on
-           the same server)
+  kind     job (the configured job), other_job (another job of this ledger), probe (a preflight
+           probe), or unknown_job (its job is not in this ledger's relay_jobs: XA branches are
+           visible server-wide, so its ledger may be another database on the same server)
   ledger   the checkpoint's ledger state: COMMITTING, COMMITTED, or "no row"
-  verdict  commit when the ledger decided the checkpoint, rollback otherwise (orphans: rollback)
+  verdict  commit when the ledger decided the checkpoint, rollback otherwise; unknown for an
+           unknown_job branch: only its own ledger can say, and relay txns resolve refuses it
+           here, --force or not
   age      since the ledger's decision; "unknown" when undecided (XA RECOVER has no age)
 A relay running for the job resolves its own branches from the ledger (at start and every
 checkpoint.resolve_interval); branches listed for long are worth a look.
@@ -35,10 +37,19 @@ relay's.
 
 const txnsResolveAbout = `Commits (--commit) or rolls back (--rollback) one prepared branch, by its tag.
 
+It first prints the plan: the branch, its job and checkpoint, the ledger's verdict, and what the
+action does to the job's records (nothing lost or counted twice when it follows the ledger; lost,
+or counted twice, when forced against it). It acts only with --yes, or after you type yes at a
+terminal; otherwise nothing changes and it exits 5. While it waits for your answer it holds the
+job's fence (when it takes one, see below), so the verdict cannot change under the plan (a relay
+started meanwhile exits 3).
+
 It refuses (exit 1) to contradict the ledger: committing a branch of a checkpoint the ledger never
 decided, or rolling back one of a decided checkpoint, breaks the checkpoint's all-or-nothing
 commit. --force overrides that refusal, for when you know the ledger is wrong; the audit row says
-so.
+so. It always refuses a branch of an unknown job (kind unknown_job: no ledger for it in the
+connected database), --force or not: its ledger may be another database and may have decided it.
+Resolve it with that job's own configuration.
 
 It takes the job's fence while it acts, so no relay can decide the checkpoint meanwhile: while the
 job runs it refuses with exit 3 (the running relay resolves its own branches), except --commit of
@@ -69,7 +80,7 @@ func cmdTxns(ctx context.Context, args []string) error {
 func cmdTxnsList(ctx context.Context, args []string) error {
 	fs, path := opsFlags("txns list", "[--json] [--config FILE]", txnsListAbout,
 		`  relay txns list
-  relay txns list --json | jq -r '.branches[] | select(.kind == "orphan") | .tag'
+  relay txns list --json | jq -r '.branches[] | select(.kind == "unknown_job") | .tag'
 `)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	if err := parse(fs, args); err != nil {
@@ -87,15 +98,16 @@ func cmdTxnsList(ctx context.Context, args []string) error {
 }
 
 func cmdTxnsResolve(ctx context.Context, args []string) error {
-	fs, path := opsFlags("txns resolve", "<tag> --commit|--rollback [--force] [--config FILE]", txnsResolveAbout,
-		`  relay txns resolve orders_eu-1042-3 --commit      # the ledger decided 1042: same as recovery
-  relay txns resolve orders_eu-1043-0 --rollback    # 1043 has no ledger row
-  relay txns resolve oldname-7-0 --rollback         # an orphan of a renamed job
-  relay txns resolve orders_eu-1042-3 --rollback --force   # against the ledger: only if it is wrong
+	fs, path := opsFlags("txns resolve", "<tag> --commit|--rollback [--force] [--yes] [--config FILE]", txnsResolveAbout,
+		`  relay txns resolve orders_eu-1043-0 --rollback          # prints the plan, changes nothing (exit 5)
+  relay txns resolve orders_eu-1042-3 --commit --yes      # the ledger decided 1042: same as recovery
+  relay txns resolve orders_eu-1043-0 --rollback --yes    # 1043 has no ledger row
+  relay txns resolve orders_eu-1042-3 --rollback --force --yes   # against the ledger: only if it is wrong
 `)
 	commit := fs.Bool("commit", false, "commit the branch")
 	rollback := fs.Bool("rollback", false, "roll the branch back")
-	force := fs.Bool("force", false, "act even against the ledger's verdict (recorded as forced)")
+	force := fs.Bool("force", false, "act even against the ledger's verdict (recorded as forced); never for an unknown job")
+	yes := fs.Bool("yes", false, "apply the plan without asking")
 	tag, err := parseWithArg(fs, args)
 	if err != nil {
 		return err
@@ -106,9 +118,9 @@ func cmdTxnsResolve(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return withEnv(ctx, path, func(ctx context.Context, e *ops.Env) error {
-		r, err := ops.Resolve(ctx, e, tag, *commit, *force)
+		r, err := ops.Resolve(ctx, e, tag, *commit, *force, confirmer(*yes, false))
 		if err != nil {
-			return err
+			return notConfirmed(err)
 		}
 		done := map[string]string{ops.VerdictCommit: "committed", ops.VerdictRollback: "rolled back"}[r.Action]
 		if r.Forced {

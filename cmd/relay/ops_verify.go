@@ -36,7 +36,7 @@ func cmdVerify(ctx context.Context, args []string) error {
 	fs, path := opsFlags("verify", "[--from earliest|<checkpoint id>] [--expected FILE] [--json] [--config FILE]", verifyAbout,
 		`  relay verify                              # exit 0: MySQL matches the topic
   relay verify --json | jq '.differences[]'
-  relay loadgen --totals expected.json ... && relay verify --expected expected.json
+  relay loadgen --brokers B --topic T --totals expected.json ... && relay verify --expected expected.json
 `)
 	var o ops.VerifyOptions
 	fs.StringVar(&o.From, "from", "earliest", "where the recount starts: earliest, or a ledger checkpoint id")

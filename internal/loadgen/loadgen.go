@@ -113,6 +113,19 @@ func (t *Totals) Snapshot() (map[Key]Acc, []Bad, int64) {
 	return m, append([]Bad(nil), t.Bad...), t.Good
 }
 
+// Summary says what was produced, for the operator who ran it.
+func (t *Totals) Summary() string {
+	keys, bad, good := t.Snapshot()
+	var sum money.Sum
+	for _, a := range keys {
+		sum.AddSum(a.Sum)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return fmt.Sprintf("%d records sent: %d good orders committed (%d (window, sku) keys, amounts summing to %s), %d bad records, %d records in aborted transactions",
+		t.Produced, good, len(keys), sum, len(bad), t.Aborted)
+}
+
 // amounts mixes edge values (exactness: 0.1, 0.0001, the largest 8.4 value, negatives) with ordinary ones.
 var amounts = []string{"0.1", "0.0001", "99999999.9999", "12.34", "-5.5", "1", "0.3333", "250.00", "7.77"}
 

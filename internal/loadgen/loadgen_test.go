@@ -41,3 +41,15 @@ func TestGeneratorCyclesBadKinds(t *testing.T) {
 		}
 	}
 }
+
+// The summary loadgen prints counts what was sent and sums exactly what committed.
+func TestTotalsSummary(t *testing.T) {
+	tot := NewTotals()
+	k1, k2 := Key{WindowMS: 0, SKU: "a"}, Key{WindowMS: 60000, SKU: "a"}
+	tot.record([]pendingRec{{key: k1, amount: 1}, {key: k2, amount: 99999}, {bad: &badRecords[0]}}, true) // 0.0001 + 9.9999
+	tot.record([]pendingRec{{key: k1, amount: 5}}, false)
+	want := "4 records sent: 2 good orders committed (2 (window, sku) keys, amounts summing to 10.0000), 1 bad records, 1 records in aborted transactions"
+	if got := tot.Summary(); got != want {
+		t.Fatalf("summary %q, want %q", got, want)
+	}
+}

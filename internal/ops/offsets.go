@@ -69,25 +69,34 @@ func ParseResetTarget(s string) (ResetTarget, error) {
 	return t, nil
 }
 
-// ResetReport is the outcome of `relay offsets reset`.
+// ResetReport is the plan and then the outcome of `relay offsets reset`.
 type ResetReport struct {
 	Job        string           `json:"job"`
 	To         string           `json:"to"`
+	Applied    bool             `json:"applied"`             // false: a plan, nothing changed yet
 	Previous   *int64           `json:"previous_checkpoint"` // null: the job had no checkpoint
-	Checkpoint int64            `json:"checkpoint"`          // the new row the job resumes from
+	Checkpoint int64            `json:"checkpoint"`          // the new row the job resumes from; 0 in a plan
+	ReRead     int64            `json:"reread"`              // the partitions' ReRead, summed
+	Skipped    int64            `json:"skipped"`             // the partitions' Skipped, summed
 	Partitions []PartitionReset `json:"partitions"`
 }
 
-// PartitionReset is one partition's old and new resume offset.
+// PartitionReset is one partition's old and new resume offset and what moving it does. ReRead and
+// Skipped count offsets, so they bound the records: transaction markers and aborted records among
+// them are never counted by relay anyway.
 type PartitionReset struct {
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
 	Old       *int64 `json:"old"` // null: not in the ledger (start_offset would have applied)
 	New       int64  `json:"new"`
+	Low       int64  `json:"low_watermark"`
+	High      int64  `json:"high_watermark"`
+	ReRead    int64  `json:"reread"`  // offsets before Old that the job reads again: counted twice
+	Skipped   int64  `json:"skipped"` // offsets from where the job would resume up to New: never counted
 }
 
-// ResetOffsets moves the job's resume offsets to target.
-func ResetOffsets(ctx context.Context, e *Env, target ResetTarget) (*ResetReport, error) {
+// ResetOffsets moves the job's resume offsets to target once confirm accepts the plan.
+func ResetOffsets(ctx context.Context, e *Env, target ResetTarget, confirm Confirm) (*ResetReport, error) {
 	led := e.Ledger
 	held := e.Config.Mode == config.ModeHeld
 	fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "relay offsets reset by " + e.Operator})
@@ -111,36 +120,34 @@ func ResetOffsets(ctx context.Context, e *Env, target ResetTarget) (*ResetReport
 	if err != nil {
 		return nil, err
 	}
-	// A fresh id, above every id any owner of the job may have used.
-	id, _, err := fence.ReserveIDs(ctx, led, lastID+1)
-	if err != nil {
-		return nil, err
-	}
-	r := &ResetReport{Job: led.Job(), To: target.Spec, Checkpoint: id}
+	r := &ResetReport{Job: led.Job(), To: target.Spec}
 	if lastID > 0 {
 		r.Previous = &lastID
 	}
-	next, err := e.resolveTarget(ctx, target, old)
-	if err != nil {
+	if r.Partitions, err = e.resolveTarget(ctx, target, old); err != nil {
 		return nil, err
 	}
-	parts := partitionsOf(next)
-	for _, t := range sortedTopics(parts) {
-		for _, p := range parts[t] {
-			pr := PartitionReset{Topic: t, Partition: p}
-			pr.New, _ = next.Get(t, p)
-			if o, ok := old.Get(t, p); ok {
-				pr.Old = &o
-			}
-			r.Partitions = append(r.Partitions, pr)
-		}
+	next := ledger.Offsets{}
+	for _, p := range r.Partitions {
+		next.Set(p.Topic, p.Partition, p.New)
+		r.ReRead += p.ReRead
+		r.Skipped += p.Skipped
+	}
+	// Under the fence, so the plan confirmed is the one applied.
+	if err := confirmed(confirm, r); err != nil {
+		return r, err
+	}
+	// A fresh id, above every id any owner of the job may have used.
+	if r.Checkpoint, _, err = fence.ReserveIDs(ctx, led, lastID+1); err != nil {
+		return nil, err
 	}
 	if err := writeResume(ctx, led, held, fence.Epoch, r.Checkpoint, next); err != nil {
 		return nil, err
 	}
+	r.Applied = true
 	e.Log.Named("offsets").Info("offsets reset", zap.String("job", led.Job()), zap.Int64("checkpoint", r.Checkpoint),
-		zap.String("to", target.Spec), zap.Any("old", old), zap.Any("new", next),
-		zap.String("origin", metrics.OriginManual), zap.String("operator", e.Operator))
+		zap.String("to", target.Spec), zap.Any("old", old), zap.Any("new", next), zap.Int64("reread", r.ReRead),
+		zap.Int64("skipped", r.Skipped), zap.String("origin", metrics.OriginManual), zap.String("operator", e.Operator))
 	if err := led.Audit(ctx, "offsets", ledger.AuditOffsetsReset, e.Operator, false, r.detail()); err != nil {
 		return r, fmt.Errorf("offsets reset done (checkpoint %d), but not recorded: %w", r.Checkpoint, err)
 	}
@@ -171,8 +178,9 @@ func writeResume(ctx context.Context, led *ledger.Ledger, held bool, epoch, id i
 	return nil
 }
 
-// resolveTarget computes the new offset of every partition of the configured topics.
-func (e *Env) resolveTarget(ctx context.Context, target ResetTarget, old ledger.Offsets) (ledger.Offsets, error) {
+// resolveTarget computes the new offset of every partition of the configured topics, in topic and
+// partition order, with what moving there does.
+func (e *Env) resolveTarget(ctx context.Context, target ResetTarget, old ledger.Offsets) ([]PartitionReset, error) {
 	c, parts, err := e.partitions(ctx)
 	if err != nil {
 		return nil, err
@@ -185,39 +193,60 @@ func (e *Env) resolveTarget(ctx context.Context, target ResetTarget, old ledger.
 			}
 		}
 	}
-	next := ledger.Offsets{}
-	for t, ps := range parts {
-		for _, p := range ps {
+	var out []PartitionReset
+	for _, t := range sortedTopics(parts) {
+		for _, p := range parts[t] {
 			lo, hi, err := c.Kafka().QueryWatermarkOffsets(t, p, timeoutMS(ctx))
 			if err != nil {
 				return nil, fmt.Errorf("watermarks %s/%d: %w", t, p, err)
 			}
-			var off int64
+			pr := PartitionReset{Topic: t, Partition: p, Low: lo, High: hi}
+			if o, ok := old.Get(t, p); ok {
+				pr.Old = &o
+			}
 			switch target.Kind {
 			case "earliest":
-				off = lo
+				pr.New = lo
 			case "latest":
-				off = hi
+				pr.New = hi
 			case "time":
-				if off, err = offsetForTime(ctx, c.Kafka(), t, p, target.At, hi); err != nil {
+				if pr.New, err = offsetForTime(ctx, c.Kafka(), t, p, target.At, hi); err != nil {
 					return nil, err
 				}
 			case "explicit":
 				var ok bool
-				if off, ok = target.Explicit.Get(t, p); !ok {
-					if off, ok = old.Get(t, p); !ok {
+				if pr.New, ok = target.Explicit.Get(t, p); !ok {
+					if pr.Old == nil {
 						return nil, fmt.Errorf("--to: %s:%d has no offset in the ledger; name every partition the ledger does not know", t, p)
 					}
+					pr.New = *pr.Old
 				}
 				// An offset outside the log would stop relay at start (out of range is never reset silently).
-				if off < lo || off > hi {
-					return nil, fmt.Errorf("--to: %s:%d=%d is outside the partition's offsets %d..%d", t, p, off, lo, hi)
+				if pr.New < lo || pr.New > hi {
+					return nil, fmt.Errorf("--to: %s:%d=%d is outside the partition's offsets %d..%d", t, p, pr.New, lo, hi)
 				}
 			}
-			next.Set(t, p, off)
+			out = append(out, pr.withEffect(e.Config.Kafka.StartOffset))
 		}
 	}
-	return next, nil
+	return out, nil
+}
+
+// withEffect fills in ReRead and Skipped against where the job resumes without the reset: its
+// ledger offset (records before it were counted; those already deleted by retention cannot be
+// read again), or, for a partition not in the ledger, where start_offset puts it (nothing of it was
+// counted yet, so nothing can be counted twice).
+func (pr PartitionReset) withEffect(startOffset string) PartitionReset {
+	from := pr.Low
+	switch {
+	case pr.Old != nil:
+		from = min(max(*pr.Old, pr.Low), pr.High)
+		pr.ReRead = max(from-pr.New, 0)
+	case startOffset == "latest":
+		from = pr.High
+	}
+	pr.Skipped = max(pr.New-from, 0)
+	return pr
 }
 
 // offsetForTime is the first offset whose record time is at or after at; the end of the log when
@@ -259,33 +288,43 @@ func partitionsOf(o ledger.Offsets) map[string][]int32 {
 
 func (r *ResetReport) detail() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "checkpoint %d, --to %s:", r.Checkpoint, r.To)
+	fmt.Fprintf(&b, "checkpoint %d, --to %s (%d offsets read again, %d skipped):", r.Checkpoint, r.To, r.ReRead, r.Skipped)
 	for _, p := range r.Partitions {
-		old := "-"
-		if p.Old != nil {
-			old = strconv.FormatInt(*p.Old, 10)
-		}
-		fmt.Fprintf(&b, " %s:%d %s->%d", p.Topic, p.Partition, old, p.New)
+		fmt.Fprintf(&b, " %s:%d %s->%d", p.Topic, p.Partition, p.old(), p.New)
 	}
 	return b.String()
 }
 
-// WriteText renders the reset for people.
+// Done says what the applied reset did.
+func (r *ResetReport) Done() string {
+	return fmt.Sprintf("job %s: offsets reset to %s; new checkpoint %d (previous %s); relay resumes from these offsets on its next start; recorded in relay_audit",
+		r.Job, r.To, r.Checkpoint, r.previous())
+}
+
+func (r *ResetReport) previous() string {
+	if r.Previous == nil {
+		return "none"
+	}
+	return strconv.FormatInt(*r.Previous, 10)
+}
+
+func (p PartitionReset) old() string {
+	if p.Old == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*p.Old, 10)
+}
+
+// WriteText renders the plan for people.
 func (r *ResetReport) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	prev := "none"
-	if r.Previous != nil {
-		prev = strconv.FormatInt(*r.Previous, 10)
-	}
-	fmt.Fprintf(tw, "job %s: offsets reset to %s; new checkpoint %d (previous %s); relay resumes from these offsets on its next start\n",
-		r.Job, r.To, r.Checkpoint, prev)
-	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOLD\tNEW\tDELTA (+ skips, - reads again)")
+	fmt.Fprintf(tw, "plan for job %s: reset offsets to %s (last checkpoint %s)\n", r.Job, r.To, r.previous())
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOLD\tNEW\tLOW\tHIGH\tRE-READ\tSKIPPED")
 	for _, p := range r.Partitions {
-		old, moved := "-", "-"
-		if p.Old != nil {
-			old, moved = strconv.FormatInt(*p.Old, 10), strconv.FormatInt(p.New-*p.Old, 10)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", p.Topic, p.Partition, old, p.New, moved)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\n", p.Topic, p.Partition, p.old(), p.New, p.Low, p.High, p.ReRead, p.Skipped)
 	}
+	fmt.Fprintf(tw, "re-read: %d offsets the job already counted are read again: their records are counted a second time (totals in MySQL are not changed)\n", r.ReRead)
+	fmt.Fprintf(tw, "skipped: %d offsets are never read: their records are never counted\n", r.Skipped)
+	fmt.Fprintln(tw, "(offsets bound the records: transaction markers and aborted records among them are never counted)")
 	return tw.Flush()
 }

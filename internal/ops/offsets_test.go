@@ -45,12 +45,13 @@ func TestResetOffsets(t *testing.T) {
 	}
 	hi := highWatermarks(t, e)
 
-	r, err := ResetOffsets(ctx, e, mustTarget(t, "latest"))
+	r, err := ResetOffsets(ctx, e, mustTarget(t, "latest"), yes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Checkpoint != 1 || r.Previous != nil || len(r.Partitions) != 2 || r.Partitions[0].Old != nil {
-		t.Fatalf("first reset %+v: want checkpoint 1, no previous, two partitions without old offsets", r)
+	if r.Checkpoint != 1 || r.Previous != nil || len(r.Partitions) != 2 || r.Partitions[0].Old != nil || !r.Applied ||
+		r.ReRead != 0 || r.Skipped != hi[topic][0]+hi[topic][1] {
+		t.Fatalf("first reset %+v: want checkpoint 1, no previous, two partitions without old offsets, all %v skipped (start_offset earliest)", r, hi)
 	}
 	last, err := e.Ledger.LastDecided(ctx)
 	if err != nil || last == nil || last.ID != 1 || last.State != ledger.Committed || len(last.Tags) != 0 || !last.Offsets.Equal(hi) {
@@ -63,7 +64,7 @@ func TestResetOffsets(t *testing.T) {
 	if hi[topic][1] > hi[topic][0] {
 		p = 1
 	}
-	if r, err = ResetOffsets(ctx, e, mustTarget(t, fmt.Sprintf("%s:%d=3", topic, p))); err != nil {
+	if r, err = ResetOffsets(ctx, e, mustTarget(t, fmt.Sprintf("%s:%d=3", topic, p)), yes); err != nil {
 		t.Fatal(err)
 	}
 	want := hi.Clone()
@@ -79,22 +80,39 @@ func TestResetOffsets(t *testing.T) {
 		t.Fatalf("explicit reset old/new of partition %d: %+v", p, pr)
 	}
 
-	if _, err = ResetOffsets(ctx, e, mustTarget(t, "2000-01-01T00:00:00Z")); err != nil {
+	if _, err = ResetOffsets(ctx, e, mustTarget(t, "2000-01-01T00:00:00Z"), yes); err != nil {
 		t.Fatal(err)
 	}
 	if last, _ = e.Ledger.LastDecided(ctx); !last.Offsets.Equal(ledger.Offsets{topic: {0: 0, 1: 0}}) {
 		t.Fatalf("reset to a time before every record: %v, want the beginning", last.Offsets)
 	}
-	if _, err = ResetOffsets(ctx, e, mustTarget(t, time.Now().Add(time.Hour).Format(time.RFC3339))); err != nil {
+	if _, err = ResetOffsets(ctx, e, mustTarget(t, time.Now().Add(time.Hour).Format(time.RFC3339)), yes); err != nil {
 		t.Fatal(err)
 	}
 	if last, _ = e.Ledger.LastDecided(ctx); !last.Offsets.Equal(hi) {
 		t.Fatalf("reset to a time after every record: %v, want the end %v", last.Offsets, hi)
 	}
-	if _, err = ResetOffsets(ctx, e, mustTarget(t, topic+":0=100000")); err == nil || !strings.Contains(err.Error(), "outside") {
+	// Not confirmed, a reset to earliest is a plan: every offset read again, nothing written.
+	var shown strings.Builder
+	r, err = ResetOffsets(ctx, e, mustTarget(t, "earliest"), func(p Plan) (bool, error) { return false, p.WriteText(&shown) })
+	if !errors.Is(err, ErrNotConfirmed) || r.Applied || r.Checkpoint != 0 || r.ReRead != hi[topic][0]+hi[topic][1] || r.Skipped != 0 {
+		t.Fatalf("unconfirmed reset to earliest: %+v, %v; want a plan re-reading all %v", r, err, hi)
+	}
+	for _, pr := range r.Partitions {
+		if pr.ReRead != hi[topic][pr.Partition] || pr.Low != 0 || pr.High != hi[topic][pr.Partition] {
+			t.Fatalf("plan for partition %d: %+v; want %d offsets read again", pr.Partition, pr, hi[topic][pr.Partition])
+		}
+	}
+	if !strings.Contains(shown.String(), fmt.Sprintf("re-read: %d offsets", r.ReRead)) {
+		t.Fatalf("plan text lacks the re-read count:\n%s", shown.String())
+	}
+	if now, _ := e.Ledger.LastDecided(ctx); now.ID != last.ID || !now.Offsets.Equal(hi) {
+		t.Fatalf("an unconfirmed reset changed the ledger: %+v, was %+v", now, last)
+	}
+	if _, err = ResetOffsets(ctx, e, mustTarget(t, topic+":0=100000"), yes); err == nil || !strings.Contains(err.Error(), "outside") {
 		t.Fatalf("offset past the end: %v, want a refusal", err)
 	}
-	if _, err = ResetOffsets(ctx, e, mustTarget(t, "other:0=1")); err == nil || !strings.Contains(err.Error(), "not a partition") {
+	if _, err = ResetOffsets(ctx, e, mustTarget(t, "other:0=1"), yes); err == nil || !strings.Contains(err.Error(), "not a partition") {
 		t.Fatalf("unknown topic: %v, want a refusal", err)
 	}
 
@@ -102,12 +120,12 @@ func TestResetOffsets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err = ResetOffsets(ctx, e, mustTarget(t, "earliest")); !errors.Is(err, ledger.ErrFenced) {
+	if _, err = ResetOffsets(ctx, e, mustTarget(t, "earliest"), yes); !errors.Is(err, ledger.ErrFenced) {
 		t.Fatalf("reset while the job runs: %v, want ErrFenced", err)
 	}
 	running.Release()
 	prepare(t, ctx, e, tag(e, 20, 1))
-	if _, err = ResetOffsets(ctx, e, mustTarget(t, "earliest")); err == nil || !strings.Contains(err.Error(), tag(e, 20, 1)) {
+	if _, err = ResetOffsets(ctx, e, mustTarget(t, "earliest"), yes); err == nil || !strings.Contains(err.Error(), tag(e, 20, 1)) {
 		t.Fatalf("reset with a prepared branch: %v, want a refusal naming it", err)
 	}
 
@@ -152,7 +170,7 @@ func TestResetOffsetsHeld(t *testing.T) {
 	if err := loadgen.Run(ctx, loadgen.Options{Brokers: e.Config.Kafka.Brokers, Topic: topic, Orders: 30, Batch: 10, Seed: 2}, loadgen.NewTotals()); err != nil {
 		t.Fatal(err)
 	}
-	r, err := ResetOffsets(ctx, e, mustTarget(t, "latest"))
+	r, err := ResetOffsets(ctx, e, mustTarget(t, "latest"), yes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +181,7 @@ func TestResetOffsetsHeld(t *testing.T) {
 	if last, err := e.Ledger.LastDecided(ctx); err != nil || last != nil {
 		t.Fatalf("a held-mode reset wrote checkpoint row %+v (%v)", last, err)
 	}
-	if r, err = ResetOffsets(ctx, e, mustTarget(t, "earliest")); err != nil || *r.Previous != 1 || r.Checkpoint <= 1 {
+	if r, err = ResetOffsets(ctx, e, mustTarget(t, "earliest"), yes); err != nil || *r.Previous != 1 || r.Checkpoint <= 1 {
 		t.Fatalf("second reset: %+v, %v", r, err)
 	}
 	if offs, _, _ = e.Ledger.PartitionOffsets(ctx); !offs.Equal(ledger.Offsets{topic: {0: 0, 1: 0}}) {

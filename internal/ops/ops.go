@@ -2,15 +2,21 @@
 // reset, verify and preflight (DESIGN §7), kept out of cmd/relay so it is testable without the
 // binary.
 //
-// Invariant: an operator command never contradicts the ledger unless the operator forces it; every
-// action that changes a branch or the resume offsets runs under the fence of the instance that
-// could otherwise decide concurrently (the one exception: committing a branch the ledger already
-// decided, as the running relay itself would), and leaves one relay_audit row.
+// Invariant: an operator command never contradicts the ledger unless the operator forces it, and
+// never acts on a branch whose job's ledger it cannot read, forced or not; every action that
+// changes a branch or the resume offsets first hands its plan (what is committed, rolled back,
+// read again or skipped) to the operator's Confirm and changes nothing without a yes, runs under
+// the fence of the instance that could otherwise decide concurrently (the one exception:
+// committing a branch the ledger already decided, as the running relay itself would), and leaves
+// one relay_audit row.
 package ops
 
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -29,6 +35,27 @@ type Env struct {
 	Ledger   *ledger.Ledger // the configured job's ledger (its DB may be the sink's)
 	Log      *zap.Logger
 	Operator string // who runs the command (user@host pid), for audit rows and fence ownership
+}
+
+// Plan is what a command is about to change, rendered for people; as JSON for scripts.
+type Plan interface{ WriteText(io.Writer) error }
+
+// Confirm is shown a command's plan before the command changes anything and says whether to go on.
+type Confirm func(Plan) (bool, error)
+
+// ErrNotConfirmed means the operator did not confirm the plan: nothing changed.
+var ErrNotConfirmed = errors.New("nothing changed")
+
+// confirmed asks c about p; a no is ErrNotConfirmed.
+func confirmed(c Confirm, p Plan) error {
+	ok, err := c(p)
+	if err != nil {
+		return fmt.Errorf("confirmation: %w", err)
+	}
+	if !ok {
+		return ErrNotConfirmed
+	}
+	return nil
 }
 
 // consumer opens a read_committed consumer on the configured topics. Its group id is not the job's:
@@ -57,13 +84,25 @@ func (e *Env) partitions(ctx context.Context) (*consumer.Consumer, map[string][]
 const (
 	KindJob      = "job"       // the configured job
 	KindOtherJob = "other_job" // another job of this ledger
-	KindOrphan   = "orphan"    // a relay-shaped tag whose job is not in the ledger (renamed job, preflight probe)
+	KindProbe    = "probe"     // a preflight probe (probeXA), never part of a checkpoint
+	// KindUnknown is a relay-shaped tag whose job is not in this ledger. XA branches are visible
+	// server-wide, so its ledger may well live in another database of the server and have decided
+	// it: from here it is unknown, never undecided, and no command here resolves it.
+	KindUnknown = "unknown_job"
+)
+
+// Preflight's probe tags are relaypreflight-<UnixNano>-<pid>: a checkpoint no job's counter ever
+// reaches, which keeps a real job named relaypreflight of another ledger from passing for a probe.
+const (
+	probeJob        = "relaypreflight"
+	probeCheckpoint = 1_000_000_000_000_000_000 // UnixNano since 2001-09-09
 )
 
 // Verdicts: what the ledger says must happen to a branch.
 const (
 	VerdictCommit   = "commit"
 	VerdictRollback = "rollback"
+	VerdictUnknown  = "unknown" // KindUnknown: only the job's own ledger can say
 )
 
 // Txn is one prepared branch listed by XA RECOVER, with the ledger's verdict.
@@ -115,15 +154,17 @@ func (e *Env) inventory(ctx context.Context) (txns []Txn, foreign int, err error
 			foreign++
 			continue
 		}
-		kind := KindOrphan
+		t := Txn{Tag: r.GTRID, Job: job, Kind: KindUnknown, Checkpoint: c, Subtask: s, Verdict: VerdictUnknown}
 		switch {
 		case job == e.Config.Job.Name:
-			kind = KindJob
+			t.Kind, t.Verdict = KindJob, VerdictRollback
 		case jobs[job]:
-			kind = KindOtherJob
+			t.Kind, t.Verdict = KindOtherJob, VerdictRollback
+		case job == probeJob && c >= probeCheckpoint:
+			t.Kind, t.Verdict = KindProbe, VerdictRollback
 		}
-		txns = append(txns, Txn{Tag: r.GTRID, Job: job, Kind: kind, Checkpoint: c, Subtask: s, Verdict: VerdictRollback})
-		if kind != KindOrphan {
+		txns = append(txns, t)
+		if t.Kind == KindJob || t.Kind == KindOtherJob {
 			byJob[job] = append(byJob[job], c)
 		}
 	}

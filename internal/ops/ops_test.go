@@ -127,7 +127,8 @@ func byTag(txns []Txn) map[string]Txn {
 }
 
 // status and txns list show the job's prepared branches with the ledger's verdict: a decided
-// checkpoint's branch must commit, an undecided one's must roll back; list adds the orphans.
+// checkpoint's branch must commit, an undecided one's must roll back; list adds branches of jobs
+// not in the ledger, as unknown.
 func TestStatusAndListShowVerdicts(t *testing.T) {
 	e, ctx := newEnv(t, 2)
 	topic := e.Config.Kafka.Topics[0]
@@ -193,64 +194,71 @@ func TestStatusAndListShowVerdicts(t *testing.T) {
 	if all[decided].Verdict != VerdictCommit || all[undecided].Verdict != VerdictRollback {
 		t.Fatalf("list verdicts: %+v", l.Branches)
 	}
-	if o := all[orphan]; o.Kind != KindOrphan || o.Verdict != VerdictRollback || o.AgeSeconds != nil {
-		t.Fatalf("orphan %+v: want kind orphan, verdict rollback, unknown age", o)
+	if o := all[orphan]; o.Kind != KindUnknown || o.Verdict != VerdictUnknown || o.AgeSeconds != nil {
+		t.Fatalf("branch of a job not in the ledger %+v: want kind unknown_job, verdict unknown (never rollback), unknown age", o)
 	}
 	text.Reset()
 	if err := l.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(text.String(), orphan) || !strings.Contains(text.String(), "orphan") {
-		t.Fatalf("list text lacks the orphan:\n%s", text.String())
+	if l := lineOf(text.String(), orphan); !strings.Contains(l, "unknown_job") || strings.Contains(l, "rollback") {
+		t.Fatalf("list text does not show %s as unknown_job with verdict unknown:\n%s", orphan, text.String())
 	}
 }
 
 // resolve refuses to contradict the ledger without --force, does it with --force, follows the
-// ledger without it, records every action once in relay_audit, and counts each once for the
-// running relay's metric.
+// ledger without it, never touches a branch of a job this ledger does not know (forced or not),
+// rolls back a preflight probe, records every action once in relay_audit, and counts each once for
+// the running relay's metric.
 func TestResolve(t *testing.T) {
 	e, ctx := newEnv(t, 1)
-	decided, undecided, orphan := tag(e, 5, 0), tag(e, 6, 0), "gone"+testenv.Suffix()+"-3-0"
+	decided, undecided, unknown := tag(e, 5, 0), tag(e, 6, 0), "gone"+testenv.Suffix()+"-3-0"
+	// A job of another ledger may be named like the probes; its checkpoint ids give it away.
+	probe, notProbe := fmt.Sprintf("%s-%d-7", probeJob, time.Now().UnixNano()), probeJob+"-3-0"
 	decide(t, ctx, e, 5, ledger.Offsets{}, decided)
-	for _, tg := range []string{decided, undecided, orphan} {
+	for _, tg := range []string{decided, undecided, unknown, probe, notProbe} {
 		prepare(t, ctx, e, tg)
 	}
 
-	if _, err := Resolve(ctx, e, decided, false, false); !errors.Is(err, ErrContradiction) || !strings.Contains(err.Error(), "decided checkpoint 5") {
+	if _, err := Resolve(ctx, e, decided, false, false, yes); !errors.Is(err, ErrContradiction) || !strings.Contains(err.Error(), "decided checkpoint 5") {
 		t.Fatalf("rollback of a decided branch: %v, want a refusal naming the decision", err)
 	}
-	if _, err := Resolve(ctx, e, undecided, true, false); !errors.Is(err, ErrContradiction) || !strings.Contains(err.Error(), "never decided") {
+	if _, err := Resolve(ctx, e, undecided, true, false, yes); !errors.Is(err, ErrContradiction) || !strings.Contains(err.Error(), "never decided") {
 		t.Fatalf("commit of an undecided branch: %v, want a refusal", err)
 	}
-	if _, err := Resolve(ctx, e, orphan, true, false); !errors.Is(err, ErrContradiction) || !strings.Contains(err.Error(), "not in the ledger") {
-		t.Fatalf("commit of an orphan: %v, want a refusal", err)
+	for _, tg := range []string{unknown, notProbe} {
+		for _, commit := range []bool{false, true} {
+			if _, err := Resolve(ctx, e, tg, commit, true, yes); !errors.Is(err, ErrUnknownJob) || !strings.Contains(err.Error(), "no database on this server") {
+				t.Fatalf("forced resolution (commit %v) of %s, a branch of an unknown job: %v, want ErrUnknownJob", commit, tg, err)
+			}
+		}
 	}
-	for _, tg := range []string{decided, undecided, orphan} {
+	for _, tg := range []string{decided, undecided, unknown, probe, notProbe} {
 		if !listed(t, ctx, e, tg) {
 			t.Fatalf("a refused resolution touched %s", tg)
 		}
 	}
 
-	r, err := Resolve(ctx, e, decided, false, true)
-	if err != nil || !r.Forced || r.Action != VerdictRollback || r.Verdict != VerdictCommit {
+	r, err := Resolve(ctx, e, decided, false, true, yes)
+	if err != nil || !r.Forced || r.Action != VerdictRollback || r.Verdict != VerdictCommit || !strings.Contains(r.Effect, "never be counted") {
 		t.Fatalf("forced rollback of a decided branch: %+v, %v", r, err)
 	}
-	if r, err = Resolve(ctx, e, undecided, false, false); err != nil || r.Forced {
+	if r, err = Resolve(ctx, e, undecided, false, false, yes); err != nil || r.Forced {
 		t.Fatalf("rollback of an undecided branch: %+v, %v", r, err)
 	}
-	if _, err = Resolve(ctx, e, orphan, false, false); err != nil {
-		t.Fatalf("rollback of an orphan: %v", err)
+	if r, err = Resolve(ctx, e, probe, false, false, yes); err != nil || r.Kind != KindProbe {
+		t.Fatalf("rollback of a preflight probe: %+v, %v", r, err)
 	}
-	for _, tg := range []string{decided, undecided, orphan} {
+	for _, tg := range []string{decided, undecided, probe} {
 		if listed(t, ctx, e, tg) {
 			t.Fatalf("%s is still prepared after its resolution", tg)
 		}
 	}
 	var rows int
-	if err := e.Sink.QueryRowContext(ctx, `SELECT COUNT(*) FROM order_stats_minute`).Scan(&rows); err != nil || rows != 0 {
+	if err := e.Sink.QueryRowContext(ctx, `SELECT COUNT(*) FROM order_stats_minute WHERE sku NOT IN (?, ?)`, unknown, notProbe).Scan(&rows); err != nil || rows != 0 {
 		t.Fatalf("rolled-back branches left %d rows (%v)", rows, err)
 	}
-	if _, err := Resolve(ctx, e, undecided, false, false); !errors.Is(err, ErrNoBranch) {
+	if _, err := Resolve(ctx, e, undecided, false, false, yes); !errors.Is(err, ErrNoBranch) {
 		t.Fatalf("resolving a resolved branch: %v, want ErrNoBranch", err)
 	}
 
@@ -262,9 +270,9 @@ func TestResolve(t *testing.T) {
 		log[0].Action != ledger.AuditRollback || log[0].Origin != "manual" || log[0].Operator != e.Operator {
 		t.Fatalf("audit rows %+v: want the forced rollback of %s, then the rollback of %s", log, decided, undecided)
 	}
-	orphanLog, err := ledger.New(e.Sink, strings.Split(orphan, "-")[0]).AuditLog(ctx, 10)
-	if err != nil || len(orphanLog) != 1 {
-		t.Fatalf("orphan audit rows %+v, %v", orphanLog, err)
+	probeLog, err := ledger.New(e.Sink, probeJob).AuditLog(ctx, 10)
+	if err != nil || len(probeLog) != 1 || probeLog[0].Target != probe {
+		t.Fatalf("probe audit rows %+v, %v; want the probe's rollback", probeLog, err)
 	}
 	counts, err := e.Ledger.ClaimManualResolves(ctx)
 	if err != nil || len(counts) != 1 || counts[ledger.AuditRollback] != 2 {
@@ -288,13 +296,13 @@ func TestResolveWhileRunningAndAttached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Resolve(ctx, e, undecided, false, false); !errors.Is(err, ledger.ErrFenced) || !strings.Contains(err.Error(), "a running relay") {
+	if _, err := Resolve(ctx, e, undecided, false, false, yes); !errors.Is(err, ledger.ErrFenced) || !strings.Contains(err.Error(), "a running relay") {
 		t.Fatalf("rollback while the job runs: %v, want ErrFenced naming the holder", err)
 	}
-	if _, err := Resolve(ctx, e, decided, false, true); !errors.Is(err, ledger.ErrFenced) {
+	if _, err := Resolve(ctx, e, decided, false, true, yes); !errors.Is(err, ledger.ErrFenced) {
 		t.Fatalf("forced rollback while the job runs: %v, want ErrFenced", err)
 	}
-	if r, err := Resolve(ctx, e, decided, true, false); err != nil || r.Forced {
+	if r, err := Resolve(ctx, e, decided, true, false, yes); err != nil || r.Forced {
 		t.Fatalf("commit of a decided branch while the job runs: %+v, %v", r, err)
 	}
 	var n int
@@ -305,7 +313,7 @@ func TestResolveWhileRunningAndAttached(t *testing.T) {
 
 	live := tag(e, 7, 0)
 	b := prepareAttached(t, ctx, e, live)
-	_, err = Resolve(ctx, e, live, false, false)
+	_, err = Resolve(ctx, e, live, false, false, yes)
 	if !errors.Is(err, ErrAttached) {
 		t.Fatalf("rollback of a branch attached to a live session: %v, want ErrAttached", err)
 	}
@@ -316,4 +324,38 @@ func TestResolveWhileRunningAndAttached(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Close()
+}
+
+// lineOf is the first line of out that contains s ("" when none does).
+func lineOf(out, s string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	return ""
+}
+
+// yes confirms every plan, as --yes does.
+func yes(Plan) (bool, error) { return true, nil }
+
+// A plan that is not confirmed changes nothing: the branch stays prepared, no audit row is written.
+func TestResolveNotConfirmed(t *testing.T) {
+	e, ctx := newEnv(t, 1)
+	undecided := tag(e, 6, 0)
+	prepare(t, ctx, e, undecided)
+	var shown bytes.Buffer
+	r, err := Resolve(ctx, e, undecided, false, false, func(p Plan) (bool, error) { return false, p.WriteText(&shown) })
+	if !errors.Is(err, ErrNotConfirmed) || r == nil || r.Action != VerdictRollback {
+		t.Fatalf("unconfirmed rollback: %+v, %v; want ErrNotConfirmed with the plan", r, err)
+	}
+	if l := lineOf(shown.String(), "plan: roll back "+undecided); !strings.Contains(l, "job "+e.Config.Job.Name+", checkpoint 6") {
+		t.Fatalf("plan shown:\n%s", shown.String())
+	}
+	if !listed(t, ctx, e, undecided) {
+		t.Fatal("an unconfirmed rollback rolled the branch back")
+	}
+	if log, err := e.Ledger.AuditLog(ctx, 10); err != nil || len(log) != 0 {
+		t.Fatalf("an unconfirmed rollback left audit rows %+v (%v)", log, err)
+	}
 }

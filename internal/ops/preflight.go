@@ -215,7 +215,7 @@ func jobChecks(ctx context.Context, e *Env, cs *checks) {
 	}
 	var orphans []string
 	for _, t := range txns {
-		if t.Kind == KindOrphan {
+		if t.Kind == KindUnknown {
 			orphans = append(orphans, t.Tag)
 		}
 	}
@@ -223,8 +223,9 @@ func jobChecks(ctx context.Context, e *Env, cs *checks) {
 		cs.add("orphans", CheckOK, "no prepared relay branch of a job missing from the ledger")
 		return
 	}
-	// A warning, not a failure: another ledger database on the same server looks the same from here.
-	cs.add("orphans", CheckWarn, "%d prepared branches name jobs that are not in this ledger (%s): they hold their row locks until resolved; if no other ledger on this server owns them (a renamed job), roll them back with relay txns resolve <tag> --rollback",
+	// A warning, not a failure: another ledger database on the same server looks the same from here,
+	// and that ledger may have decided them, so nothing here may suggest rolling them back.
+	cs.add("orphans", CheckWarn, "%d prepared branches name jobs that have no ledger in this database (%s): they hold their row locks until resolved; their jobs' ledgers may be in other databases of this server and may have decided them, so resolve each from its own job's configuration (relay txns resolve there); see docs/RUNBOOK.md, \"A prepared branch of an unknown job\"",
 		len(orphans), strings.Join(orphans, ", "))
 }
 

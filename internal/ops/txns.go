@@ -1,6 +1,8 @@
 // Txns: listing prepared branches with the ledger's verdict, and resolving one by hand.
 //
-// Invariant: a manual resolution agrees with the ledger unless forced; it is applied under the fence
+// Invariant: a manual resolution agrees with the ledger unless forced, is never applied to a branch
+// whose job has no ledger in the connected database (forced or not: that ledger may have decided
+// it), and is applied only after the operator confirmed its plan; it is applied under the fence
 // of the instance that may decide the branch's checkpoint (the verdict is read after taking it, so
 // no decision can land in between), except a commit of an already decided branch, which is what a
 // running relay would do itself and is allowed while it runs. Every resolution is logged with
@@ -13,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -31,6 +34,8 @@ var (
 	ErrContradiction = errors.New("contradicts the ledger")
 	// ErrAttached means the branch still belongs to a live session, which alone may end it.
 	ErrAttached = errors.New("branch is still attached to a running process")
+	// ErrUnknownJob means the branch's job has no ledger in the connected database.
+	ErrUnknownJob = errors.New("unknown job: resolve it from its own ledger")
 )
 
 // TxnList is `relay txns list`.
@@ -40,8 +45,8 @@ type TxnList struct {
 	Foreign int `json:"foreign"`
 }
 
-// ListTxns lists every relay branch on the sink server: the job's, other jobs' of this ledger, and
-// orphans (their job is not in the ledger).
+// ListTxns lists every relay branch on the sink server: the job's, other jobs' of this ledger,
+// preflight probes, and branches of unknown jobs (not in this ledger).
 func ListTxns(ctx context.Context, e *Env) (*TxnList, error) {
 	txns, foreign, err := e.inventory(ctx)
 	if err != nil {
@@ -67,11 +72,40 @@ func (l *TxnList) WriteText(w io.Writer) error {
 	return tw.Flush()
 }
 
-// Resolution is the outcome of `relay txns resolve`.
+// Resolution is the plan and then the outcome of `relay txns resolve`.
 type Resolution struct {
 	Txn
 	Action string `json:"action"`
-	Forced bool   `json:"forced"` // the action went against the ledger's verdict
+	Forced bool   `json:"forced"` // the action goes against the ledger's verdict
+	Effect string `json:"effect"` // what the action does to the job's records
+}
+
+// WriteText renders the plan for people.
+func (r *Resolution) WriteText(w io.Writer) error {
+	state := r.LedgerState
+	if state == "" {
+		state = "no row"
+	}
+	verb := map[string]string{VerdictCommit: "commit", VerdictRollback: "roll back"}[r.Action]
+	_, err := fmt.Fprintf(w, "plan: %s %s (job %s, checkpoint %d, subtask %d; ledger %s, verdict %s)\n  %s\n",
+		verb, r.Tag, r.Job, r.Checkpoint, r.Subtask, state, r.Verdict, r.Effect)
+	return err
+}
+
+// effect says what resolving t with action does to the job's records.
+func effect(t Txn, action string) string {
+	switch {
+	case t.Kind == KindProbe:
+		return "a preflight probe: rolling it back removes its one placeholder row; no record is affected"
+	case action == t.Verdict && action == VerdictCommit:
+		return fmt.Sprintf("checkpoint %d is decided: committing makes this branch's rows visible, as recovery would; nothing is counted twice or lost", t.Checkpoint)
+	case action == t.Verdict:
+		return fmt.Sprintf("checkpoint %d was never decided: the job's next run reads its records again from the last decided offsets; nothing is counted twice or lost", t.Checkpoint)
+	case action == VerdictRollback:
+		return fmt.Sprintf("AGAINST the ledger: checkpoint %d is decided and the job resumes after it, so the records this branch holds (subtask %d's share of the checkpoint) will never be counted", t.Checkpoint, t.Subtask)
+	default:
+		return fmt.Sprintf("AGAINST the ledger: checkpoint %d was never decided, so the job's next run reads its records again and what this branch holds is counted twice", t.Checkpoint)
+	}
 }
 
 // attachedRetry bounds the wait for a session the server has not yet noticed is gone; past it, the
@@ -80,18 +114,21 @@ var attachedRetry = fault.Policy{Attempts: 6, Initial: 250 * time.Millisecond, M
 
 var errGone = errors.New("branch no longer listed by XA RECOVER")
 
-// Resolve commits (commit) or rolls back a prepared branch. It refuses to contradict the ledger
-// unless force is set.
-func Resolve(ctx context.Context, e *Env, tag string, commit, force bool) (*Resolution, error) {
+// Resolve commits (commit) or rolls back a prepared branch once confirm accepts the plan. It
+// refuses to contradict the ledger unless force is set, and a branch of an unknown job always.
+func Resolve(ctx context.Context, e *Env, tag string, commit, force bool, confirm Confirm) (*Resolution, error) {
 	t, err := e.find(ctx, tag)
 	if err != nil {
 		return nil, err
+	}
+	if t.Kind == KindUnknown {
+		return nil, fmt.Errorf("%w: refusing %s even with --force: %s%s", ErrUnknownJob, tag, t.why(), e.ledgersOf(ctx, t.Job))
 	}
 	action := VerdictRollback
 	if commit {
 		action = VerdictCommit
 	}
-	if t.Kind != KindOrphan {
+	if t.Kind != KindProbe {
 		led, err := owner(ctx, e.Ledger.DB(), t)
 		if err != nil {
 			return nil, err
@@ -122,6 +159,10 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool) (*Reso
 	if forced && !force {
 		return nil, fmt.Errorf("%w: refusing to %s %s: %s; use --force only if you know the ledger is wrong", ErrContradiction, action, tag, t.why())
 	}
+	res := &Resolution{Txn: t, Action: action, Forced: forced, Effect: effect(t, action)}
+	if err := confirmed(confirm, res); err != nil {
+		return res, err
+	}
 	err = fault.Do(ctx, attachedRetry, func(ctx context.Context) error {
 		err := xa.Resolve(ctx, e.Sink, tag, commit)
 		if fault.IsMySQL(err, fault.XAErNota) {
@@ -143,7 +184,6 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool) (*Reso
 	case err != nil:
 		return nil, fmt.Errorf("resolve %s: %w", tag, err)
 	}
-	res := &Resolution{Txn: t, Action: action, Forced: forced}
 	e.Log.Named("txns").Info("in-doubt branch resolved", zap.String("tag", tag), zap.String("job", t.Job),
 		zap.Int64("checkpoint", t.Checkpoint), zap.String("action", action), zap.String("origin", metrics.OriginManual),
 		zap.String("verdict", t.Verdict), zap.Bool("forced", forced), zap.String("operator", e.Operator))
@@ -152,6 +192,18 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool) (*Reso
 		return res, fmt.Errorf("%s of %s done, but not recorded: %w", action, tag, err)
 	}
 	return res, nil
+}
+
+// ledgersOf says where job's ledger is, as far as the sink server shows, for a refusal's message.
+func (e *Env) ledgersOf(ctx context.Context, job string) string {
+	dbs, err := JobLedgers(ctx, e.Sink, job)
+	switch {
+	case err != nil:
+		return fmt.Sprintf(" (looking for its ledger: %v)", err)
+	case len(dbs) == 0:
+		return " (no database on this server that relay's user can read has a ledger of it; see docs/RUNBOOK.md)"
+	}
+	return fmt.Sprintf(" (its ledger: database %s on this server)", strings.Join(dbs, ", "))
 }
 
 // owner is the ledger of the instance that may decide t's checkpoint: the one whose id block holds
@@ -187,8 +239,10 @@ func (e *Env) find(ctx context.Context, tag string) (Txn, error) {
 // why explains the verdict in the words of the ledger.
 func (t Txn) why() string {
 	switch {
-	case t.Kind == KindOrphan:
-		return fmt.Sprintf("job %s is not in the ledger (an orphan, e.g. of a renamed job): nothing ever decided checkpoint %d, so its branches must roll back", t.Job, t.Checkpoint)
+	case t.Kind == KindUnknown:
+		return fmt.Sprintf("job %s has no ledger in this database; its ledger may be in another database of this server and may have decided checkpoint %d, so rolling it back could lose a committed checkpoint: run relay txns resolve with job %s's own configuration", t.Job, t.Checkpoint, t.Job)
+	case t.Kind == KindProbe:
+		return "a preflight probe branch is never part of a checkpoint: it must roll back"
 	case t.Verdict == VerdictCommit:
 		return fmt.Sprintf("the ledger decided checkpoint %d of job %s (%s, decided %s): its branches must commit", t.Checkpoint, t.Job, t.LedgerState, t.DecidedAt.Format(time.RFC3339))
 	default:

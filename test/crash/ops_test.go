@@ -13,10 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/ops"
+	"github.com/relay-sh/relay/internal/testenv"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
@@ -80,21 +83,48 @@ func TestOpsOffsetsReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := e.lastCheckpoint()
-	stdout, stderr, code := e.cli(nil, "offsets", "reset", "--to", "latest", "--json")
-	if code != 0 {
-		t.Fatalf("reset with the job stopped: exit %d\n%s%s", code, stdout, stderr)
-	}
-	var r struct {
+	type report struct {
+		Applied    bool  `json:"applied"`
 		Previous   int64 `json:"previous_checkpoint"`
 		Checkpoint int64 `json:"checkpoint"`
+		ReRead     int64 `json:"reread"`
+		Skipped    int64 `json:"skipped"`
 		Partitions []struct {
 			Topic     string `json:"topic"`
 			Partition int32  `json:"partition"`
 			Old, New  int64
+			ReRead    int64 `json:"reread"`
+			Skipped   int64 `json:"skipped"`
 		} `json:"partitions"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
-		t.Fatalf("reset --json: %v\n%s", err, stdout)
+	// Without --yes (and stdin not a terminal) a reset is its plan: exit 5, the ledger as it was.
+	var counted int64
+	for _, p := range before.Offsets[e.topic] {
+		counted += p
+	}
+	stdout, stderr, code := e.cli(nil, "offsets", "reset", "--to", "earliest")
+	if code != 5 || !strings.Contains(stdout, fmt.Sprintf("re-read: %d offsets", counted)) || !strings.Contains(stdout, "job "+e.job) ||
+		!strings.Contains(stderr, "nothing changed; re-run with --yes") {
+		t.Fatalf("reset to earliest without --yes: exit %d, want 5 and a plan reading all %d counted offsets again\n%s%s", code, counted, stdout, stderr)
+	}
+	stdout, stderr, code = e.cli(nil, "offsets", "reset", "--to", "latest", "--json")
+	var plan report
+	if err := json.Unmarshal([]byte(stdout), &plan); code != 5 || err != nil || plan.Applied || plan.Skipped < 700 || plan.ReRead != 0 {
+		t.Fatalf("reset to latest without --yes: exit %d, %+v (%v); want 5 and a plan skipping the 700 records produced while stopped\n%s%s", code, plan, err, stdout, stderr)
+	}
+	if now := e.lastCheckpoint(); now.ID != before.ID || !now.Offsets.Equal(before.Offsets) {
+		t.Fatalf("a reset without --yes changed the ledger: %+v, was %+v", now, before)
+	}
+	if offs, _, err := ledger.New(e.db, e.job).PartitionOffsets(ctx); err != nil || !offs.Equal(before.Offsets) {
+		t.Fatalf("a reset without --yes changed the partition offsets: %v (%v), was %v", offs, err, before.Offsets)
+	}
+	stdout, stderr, code = e.cli(nil, "offsets", "reset", "--to", "latest", "--json", "--yes")
+	if code != 0 {
+		t.Fatalf("reset with the job stopped: exit %d\n%s%s", code, stdout, stderr)
+	}
+	var r report
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil || !r.Applied || r.Skipped != plan.Skipped {
+		t.Fatalf("reset --json --yes: %+v, %v; want it applied, skipping the plan's %d\n%s", r, err, plan.Skipped, stdout)
 	}
 	after := e.lastCheckpoint()
 	if r.Previous != before.ID || r.Checkpoint <= before.ID || after.ID != r.Checkpoint || after.State != ledger.Committed || len(r.Partitions) != 2 {
@@ -109,6 +139,9 @@ func TestOpsOffsetsReset(t *testing.T) {
 			t.Fatalf("partition %d: new offset %d, the ledger has %d", pr.Partition, pr.New, now)
 		}
 		skipped += pr.New - pr.Old
+		if pr.Skipped != pr.New-pr.Old || pr.ReRead != 0 {
+			t.Fatalf("partition %d: %+v; want skipped = new - old, nothing read again", pr.Partition, pr)
+		}
 	}
 	if skipped < 700 {
 		t.Fatalf("the reset skipped %d offsets, want at least the 700 records produced while stopped", skipped)
@@ -186,12 +219,7 @@ func TestOpsVerify(t *testing.T) {
 // txns list and resolve through the binary: the verdict shown, the refusal (exit 1), the forced
 // and the ledger-following resolutions (exit 0), each recorded; status shows the same branches.
 func TestOpsTxns(t *testing.T) {
-	e := newEnv(t, 1)
-	totals := loadgen.NewTotals()
-	if err := e.produce(context.Background(), totals, loadgen.Options{Orders: 200, Batch: 50, SKUs: 5, Windows: 1, Seed: 5}); err != nil {
-		t.Fatal(err)
-	}
-	e.finish(totals)
+	e := ranJob(t, 1, 5)
 	last := e.lastCheckpoint()
 	decided, undecided := config.Tag(e.job, last.ID, 7), config.Tag(e.job, last.ID+50, 0)
 	for _, tag := range []string{decided, undecided} {
@@ -218,12 +246,27 @@ func TestOpsTxns(t *testing.T) {
 	if code != 2 {
 		t.Fatalf("both --commit and --rollback: exit %d, want 2\n%s", code, stderr)
 	}
-	stdout, stderr, code := e.cli(nil, "txns", "resolve", undecided, "--rollback")
+	// Without --yes: the plan, exit 5, the branches as they were and nothing audited.
+	for _, args := range [][]string{{undecided, "--rollback"}, {decided, "--rollback", "--force"}} {
+		stdout, stderr, code := e.cli(nil, append([]string{"txns", "resolve"}, args...)...)
+		if code != 5 || !strings.Contains(stdout, "plan: roll back "+args[0]) || !strings.Contains(stderr, "nothing changed; re-run with --yes") {
+			t.Fatalf("resolve %v without --yes: exit %d, want 5 and the plan\n%s%s", args, code, stdout, stderr)
+		}
+	}
+	if bs := e.branches(); len(bs) != 2 {
+		t.Fatalf("resolve without --yes touched the branches: %v left, want both", bs)
+	}
+	var audited int
+	if err := e.db.QueryRow(`SELECT COUNT(*) FROM relay_audit WHERE job = ?`, e.job).Scan(&audited); err != nil || audited != 0 {
+		t.Fatalf("resolve without --yes left %d audit rows (%v)", audited, err)
+	}
+	stdout, stderr, code := e.cli(nil, "txns", "resolve", undecided, "--rollback", "--yes")
 	if code != 0 || !strings.Contains(stdout, "rolled back "+undecided) || !strings.Contains(stderr, `"origin":"manual"`) {
 		t.Fatalf("rollback of an undecided branch: exit %d\n%s%s", code, stdout, stderr)
 	}
-	if stdout, stderr, code = e.cli(nil, "txns", "resolve", decided, "--rollback", "--force"); code != 0 || !strings.Contains(stdout, "AGAINST") {
-		t.Fatalf("forced rollback: exit %d\n%s%s", code, stdout, stderr)
+	if stdout, stderr, code = e.cli(nil, "txns", "resolve", decided, "--rollback", "--force", "--yes"); code != 0 || !strings.Contains(stdout, "AGAINST") ||
+		!strings.Contains(stdout, "will never be counted") {
+		t.Fatalf("forced rollback: exit %d, want 0 with a plan saying what is lost\n%s%s", code, stdout, stderr)
 	}
 	if bs := e.branches(); len(bs) != 0 {
 		t.Fatalf("branches left: %v", bs)
@@ -253,6 +296,99 @@ func TestOpsTxns(t *testing.T) {
 		}
 		p.kill()
 	}
+}
+
+// A branch of a job whose ledger is another database on the same server is unknown to this job's
+// commands: txns list does not call it a rollback, resolve refuses it even with --force (that job
+// decided it), preflight does not suggest rolling it back; the job's own configuration resolves it.
+func TestOpsTxnsUnknownJob(t *testing.T) {
+	other := ranJob(t, 1, 7)
+	decided := config.Tag(other.job, other.lastCheckpoint().ID, 5) // the other ledger says: commit
+	other.prepareBranch(decided)
+	e := newEnv(t, 1)
+	dsn, err := mysql.ParseDSN(other.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledgerDB := dsn.DBName
+
+	stdout, stderr, code := e.cli(nil, "txns", "list")
+	if code != 0 || !lineHas(stdout, decided, "unknown_job", "unknown") || lineHas(stdout, decided, "rollback") {
+		t.Fatalf("txns list in another job's database: exit %d, want %s as unknown_job, verdict unknown\n%s%s", code, decided, stdout, stderr)
+	}
+	for _, action := range []string{"--rollback", "--commit"} {
+		stdout, stderr, code = e.cli(nil, "txns", "resolve", decided, action, "--force", "--yes")
+		if code != 1 || !strings.Contains(stderr, "unknown job: resolve it from its own ledger") || !strings.Contains(stderr, "its ledger: database "+ledgerDB) {
+			t.Fatalf("forced %s of another ledger's branch: exit %d, want 1 and the refusal\n%s%s", action, code, stdout, stderr)
+		}
+	}
+	if bs := other.branches(); len(bs) != 1 {
+		t.Fatalf("the refused resolutions touched %s: branches %v", decided, bs)
+	}
+	stdout, _, _ = e.cli(nil, "preflight")
+	if !lineHas(stdout, "orphans", decided) || lineHas(stdout, "orphans", "--rollback") {
+		t.Fatalf("preflight: want a warning naming %s that does not suggest a rollback\n%s", decided, stdout)
+	}
+	if stdout, stderr, code = other.cli(nil, "txns", "resolve", decided, "--commit", "--yes"); code != 0 || !strings.Contains(stdout, "committed "+decided) {
+		t.Fatalf("commit of the branch by its own job: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
+// loadgen writes only where it is told: without --brokers and --topic it refuses (though the
+// RELAY_KAFKA_* of a relay pod are set), and into a topic a job's ledger reads it refuses, whichever
+// database of the server holds that ledger, unless --i-know-this-is-live.
+func TestOpsLoadgenGuards(t *testing.T) {
+	e := ranJob(t, 2, 9)
+	end := e.highWatermarks()
+	for _, args := range [][]string{{"loadgen"}, {"loadgen", "--topic", e.topic}, {"loadgen", "--brokers", e.brokers}} {
+		if stdout, stderr, code := e.cli(nil, args...); code != 2 || !strings.Contains(stderr, "--brokers and --topic are required") {
+			t.Fatalf("%v with RELAY_KAFKA_* set: exit %d, want 2\n%s%s", args, code, stdout, stderr)
+		}
+	}
+	lg := []string{"loadgen", "--brokers", e.brokers, "--topic", e.topic, "--orders", "10", "--transactional-id", ""}
+	refused := func(extraEnv []string, extra ...string) {
+		t.Helper()
+		stdout, stderr, code := e.cli(extraEnv, append(lg, extra...)...)
+		if code != 1 || !strings.Contains(stderr, "refusing to produce into "+e.topic) || !strings.Contains(stderr, "job "+e.job) {
+			t.Fatalf("loadgen into the job's input (%v %v): exit %d, want 1 naming job %s\n%s%s", extraEnv, extra, code, e.job, stdout, stderr)
+		}
+	}
+	refused(nil) // the ledger of RELAY_MYSQL_DSN
+	// Another database of the same server: the job's ledger is found there too.
+	refused([]string{"RELAY_MYSQL_DSN="}, "--ledger-dsn", testenv.AdminDSN(t))
+	if got := e.highWatermarks(); !got.Equal(end) {
+		t.Fatalf("a refused loadgen wrote to %s: end offsets %v, were %v", e.topic, got, end)
+	}
+	stdout, stderr, code := e.cli(nil, append(lg, "--i-know-this-is-live")...)
+	if code != 0 || !strings.Contains(stdout, "loadgen: topic "+e.topic) || !strings.Contains(stdout, "10 records sent: 10 good orders committed") {
+		t.Fatalf("loadgen --i-know-this-is-live: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
+// ranJob is a job whose relay committed 200 orders (stream seed) and stopped.
+func ranJob(t *testing.T, partitions int, seed uint64) *env {
+	e := newEnv(t, partitions)
+	totals := loadgen.NewTotals()
+	if err := e.produce(context.Background(), totals, loadgen.Options{Orders: 200, Batch: 50, SKUs: 5, Windows: 1, Seed: seed}); err != nil {
+		t.Fatal(err)
+	}
+	e.finish(totals)
+	return e
+}
+
+// highWatermarks reads the end offset of every partition of the job's topic.
+func (e *env) highWatermarks() ledger.Offsets {
+	e.t.Helper()
+	stdout, stderr, code := e.cli(nil, "status", "--json")
+	var rep ops.StatusReport
+	if err := json.Unmarshal([]byte(stdout), &rep); code != 0 || err != nil {
+		e.t.Fatalf("status --json: exit %d, %v\n%s%s", code, err, stdout, stderr)
+	}
+	out := ledger.Offsets{}
+	for _, p := range rep.Partitions {
+		out.Set(p.Topic, p.Partition, p.HighWatermark)
+	}
+	return out
 }
 
 // preflight passes on the test setup and fails, with the numbers, on a session timeout shorter than

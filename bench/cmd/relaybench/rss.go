@@ -46,7 +46,7 @@ func runRSS(e *kit.Env) (*RSSResult, error) {
 	}
 	defer e.DeleteTopic(topic)
 	lg := kit.LoadgenOpts{Topic: topic, Orders: int(r.Orders), SKUs: r.SKUs, Windows: r.Windows, Seed: 4}
-	r.Loadgen = "bin/relay " + strings.Join(quoteEmpty(lg.Args()), " ")
+	r.Loadgen = "bin/relay " + strings.Join(quoteEmpty(lg.Args("…")), " ")
 	kit.Logf("producing %d orders over %d×%d keys", r.Orders, r.SKUs, r.Windows)
 	end, _, err := e.Produce(lg, "rss-loadgen.log")
 	if err != nil {

@@ -97,7 +97,7 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 		return nil, "", nil, err
 	}
 	lg := kit.LoadgenOpts{Topic: topic, Orders: int(r.Orders), SKUs: r.SKUs, Windows: r.Windows, Seed: 1}
-	r.Loadgen = "bin/relay " + strings.Join(quoteEmpty(lg.Args()), " ")
+	r.Loadgen = "bin/relay " + strings.Join(quoteEmpty(lg.Args("…")), " ")
 	kit.Logf("producing %d orders into %s", r.Orders, topic)
 	end, took, err := e.Produce(lg, "tp-loadgen.log")
 	if err != nil {

@@ -97,13 +97,13 @@ type LoadgenOpts struct {
 	Batch         int
 }
 
-// LoadgenArgs renders the command line (for the report too).
-func (o LoadgenOpts) Args() []string {
+// Args renders the command line against brokers (for the report too, with brokers elided).
+func (o LoadgenOpts) Args(brokers string) []string {
 	batch := o.Batch
 	if batch == 0 {
 		batch = 10000
 	}
-	args := []string{"loadgen", "--topic", o.Topic, "--orders", strconv.Itoa(o.Orders), "--transactional-id", "",
+	args := []string{"loadgen", "--brokers", brokers, "--topic", o.Topic, "--orders", strconv.Itoa(o.Orders), "--transactional-id", "",
 		"--batch", strconv.Itoa(batch), "--skus", strconv.Itoa(o.SKUs), "--windows", strconv.Itoa(o.Windows),
 		"--seed", strconv.Itoa(o.Seed)}
 	if o.Rate > 0 {
@@ -114,8 +114,7 @@ func (o LoadgenOpts) Args() []string {
 
 // Loadgen starts `relay loadgen` (non-transactional producer); done delivers its exit.
 func (e *Env) Loadgen(o LoadgenOpts, logName string) (cmd *exec.Cmd, done <-chan error, err error) {
-	cmd = exec.Command(e.RelayBin, o.Args()...)
-	cmd.Env = append(os.Environ(), "RELAY_KAFKA_BROKERS="+e.Brokers)
+	cmd = exec.Command(e.RelayBin, o.Args(e.Brokers)...)
 	f, err := os.Create(filepath.Join(e.OutDir, logName))
 	if err != nil {
 		return nil, nil, err
@@ -133,9 +132,7 @@ func (e *Env) Loadgen(o LoadgenOpts, logName string) (cmd *exec.Cmd, done <-chan
 // Produce runs loadgen to completion and returns the topic's end offsets.
 func (e *Env) Produce(o LoadgenOpts, logName string) (map[int32]int64, time.Duration, error) {
 	start := time.Now()
-	cmd := exec.Command(e.RelayBin, o.Args()...)
-	cmd.Env = append(os.Environ(), "RELAY_KAFKA_BROKERS="+e.Brokers)
-	out, err := cmd.CombinedOutput()
+	out, err := exec.Command(e.RelayBin, o.Args(e.Brokers)...).CombinedOutput()
 	_ = os.WriteFile(filepath.Join(e.OutDir, logName), out, 0o644)
 	if err != nil {
 		return nil, 0, fmt.Errorf("loadgen: %w: %s", err, out)
