@@ -128,13 +128,17 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	if err := cfg.CheckServer(maxConn, threads); err != nil {
 		return err
 	}
-	if err := (sink.Schema{Table: cfg.MySQL.Table, DLQ: cfg.MySQL.DLQTable, Detail: cfg.MySQL.DetailTable}).Create(startCtx, sinkDB, flavor); err != nil {
+	schema := sink.Schema{Table: cfg.MySQL.Table, DLQ: cfg.MySQL.DLQTable, Detail: cfg.MySQL.DetailTable}
+	if err := schema.Create(startCtx, sinkDB, flavor); err != nil {
 		return err
 	}
 	if err := ledger.EnsureSchema(startCtx, ledgerDB); err != nil {
 		return err
 	}
 	led := ledger.NewInstance(ledgerDB, cfg.Job.Name, cfg.InstanceIndex(), cfg.InstanceCount())
+	if err := schema.Claim(startCtx, sinkDB, led); err != nil {
+		return err
+	}
 	fence, err := ledger.Acquire(startCtx, led, owner())
 	if err != nil {
 		return err

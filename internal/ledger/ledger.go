@@ -191,6 +191,7 @@ var schema = []string{
 		PRIMARY KEY (job, topic, kpartition)
 	) ENGINE=InnoDB`,
 	auditTable,
+	tablesTable,
 }
 
 // EnsureSchema creates the ledger tables and refuses a ledger written by a newer relay.

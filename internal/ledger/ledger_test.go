@@ -121,3 +121,29 @@ func TestNewerSchemaRefused(t *testing.T) {
 		t.Fatalf("got %v, want ErrNewerSchema", err)
 	}
 }
+
+// A sink table has one owner job: a second job's claim is refused naming the first and changes
+// nothing; the owner claims again freely; the same table name in another sink database is free.
+func TestTableClaims(t *testing.T) {
+	a, ctx := newLedger(t)
+	b := New(a.DB(), "other_"+testenv.Suffix())
+	if err := a.ClaimTables(ctx, "sinkdb", "order_stats_minute", "order_details"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ClaimTables(ctx, "sinkdb", "order_stats_minute"); err != nil {
+		t.Fatalf("the owner's second claim: %v", err)
+	}
+	err := b.ClaimTables(ctx, "sinkdb", "order_stats_b", "order_stats_minute")
+	if !errors.Is(err, ErrTableOwned) || !strings.Contains(err.Error(), "sinkdb.order_stats_minute is written by job "+a.Job()) {
+		t.Fatalf("second job's claim: %v, want ErrTableOwned naming job %s", err, a.Job())
+	}
+	if free, err := b.CheckTables(ctx, "sinkdb", "order_stats_b"); err != nil || len(free) != 1 {
+		t.Fatalf("a refused claim must claim nothing: unclaimed %v, %v", free, err)
+	}
+	if _, err := b.CheckTables(ctx, "sinkdb", "order_details"); !errors.Is(err, ErrTableOwned) {
+		t.Fatalf("check of another job's table: %v, want ErrTableOwned", err)
+	}
+	if err := b.ClaimTables(ctx, "otherdb", "order_stats_minute"); err != nil {
+		t.Fatalf("the same name in another sink database: %v", err)
+	}
+}
