@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"go.uber.org/zap"
 
 	"github.com/relay-sh/relay/internal/aggregate"
 	"github.com/relay-sh/relay/internal/config"
@@ -377,6 +378,17 @@ func (e *Env) recount(ctx context.Context, r *VerifyReport, from string) (map[ke
 	if err != nil {
 		return nil, err
 	}
+	// A range the topic does not hold (recreated, truncated, records deleted) would be waited for
+	// forever: fail now, saying which and why.
+	firsts, ends := ledger.Offsets{}, ledger.Offsets{}
+	for _, rg := range snap.ranges {
+		firsts.Set(rg.Topic, rg.Partition, rg.From)
+		ends.Set(rg.Topic, rg.Partition, rg.To)
+	}
+	q := c.Kafka().QueryWatermarkOffsets
+	if err := errors.Join(ledger.CheckRange(ctx, firsts, q), ledger.CheckRange(ctx, ends, q)); err != nil {
+		return nil, fmt.Errorf("verify: the range to recount is not in the topic: %w", err)
+	}
 	r.Checkpoint = &snap.checkpoint
 	r.Ranges = snap.ranges
 	r.Notes = append(r.Notes, snap.notes...)
@@ -414,19 +426,36 @@ func (e *Env) recount(ctx context.Context, r *VerifyReport, from string) (map[ke
 	return want, nil
 }
 
-// count folds every record of the ranges exactly as the pipeline does.
+// Progress and stall bounds of a recount (variables so a test can shorten them).
+var (
+	progressEvery = 5 * time.Second
+	stallAfter    = time.Minute // no offset of any range covered for this long: give up, saying where
+)
+
+// count folds every record of the ranges exactly as the pipeline does. It logs its progress, and
+// it fails with the unfinished partitions and their positions when the ranges stop being within
+// the topic (deleted or truncated meanwhile), when nothing moves for stallAfter, or when ctx ends.
 func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, ranges map[string]map[int32]*Range) (*aggregate.Table, []BadRecord, error) {
 	dec := pipeline.NewDecoder(e.Config)
 	windowMS := e.Config.Input.Window.Milliseconds()
 	table := aggregate.NewTable()
 	var bad []BadRecord
 	open := map[string]map[int32]bool{}
+	next := map[*Range]int64{} // the next offset to cover in each range
+	var covered, total int64
 	left := 0
 	var done []kafka.TopicPartition
+	advance := func(rg *Range, to int64) {
+		if to > next[rg] {
+			covered += to - next[rg]
+			next[rg] = to
+		}
+	}
 	finish := func(t string, p int32) {
 		if open[t][p] {
 			delete(open[t], p)
 			left--
+			advance(ranges[t][p], ranges[t][p].To)
 			topic := t
 			done = append(done, kafka.TopicPartition{Topic: &topic, Partition: p})
 		}
@@ -435,16 +464,48 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 		open[t] = map[int32]bool{}
 		for p, rg := range ps {
 			open[t][p] = true
+			next[rg] = rg.From
+			total += max(rg.To-rg.From, 0)
 			left++
 			if rg.From >= rg.To {
 				finish(t, p)
 			}
 		}
 	}
+	// unfinished names where each open range stands, for an error that says why verify stopped.
+	unfinished := func() string {
+		var s []string
+		parts := partitionsOf(openEnds(open, ranges))
+		for _, t := range sortedTopics(parts) {
+			for _, p := range parts[t] {
+				rg := ranges[t][p]
+				s = append(s, fmt.Sprintf("%s:%d at offset %d of [%d,%d)", t, p, next[rg], rg.From, rg.To))
+			}
+		}
+		return fmt.Sprintf("%d partitions unfinished after %d records (%s)", left, r.Records, strings.Join(s, ", "))
+	}
+	log := e.Log.Named("verify")
+	lastMove, lastCovered := time.Now(), covered
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
 	var o order.Order
 	for left > 0 {
 		if err := ctx.Err(); err != nil {
-			return nil, nil, fmt.Errorf("recount: %d partitions unfinished: %w", left, err)
+			return nil, nil, fmt.Errorf("recount: %s: %w", unfinished(), err)
+		}
+		select {
+		case <-tick.C:
+			log.Info("verify progress", zap.Int64("records_read", r.Records), zap.Int64("offsets_done", covered),
+				zap.Int64("offsets_total", total), zap.Int("partitions_left", left))
+			if err := ledger.CheckRange(ctx, openEnds(open, ranges), c.Kafka().QueryWatermarkOffsets); err != nil {
+				return nil, nil, fmt.Errorf("recount: %s: %w", unfinished(), err)
+			}
+			if covered != lastCovered {
+				lastMove, lastCovered = time.Now(), covered
+			} else if time.Since(lastMove) >= stallAfter {
+				return nil, nil, fmt.Errorf("recount: %s: no progress for %s (the brokers unreachable?)", unfinished(), stallAfter)
+			}
+		default:
 		}
 		msg, err := c.Poll(200 * time.Millisecond)
 		if err != nil {
@@ -464,6 +525,7 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 				continue
 			}
 			if open[t][p] && off < rg.To {
+				advance(rg, off+1)
 				r.Records++
 				if reason := dec.Decode(msg.Value, &o); reason == order.OK {
 					table.Add(aggregate.Window(o.TS, windowMS), o.SKU, o.Amount)
@@ -487,6 +549,17 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 		}
 	}
 	return table, bad, nil
+}
+
+// openEnds is the end offset of every range still open.
+func openEnds(open map[string]map[int32]bool, ranges map[string]map[int32]*Range) ledger.Offsets {
+	ends := ledger.Offsets{}
+	for t, ps := range open {
+		for p := range ps {
+			ends.Set(t, p, ranges[t][p].To)
+		}
+	}
+	return ends
 }
 
 func positionsDone(c *kafka.Consumer, open map[string]map[int32]bool, ranges map[string]map[int32]*Range, finish func(string, int32)) error {

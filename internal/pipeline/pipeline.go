@@ -256,6 +256,9 @@ func (p *Pipeline) newSession(ctx context.Context, serial bool) (*session, error
 		return nil, err
 	}
 	start, err := cons.Assign(ctx, from)
+	if err == nil {
+		err = ledger.CheckRange(ctx, start, cons.Kafka().QueryWatermarkOffsets)
+	}
 	if err != nil {
 		cons.Close()
 		return nil, err
