@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/sink"
@@ -128,5 +131,35 @@ func TestResumeOffsetBeyondTopic(t *testing.T) {
 	_, err = Verify(vctx, e, VerifyOptions{From: "earliest"})
 	if !errors.Is(err, ledger.ErrOutOfRange) || !strings.Contains(err.Error(), want) || vctx.Err() != nil {
 		t.Fatalf("verify after %s: %v, want ErrOutOfRange naming partition 1, before its timeout", time.Since(begin), err)
+	}
+}
+
+// A recount logs its progress (records read, offsets covered of the total), the first line at
+// once, then every progressEvery.
+func TestVerifyLogsProgress(t *testing.T) {
+	e, ctx := newEnv(t, 2)
+	core, logs := observer.New(zap.InfoLevel)
+	e.Log = zap.New(core)
+	hw := produceOrders(t, ctx, e, 200)
+	decide(t, ctx, e, 2, hw)
+	if err := e.Ledger.MarkCommitted(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Verify(ctx, e, VerifyOptions{From: "earliest"})
+	if err != nil || r.Records != 200 {
+		t.Fatalf("verify: %d records, %v", r.Records, err)
+	}
+	var total int64
+	for _, ps := range hw {
+		for _, off := range ps {
+			total += off
+		}
+	}
+	lines := logs.FilterMessage("verify progress").All()
+	if len(lines) == 0 {
+		t.Fatal("no progress line")
+	}
+	if f := lines[0].ContextMap(); f["offsets_total"] != total || f["offsets_done"] != int64(0) || f["records_read"] != int64(0) {
+		t.Fatalf("first progress line %v: want offsets_total %d, nothing read yet", f, total)
 	}
 }

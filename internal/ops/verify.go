@@ -426,15 +426,14 @@ func (e *Env) recount(ctx context.Context, r *VerifyReport, from string) (map[ke
 	return want, nil
 }
 
-// Progress and stall bounds of a recount (variables so a test can shorten them).
-var (
-	progressEvery = 5 * time.Second
-	stallAfter    = time.Minute // no offset of any range covered for this long: give up, saying where
-)
+// progressEvery paces a recount's progress lines and its re-check of the ranges against the topic
+// (a variable so a test can shorten it).
+var progressEvery = 5 * time.Second
 
 // count folds every record of the ranges exactly as the pipeline does. It logs its progress, and
-// it fails with the unfinished partitions and their positions when the ranges stop being within
-// the topic (deleted or truncated meanwhile), when nothing moves for stallAfter, or when ctx ends.
+// it fails with the unfinished partitions and their positions when a range stops being within the
+// topic (deleted or truncated meanwhile), when the brokers do not answer the re-check, or when ctx
+// ends.
 func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, ranges map[string]map[int32]*Range) (*aggregate.Table, []BadRecord, error) {
 	dec := pipeline.NewDecoder(e.Config)
 	windowMS := e.Config.Input.Window.Milliseconds()
@@ -442,6 +441,7 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 	var bad []BadRecord
 	open := map[string]map[int32]bool{}
 	next := map[*Range]int64{} // the next offset to cover in each range
+	seen := map[*Range]int64{} // next, as of the last progress line
 	var covered, total int64
 	left := 0
 	var done []kafka.TopicPartition
@@ -485,27 +485,24 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 		return fmt.Sprintf("%d partitions unfinished after %d records (%s)", left, r.Records, strings.Join(s, ", "))
 	}
 	log := e.Log.Named("verify")
-	lastMove, lastCovered := time.Now(), covered
-	tick := time.NewTicker(progressEvery)
-	defer tick.Stop()
 	var o order.Order
-	for left > 0 {
+	// The first progress line comes at once: it tells the operator how much there is to read.
+	for nextLog := time.Now(); left > 0; {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, fmt.Errorf("recount: %s: %w", unfinished(), err)
 		}
-		select {
-		case <-tick.C:
+		if now := time.Now(); !now.Before(nextLog) {
+			nextLog = now.Add(progressEvery)
 			log.Info("verify progress", zap.Int64("records_read", r.Records), zap.Int64("offsets_done", covered),
 				zap.Int64("offsets_total", total), zap.Int("partitions_left", left))
-			if err := ledger.CheckRange(ctx, openEnds(open, ranges), c.Kafka().QueryWatermarkOffsets); err != nil {
+			// A range that stopped moving may have left the topic (deleted or truncated meanwhile):
+			// ask the brokers about those only, one round trip each.
+			if err := ledger.CheckRange(ctx, stalled(open, ranges, next, seen), c.Kafka().QueryWatermarkOffsets); err != nil {
 				return nil, nil, fmt.Errorf("recount: %s: %w", unfinished(), err)
 			}
-			if covered != lastCovered {
-				lastMove, lastCovered = time.Now(), covered
-			} else if time.Since(lastMove) >= stallAfter {
-				return nil, nil, fmt.Errorf("recount: %s: no progress for %s (the brokers unreachable?)", unfinished(), stallAfter)
+			for rg, off := range next {
+				seen[rg] = off
 			}
-		default:
 		}
 		msg, err := c.Poll(200 * time.Millisecond)
 		if err != nil {
@@ -549,6 +546,19 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 		}
 	}
 	return table, bad, nil
+}
+
+// stalled is the end offset of every open range that has not moved since the last progress line.
+func stalled(open map[string]map[int32]bool, ranges map[string]map[int32]*Range, next, seen map[*Range]int64) ledger.Offsets {
+	ends := ledger.Offsets{}
+	for t, ps := range open {
+		for p := range ps {
+			if rg := ranges[t][p]; next[rg] == seen[rg] {
+				ends.Set(t, p, rg.To)
+			}
+		}
+	}
+	return ends
 }
 
 // openEnds is the end offset of every range still open.
