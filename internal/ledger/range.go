@@ -27,11 +27,11 @@ func InRange(topic string, p int32, off, low, high int64) error {
 	reset := fmt.Sprintf("stop relay, run `relay offsets reset --to %s:%d=%d`, start relay (docs/RUNBOOK.md, \"Resume offset outside the topic\")", topic, p, low)
 	switch {
 	case off > high:
-		return fmt.Errorf("%w: topic %s partition %d: the ledger resumes at offset %d, beyond the high watermark %d (the partition holds offsets %d to %d): "+
+		return fmt.Errorf("%w: topic %s partition %d: the ledger resumes at offset %d, beyond the high watermark %d (the partition holds offsets [%d, %d)): "+
 			"the topic was deleted and recreated, or truncated, after relay committed that offset, so its offsets no longer name the records relay counted; "+
 			"to count the partition's records from its start: %s", ErrOutOfRange, topic, p, off, high, low, high, reset)
 	case off < low:
-		return fmt.Errorf("%w: topic %s partition %d: the ledger resumes at offset %d, below the low watermark %d (the partition holds offsets %d to %d): "+
+		return fmt.Errorf("%w: topic %s partition %d: the ledger resumes at offset %d, below the low watermark %d (the partition holds offsets [%d, %d)): "+
 			"records %d to %d were deleted (retention) before relay read them and can never be counted; to go on without them: %s",
 			ErrOutOfRange, topic, p, off, low, low, high, off, low-1, reset)
 	}
