@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -145,5 +146,23 @@ func TestTableClaims(t *testing.T) {
 	}
 	if err := b.ClaimTables(ctx, "otherdb", "order_stats_minute"); err != nil {
 		t.Fatalf("the same name in another sink database: %v", err)
+	}
+}
+
+// Instances of one job start together and claim the same tables at once: every claim succeeds
+// (none deadlocks on another's lock).
+func TestTableClaimsConcurrent(t *testing.T) {
+	l, ctx := newLedger(t)
+	for round := 0; round < 10; round++ {
+		tables := []string{fmt.Sprintf("stats_%d", round), fmt.Sprintf("details_%d", round)}
+		errs := make(chan error, 4)
+		for i := 0; i < cap(errs); i++ {
+			go func() { errs <- l.ClaimTables(ctx, "sinkdb", tables...) }()
+		}
+		for i := 0; i < cap(errs); i++ {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: concurrent claim by the same job: %v", round, err)
+			}
+		}
 	}
 }

@@ -56,8 +56,9 @@ func (l *Ledger) ClaimTables(ctx context.Context, schema string, tables ...strin
 			return fmt.Errorf("claim table %s.%s: %w", schema, t, err)
 		}
 		// A locking read sees the claim that won, even one committed after this transaction began.
+		// A shared lock: instances of one job claiming at once all read, none waits for another.
 		c := TableClaim{Schema: schema, Table: t}
-		if err := tx.QueryRowContext(ctx, `SELECT job, claimed_at FROM relay_tables WHERE schema_name = ? AND table_name = ? FOR UPDATE`,
+		if err := tx.QueryRowContext(ctx, `SELECT job, claimed_at FROM relay_tables WHERE schema_name = ? AND table_name = ? LOCK IN SHARE MODE`,
 			schema, t).Scan(&c.Job, &c.ClaimedAt); err != nil {
 			return fmt.Errorf("claim table %s.%s: %w", schema, t, err)
 		}

@@ -426,9 +426,8 @@ func (e *Env) recount(ctx context.Context, r *VerifyReport, from string) (map[ke
 	return want, nil
 }
 
-// progressEvery paces a recount's progress lines and its re-check of the ranges against the topic
-// (a variable so a test can shorten it).
-var progressEvery = 5 * time.Second
+// progressEvery paces a recount's progress lines and its re-check of the ranges against the topic.
+const progressEvery = 5 * time.Second
 
 // count folds every record of the ranges exactly as the pipeline does. It logs its progress, and
 // it fails with the unfinished partitions and their positions when a range stops being within the
@@ -485,24 +484,28 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 		return fmt.Sprintf("%d partitions unfinished after %d records (%s)", left, r.Records, strings.Join(s, ", "))
 	}
 	log := e.Log.Named("verify")
+	progress := func() {
+		log.Info("verify progress", zap.Int64("records_read", r.Records), zap.Int64("offsets_done", covered),
+			zap.Int64("offsets_total", total), zap.Int("partitions_left", left))
+		for rg, off := range next {
+			seen[rg] = off
+		}
+	}
+	// The first line comes at once: it tells the operator how much there is to read.
+	progress()
 	var o order.Order
-	// The first progress line comes at once: it tells the operator how much there is to read.
-	for nextLog := time.Now(); left > 0; {
+	for nextLog := time.Now().Add(progressEvery); left > 0; {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, fmt.Errorf("recount: %s: %w", unfinished(), err)
 		}
 		if now := time.Now(); !now.Before(nextLog) {
 			nextLog = now.Add(progressEvery)
-			log.Info("verify progress", zap.Int64("records_read", r.Records), zap.Int64("offsets_done", covered),
-				zap.Int64("offsets_total", total), zap.Int("partitions_left", left))
 			// A range that stopped moving may have left the topic (deleted or truncated meanwhile):
 			// ask the brokers about those only, one round trip each.
 			if err := ledger.CheckRange(ctx, stalled(open, ranges, next, seen), c.Kafka().QueryWatermarkOffsets); err != nil {
 				return nil, nil, fmt.Errorf("recount: %s: %w", unfinished(), err)
 			}
-			for rg, off := range next {
-				seen[rg] = off
-			}
+			progress()
 		}
 		msg, err := c.Poll(200 * time.Millisecond)
 		if err != nil {
