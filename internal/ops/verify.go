@@ -5,7 +5,8 @@
 // read in one consistent snapshot taken between two equal reads of the partitions' offset rows (in
 // XA mode with no checkpoint COMMITTING), so it holds exactly what those offsets cover (an XA
 // decision, with its offsets, lands before any of its branches commits; a held offset row commits
-// with its data), even while relay runs.
+// with its data), even while relay runs. A recount never waits for offsets the topic does not hold:
+// it fails, naming the partition and its watermarks, and tells its progress while it reads.
 package ops
 
 import (
@@ -474,7 +475,7 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 	// unfinished names where each open range stands, for an error that says why verify stopped.
 	unfinished := func() string {
 		var s []string
-		parts := partitionsOf(openEnds(open, ranges))
+		parts := partitionsOf(ends(open, ranges, func(*Range) bool { return true }))
 		for _, t := range sortedTopics(parts) {
 			for _, p := range parts[t] {
 				rg := ranges[t][p]
@@ -502,7 +503,8 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 			nextLog = now.Add(progressEvery)
 			// A range that stopped moving may have left the topic (deleted or truncated meanwhile):
 			// ask the brokers about those only, one round trip each.
-			if err := ledger.CheckRange(ctx, stalled(open, ranges, next, seen), c.Kafka().QueryWatermarkOffsets); err != nil {
+			still := func(rg *Range) bool { return next[rg] == seen[rg] }
+			if err := ledger.CheckRange(ctx, ends(open, ranges, still), c.Kafka().QueryWatermarkOffsets); err != nil {
 				return nil, nil, fmt.Errorf("recount: %s: %w", unfinished(), err)
 			}
 			progress()
@@ -551,28 +553,17 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 	return table, bad, nil
 }
 
-// stalled is the end offset of every open range that has not moved since the last progress line.
-func stalled(open map[string]map[int32]bool, ranges map[string]map[int32]*Range, next, seen map[*Range]int64) ledger.Offsets {
-	ends := ledger.Offsets{}
+// ends is the end offset of every open range that keep accepts.
+func ends(open map[string]map[int32]bool, ranges map[string]map[int32]*Range, keep func(*Range) bool) ledger.Offsets {
+	out := ledger.Offsets{}
 	for t, ps := range open {
 		for p := range ps {
-			if rg := ranges[t][p]; next[rg] == seen[rg] {
-				ends.Set(t, p, rg.To)
+			if rg := ranges[t][p]; keep(rg) {
+				out.Set(t, p, rg.To)
 			}
 		}
 	}
-	return ends
-}
-
-// openEnds is the end offset of every range still open.
-func openEnds(open map[string]map[int32]bool, ranges map[string]map[int32]*Range) ledger.Offsets {
-	ends := ledger.Offsets{}
-	for t, ps := range open {
-		for p := range ps {
-			ends.Set(t, p, ranges[t][p].To)
-		}
-	}
-	return ends
+	return out
 }
 
 func positionsDone(c *kafka.Consumer, open map[string]map[int32]bool, ranges map[string]map[int32]*Range, finish func(string, int32)) error {
