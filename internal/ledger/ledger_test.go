@@ -166,3 +166,23 @@ func TestTableClaimsConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// A resume offset may sit anywhere from the low to the high watermark, both included; outside,
+// the refusal says which side, what it means and the reset that resumes at the partition's start.
+func TestInRange(t *testing.T) {
+	for _, off := range []int64{10, 15, 20} {
+		if err := InRange("orders", 3, off, 10, 20); err != nil {
+			t.Fatalf("offset %d within [10, 20]: %v", off, err)
+		}
+	}
+	for off, want := range map[int64]string{
+		21: "resumes at offset 21, beyond the high watermark 20",
+		9:  "resumes at offset 9, below the low watermark 10 (the partition holds offsets [10, 20)): records 9 to 9 were deleted",
+	} {
+		err := InRange("orders", 3, off, 10, 20)
+		if !errors.Is(err, ErrOutOfRange) || !strings.Contains(err.Error(), "topic orders partition 3: the ledger "+want) ||
+			!strings.Contains(err.Error(), "relay offsets reset --to orders:3=10") {
+			t.Fatalf("offset %d: %v, want ErrOutOfRange saying %q and the reset", off, err, want)
+		}
+	}
+}
