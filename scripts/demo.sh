@@ -19,8 +19,9 @@ bin/relay loadgen --topic "$TOPIC" --create-partitions 4 --orders "$ORDERS" --ab
   --skus 50 --windows 5 --seed 42 --totals "$WORK/expected.json" 2> >(grep -v '^%' >&2)
 
 echo "== starting relay (job $JOB, logs in $WORK/relay.log, metrics on http://$HTTP/metrics)"
-# A fresh demo job each time: clear what an earlier demo left in the shared demo database.
-sql -e "DELETE FROM relay_checkpoints WHERE job='$JOB'; DELETE FROM relay_jobs WHERE job='$JOB'; DROP TABLE IF EXISTS order_stats_minute; DELETE FROM relay_dlq WHERE job='$JOB';" 2>/dev/null || true
+# A fresh demo job each time: clear what an earlier demo left in the shared demo database (the
+# table's owner too, so a demo under another DEMO_JOB may take it).
+sql -e "DELETE FROM relay_checkpoints WHERE job='$JOB'; DELETE FROM relay_jobs WHERE job='$JOB'; DROP TABLE IF EXISTS order_stats_minute; DELETE FROM relay_dlq WHERE job='$JOB'; DELETE FROM relay_tables WHERE table_name='order_stats_minute';" 2>/dev/null || true
 bin/relay run >"$WORK/relay.log" 2>&1 &
 RELAY_PID=$!
 trap 'kill $RELAY_PID 2>/dev/null || true' EXIT
