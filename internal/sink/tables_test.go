@@ -64,7 +64,24 @@ func TestCreateRefusesDifferentTable(t *testing.T) {
 		t.Fatalf("engine of the refused table: %q (%v): relay must not alter it", engine, err)
 	}
 	// What relay creates passes its own check, the append sink included.
-	if err := (Schema{Table: "order_stats_minute", DLQ: "relay_dlq", Detail: "order_details"}).Create(ctx, db, flavor); err != nil {
+	good := Schema{Table: "order_stats_minute", DLQ: "relay_dlq", Detail: "order_details"}
+	if err := good.Create(ctx, db, flavor); err != nil {
 		t.Fatal(err)
+	}
+	// The dead-letter table and the append sink are held to their definitions too.
+	for _, q := range []string{
+		"CREATE TABLE dlq_myisam LIKE relay_dlq", "ALTER TABLE dlq_myisam DROP KEY source_idx, ENGINE=MyISAM", // MyISAM keys are shorter
+		"CREATE TABLE details_ci LIKE order_details",
+		"ALTER TABLE details_ci MODIFY order_id VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := (Schema{Table: "order_stats_minute", DLQ: "dlq_myisam", Detail: "details_ci"}).Create(ctx, db, flavor)
+	for _, w := range []string{".dlq_myisam: engine MyISAM, not InnoDB", ".details_ci: column order_id has collation utf8mb4_general_ci, want " + coll} {
+		if !errors.Is(err, ErrTableDiffers) || !strings.Contains(err.Error(), w) {
+			t.Errorf("dead-letter and append-sink tables that differ: %v, want %q", err, w)
+		}
 	}
 }
