@@ -5,8 +5,8 @@
 // read in one consistent snapshot taken between two equal reads of the partitions' offset rows (in
 // XA mode with no checkpoint COMMITTING), so it holds exactly what those offsets cover (an XA
 // decision, with its offsets, lands before any of its branches commits; a held offset row commits
-// with its data), even while relay runs. A recount never waits for offsets the topic does not hold:
-// it fails, naming the partition and its watermarks, and tells its progress while it reads.
+// with its data), even while relay runs. A recount never starts on offsets the topic does not
+// hold: it fails, naming the partition and its watermarks; while it reads, it tells its progress.
 package ops
 
 import (
@@ -427,13 +427,13 @@ func (e *Env) recount(ctx context.Context, r *VerifyReport, from string) (map[ke
 	return want, nil
 }
 
-// progressEvery paces a recount's progress lines and its re-check of the ranges against the topic.
+// progressEvery paces a recount's progress lines.
 const progressEvery = 5 * time.Second
 
-// count folds every record of the ranges exactly as the pipeline does. It logs its progress, and
-// it fails with the unfinished partitions and their positions when a range stops being within the
-// topic (deleted or truncated meanwhile), when the brokers do not answer the re-check, or when ctx
-// ends.
+// count folds every record of the ranges exactly as the pipeline does, logging its progress. When
+// ctx ends first, the error names where each unfinished partition stood. (A range out of the topic
+// was refused before it started; a topic recreated shorter meanwhile ends it with the consumer's
+// out-of-range error.)
 func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, ranges map[string]map[int32]*Range) (*aggregate.Table, []BadRecord, error) {
 	dec := pipeline.NewDecoder(e.Config)
 	windowMS := e.Config.Input.Window.Milliseconds()
@@ -441,7 +441,6 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 	var bad []BadRecord
 	open := map[string]map[int32]bool{}
 	next := map[*Range]int64{} // the next offset to cover in each range
-	seen := map[*Range]int64{} // next, as of the last progress line
 	var covered, total int64
 	left := 0
 	var done []kafka.TopicPartition
@@ -475,7 +474,7 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 	// unfinished names where each open range stands, for an error that says why verify stopped.
 	unfinished := func() string {
 		var s []string
-		parts := partitionsOf(ends(open, ranges, func(*Range) bool { return true }))
+		parts := partitionsOf(openEnds(open, ranges))
 		for _, t := range sortedTopics(parts) {
 			for _, p := range parts[t] {
 				rg := ranges[t][p]
@@ -488,9 +487,6 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 	progress := func() {
 		log.Info("verify progress", zap.Int64("records_read", r.Records), zap.Int64("offsets_done", covered),
 			zap.Int64("offsets_total", total), zap.Int("partitions_left", left))
-		for rg, off := range next {
-			seen[rg] = off
-		}
 	}
 	// The first line comes at once: it tells the operator how much there is to read.
 	progress()
@@ -501,12 +497,6 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 		}
 		if now := time.Now(); !now.Before(nextLog) {
 			nextLog = now.Add(progressEvery)
-			// A range that stopped moving may have left the topic (deleted or truncated meanwhile):
-			// ask the brokers about those only, one round trip each.
-			still := func(rg *Range) bool { return next[rg] == seen[rg] }
-			if err := ledger.CheckRange(ctx, ends(open, ranges, still), c.Kafka().QueryWatermarkOffsets); err != nil {
-				return nil, nil, fmt.Errorf("recount: %s: %w", unfinished(), err)
-			}
 			progress()
 		}
 		msg, err := c.Poll(200 * time.Millisecond)
@@ -553,14 +543,12 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 	return table, bad, nil
 }
 
-// ends is the end offset of every open range that keep accepts.
-func ends(open map[string]map[int32]bool, ranges map[string]map[int32]*Range, keep func(*Range) bool) ledger.Offsets {
+// openEnds is the end offset of every range still open.
+func openEnds(open map[string]map[int32]bool, ranges map[string]map[int32]*Range) ledger.Offsets {
 	out := ledger.Offsets{}
 	for t, ps := range open {
 		for p := range ps {
-			if rg := ranges[t][p]; keep(rg) {
-				out.Set(t, p, rg.To)
-			}
+			out.Set(t, p, ranges[t][p].To)
 		}
 	}
 	return out
