@@ -26,7 +26,8 @@ which setting is wrong, by how much, and what to change; a warn does not fail pr
                      checkpoint.timeout + checkpoint.restart_allowance
   lock_wait_timeout  the innodb_lock_wait_timeout they get is below checkpoint.timeout
   connections        max_connections has room for the subtasks and relay's own connections
-  table_owner        no other job of the ledger owns the aggregate table (or the append sink)
+  table_owner        no other job of the ledger owns the aggregate table (or the append sink);
+                     warn when an unowned one holds rows although the job never committed
   orphans            prepared branches of jobs missing from the ledger (warn: they hold locks)
   topics             every configured topic exists; its partitions; the job's resume offsets lie
                      within them (not beyond a recreated or truncated topic's end, not below what

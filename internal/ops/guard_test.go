@@ -73,11 +73,19 @@ func TestPreflightRefusesSinkTable(t *testing.T) {
 	}
 }
 
-// Preflight names the job that owns the aggregate table when another job is configured on it.
+// Preflight names the job that owns the aggregate table when another job is configured on it, and
+// warns about rows in an unowned table that the job cannot have written.
 func TestPreflightTableOwner(t *testing.T) {
 	e, ctx := newEnv(t, 1)
 	if c := checkNamed(t, Preflight(ctx, e, nil), "table_owner"); c.Status != CheckOK || !strings.Contains(c.Detail, "relay run claims it") {
 		t.Fatalf("table_owner before any claim: %s", c)
+	}
+	// Rows nobody owns, in a table of a job that never committed: written by someone else.
+	if _, err := e.Sink.ExecContext(ctx, `INSERT INTO order_stats_minute VALUES ('2025-01-01 00:00:00', 'x', 1, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if c := checkNamed(t, Preflight(ctx, e, nil), "table_owner"); c.Status != CheckWarn || !strings.Contains(c.Detail, "holds rows, and job "+e.Config.Job.Name+" never committed") {
+		t.Fatalf("table_owner with rows nobody owns: %s", c)
 	}
 	first := ledger.New(e.Sink, "first_"+testenv.Suffix())
 	if err := (sink.Schema{Table: "order_stats_minute", DLQ: "relay_dlq"}).Claim(ctx, e.Sink, first); err != nil {

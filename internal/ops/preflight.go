@@ -209,16 +209,7 @@ func sessionChecks(ctx context.Context, e *Env, cs *checks) {
 // jobChecks look at the ledger: the owner of the sink tables, and branches that no job of this
 // ledger will ever resolve.
 func jobChecks(ctx context.Context, e *Env, cs *checks) {
-	m := e.Config.MySQL
-	unclaimed, err := (sink.Schema{Table: m.Table, DLQ: m.DLQTable, Detail: m.DetailTable}).CheckOwner(ctx, e.Sink, e.Ledger)
-	switch {
-	case err != nil:
-		cs.add("table_owner", CheckFail, "%v", err)
-	case len(unclaimed) > 0:
-		cs.add("table_owner", CheckOK, "no job owns %s yet: relay run claims it for job %s", strings.Join(unclaimed, ", "), e.Config.Job.Name)
-	default:
-		cs.add("table_owner", CheckOK, "job %s owns its tables", e.Config.Job.Name)
-	}
+	ownerCheck(ctx, e, cs)
 	txns, _, err := e.inventory(ctx)
 	if err != nil {
 		cs.add("orphans", CheckFail, "listing prepared branches: %v", err)
@@ -237,6 +228,36 @@ func jobChecks(ctx context.Context, e *Env, cs *checks) {
 	// A warning, not a failure: another ledger database on the same server looks the same from here.
 	cs.add("orphans", CheckWarn, "%d prepared branches name jobs that are not in this ledger (%s): they hold their row locks until resolved; if no other ledger on this server owns them (a renamed job), roll them back with relay txns resolve <tag> --rollback",
 		len(orphans), strings.Join(orphans, ", "))
+}
+
+// ownerCheck refuses tables another job of this ledger owns, and warns about an unclaimed aggregate
+// table that already holds rows although the job never committed: someone else wrote them (a job
+// of another ledger, or one from before relay recorded owners), and relay run would add to them.
+func ownerCheck(ctx context.Context, e *Env, cs *checks) {
+	m := e.Config.MySQL
+	unclaimed, err := (sink.Schema{Table: m.Table, DLQ: m.DLQTable, Detail: m.DetailTable}).CheckOwner(ctx, e.Sink, e.Ledger)
+	if err != nil {
+		cs.add("table_owner", CheckFail, "%v", err)
+		return
+	}
+	if len(unclaimed) == 0 {
+		cs.add("table_owner", CheckOK, "job %s owns its tables", e.Config.Job.Name)
+		return
+	}
+	_, committed, err := e.Ledger.PartitionOffsets(ctx)
+	var rows bool
+	if err == nil && committed == 0 {
+		err = e.Sink.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM `"+m.Table+"`)").Scan(&rows)
+	}
+	switch {
+	case err != nil:
+		cs.add("table_owner", CheckFail, "%v", err)
+	case rows:
+		cs.add("table_owner", CheckWarn, "%s has no owner job but holds rows, and job %s never committed: another job wrote them (one of another ledger database, or from before relay recorded owners); relay run would add into them: give job %s its own table unless they are its own",
+			m.Table, e.Config.Job.Name, e.Config.Job.Name)
+	default:
+		cs.add("table_owner", CheckOK, "no job owns %s yet: relay run claims it for job %s", strings.Join(unclaimed, ", "), e.Config.Job.Name)
+	}
 }
 
 func topicCheck(ctx context.Context, e *Env, cs *checks) {
