@@ -15,8 +15,9 @@ WORK=$(mktemp -d)
 sql() { scripts/services.sh mysql relay "$@"; }
 
 # A fresh demo job each time: clear what an earlier demo left in the shared demo database (before
-# producing: loadgen refuses a topic whose offsets a ledger still holds, as a reused DEMO_TOPIC's).
-sql -e "DELETE FROM relay_checkpoints WHERE job='$JOB'; DELETE FROM relay_offsets WHERE job='$JOB'; DELETE FROM relay_jobs WHERE job='$JOB'; DROP TABLE IF EXISTS order_stats_minute; DELETE FROM relay_dlq WHERE job='$JOB';" 2>/dev/null || true
+# producing: loadgen refuses a topic whose offsets a ledger still holds, as a reused DEMO_TOPIC's;
+# the table's owner too, so a demo under another DEMO_JOB may take it).
+sql -e "DELETE FROM relay_checkpoints WHERE job='$JOB'; DELETE FROM relay_offsets WHERE job='$JOB'; DELETE FROM relay_jobs WHERE job='$JOB'; DROP TABLE IF EXISTS order_stats_minute; DELETE FROM relay_dlq WHERE job='$JOB'; DELETE FROM relay_tables WHERE table_name='order_stats_minute';" 2>/dev/null || true
 
 echo "== producing $ORDERS synthetic orders to $TOPIC (Kafka transactions, 5% aborted, 0.5% bad records)"
 bin/relay loadgen --brokers "$RELAY_TEST_KAFKA" --topic "$TOPIC" --create-partitions 4 --orders "$ORDERS" --abort-rate 0.05 --bad-rate 0.005 \

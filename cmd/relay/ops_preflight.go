@@ -15,16 +15,23 @@ which setting is wrong, by how much, and what to change; a warn does not fail pr
   config             the configuration validates (every refusal names its key and variable)
   mysql              server flavour and version: MySQL >= 5.7.7 or MariaDB >= 10.5.2 for XA
   galera             not a Galera node (Galera has no XA: use mode held)
-  schema             relay's tables exist or can be created (CREATE privilege, ledger version)
-  xa                 a probe branch (relaypreflight-...) is started, prepared and rolled back
+  schema             relay's tables exist or can be created (CREATE privilege, ledger version), and
+                     each sink table is InnoDB and exactly what relay writes (columns, types, sku
+                     collation, primary key, no other unique key); relay never alters one
+  xa                 a probe branch (relaypreflight-...) is started, prepared and rolled back, and
+                     its row is gone afterwards (nothing is left behind)
   xa_recover         XA RECOVER is allowed (MySQL 8: XA_RECOVER_ADMIN)
   binlog_format      ROW when the binary log is on (warn otherwise)
   session_timeout    the wait_timeout relay's sessions really get exceeds checkpoint.interval +
                      checkpoint.timeout + checkpoint.restart_allowance
   lock_wait_timeout  the innodb_lock_wait_timeout they get is below checkpoint.timeout
   connections        max_connections has room for the subtasks and relay's own connections
+  table_owner        no other job of the ledger owns the aggregate table (or the append sink);
+                     warn when an unowned one holds rows although the job never committed
   orphans            prepared branches of jobs missing from the ledger (warn: they hold locks)
-  topics             every configured topic exists; its partitions
+  topics             every configured topic exists; its partitions; the job's resume offsets lie
+                     within them (not beyond a recreated or truncated topic's end, not below what
+                     retention deleted)
   tag_length         the longest transaction tag fits XA's 64 bytes
 `
 

@@ -24,7 +24,9 @@ nothing and locks nothing: safe to run while relay runs.
           instance: the job, or job/0..job/M-1 when it runs as M instances; ready is the answer of
           the holder's /readyz, null when not asked or no answer, with readiness saying why)
   last_checkpoint: {id, state, decided_at, committed_at, age_seconds, records, tags} | null
-  partitions: [{topic, partition, offset, high_watermark, lag}]
+  partitions: [{topic, partition, offset, high_watermark, lag, waiting, out_of_range}]
+              (out_of_range: why offset lies outside the partition, e.g. a recreated topic, and
+              what to do; lag and waiting are null then, and relay run refuses to start)
   branches: [{tag, job, kind, checkpoint, subtask, verdict, ledger_state, decided_at, age_seconds}]
   committing: [{id, state, decided_at, committed_at, age_seconds, records, tags}]
   manual_actions: [{id, job, target, action, origin, operator, at, forced, detail}]

@@ -20,6 +20,11 @@ one consistent snapshot of that commit, so verify may run while relay runs.
 With --expected FILE (a loadgen --totals file) it compares the table with that file instead, the
 dead-letter rows by reason with the file's bad_records, and the detail rows with good_orders.
 
+While it reads, it logs "verify progress" lines on stderr every 5 seconds (records_read,
+offsets_done of offsets_total). A range the topic does not hold (recreated or truncated topic,
+records deleted unread) fails at once, exit 1, naming the partition, the offsets and the
+watermarks; with --timeout the error names where each unfinished partition stood.
+
 Records deleted by retention cannot be recounted: --from earliest then notes where each partition
 starts. --from <checkpoint id> starts at that ledger checkpoint's offsets, for a table that only
 holds what relay wrote after it (e.g. emptied when the offsets were reset to that checkpoint; mode

@@ -120,15 +120,15 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	defer cancel()
 	// MySQL may still be starting next to relay (compose, a restarted pod), or the network may
 	// drop a connection now and then: retry, bounded.
+	led := ledger.NewInstance(ledgerDB, cfg.Job.Name, cfg.InstanceIndex(), cfg.InstanceCount())
 	err = fault.Do(startCtx, fault.DefaultPolicy(), func(ctx context.Context) error {
-		return prepareServer(ctx, cfg, sinkDB, ledgerDB, log)
+		return prepareServer(ctx, cfg, sinkDB, led, log)
 	}, func(attempt int, err error) {
 		log.Warn("mysql not ready yet", zap.Int("attempt", attempt), zap.Error(err))
 	})
 	if err != nil {
 		return err
 	}
-	led := ledger.NewInstance(ledgerDB, cfg.Job.Name, cfg.InstanceIndex(), cfg.InstanceCount())
 
 	copts := consumer.Options{Brokers: cfg.Kafka.Brokers, Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
 		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties,
@@ -173,8 +173,9 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	return err
 }
 
-// prepareServer checks the server against the configuration and creates what relay writes.
-func prepareServer(ctx context.Context, cfg config.Config, sinkDB, ledgerDB *sql.DB, log *zap.Logger) error {
+// prepareServer checks the server against the configuration, creates (or checks) what relay
+// writes, and claims the sink tables for the job.
+func prepareServer(ctx context.Context, cfg config.Config, sinkDB *sql.DB, led *ledger.Ledger, log *zap.Logger) error {
 	flavor, version, err := sink.DetectFlavor(ctx, sinkDB)
 	if err != nil {
 		return fmt.Errorf("connect sink: %w", err)
@@ -191,10 +192,14 @@ func prepareServer(ctx context.Context, cfg config.Config, sinkDB, ledgerDB *sql
 	if err := cfg.CheckServer(maxConn, threads); err != nil {
 		return err
 	}
-	if err := (sink.Schema{Table: cfg.MySQL.Table, DLQ: cfg.MySQL.DLQTable, Detail: cfg.MySQL.DetailTable}).Create(ctx, sinkDB, flavor); err != nil {
+	schema := sink.Schema{Table: cfg.MySQL.Table, DLQ: cfg.MySQL.DLQTable, Detail: cfg.MySQL.DetailTable}
+	if err := schema.Create(ctx, sinkDB, flavor); err != nil {
 		return err
 	}
-	return ledger.EnsureSchema(ctx, ledgerDB)
+	if err := ledger.EnsureSchema(ctx, led.DB()); err != nil {
+		return err
+	}
+	return schema.Claim(ctx, sinkDB, led)
 }
 
 // watch samples what no request drives: the server's Threads_connected, where connection

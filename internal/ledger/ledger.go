@@ -204,6 +204,7 @@ var schema = []string{
 	) ENGINE=InnoDB`,
 	auditTable,
 	inDoubtTable,
+	tablesTable,
 }
 
 // EnsureSchema creates the ledger tables and refuses a ledger written by a newer relay.

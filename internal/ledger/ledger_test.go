@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +120,69 @@ func TestNewerSchemaRefused(t *testing.T) {
 	}
 	if err := EnsureSchema(ctx, l.db); !errors.Is(err, ErrNewerSchema) {
 		t.Fatalf("got %v, want ErrNewerSchema", err)
+	}
+}
+
+// A sink table has one owner job: a second job's claim is refused naming the first and changes
+// nothing; the owner claims again freely; the same table name in another sink database is free.
+func TestTableClaims(t *testing.T) {
+	a, ctx := newLedger(t)
+	b := New(a.DB(), "other_"+testenv.Suffix())
+	if err := a.ClaimTables(ctx, "sinkdb", "order_stats_minute", "order_details"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ClaimTables(ctx, "sinkdb", "order_stats_minute"); err != nil {
+		t.Fatalf("the owner's second claim: %v", err)
+	}
+	err := b.ClaimTables(ctx, "sinkdb", "order_stats_b", "order_stats_minute")
+	if !errors.Is(err, ErrTableOwned) || !strings.Contains(err.Error(), "sinkdb.order_stats_minute is written by job "+a.Job()) {
+		t.Fatalf("second job's claim: %v, want ErrTableOwned naming job %s", err, a.Job())
+	}
+	if free, err := b.CheckTables(ctx, "sinkdb", "order_stats_b"); err != nil || len(free) != 1 {
+		t.Fatalf("a refused claim must claim nothing: unclaimed %v, %v", free, err)
+	}
+	if _, err := b.CheckTables(ctx, "sinkdb", "order_details"); !errors.Is(err, ErrTableOwned) {
+		t.Fatalf("check of another job's table: %v, want ErrTableOwned", err)
+	}
+	if err := b.ClaimTables(ctx, "otherdb", "order_stats_minute"); err != nil {
+		t.Fatalf("the same name in another sink database: %v", err)
+	}
+}
+
+// Instances of one job start together and claim the same tables at once: every claim succeeds
+// (none deadlocks on another's lock).
+func TestTableClaimsConcurrent(t *testing.T) {
+	l, ctx := newLedger(t)
+	for round := 0; round < 10; round++ {
+		tables := []string{fmt.Sprintf("stats_%d", round), fmt.Sprintf("details_%d", round)}
+		errs := make(chan error, 4)
+		for i := 0; i < cap(errs); i++ {
+			go func() { errs <- l.ClaimTables(ctx, "sinkdb", tables...) }()
+		}
+		for i := 0; i < cap(errs); i++ {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: concurrent claim by the same job: %v", round, err)
+			}
+		}
+	}
+}
+
+// A resume offset may sit anywhere from the low to the high watermark, both included; outside,
+// the refusal says which side, what it means and the reset that resumes at the partition's start.
+func TestInRange(t *testing.T) {
+	for _, off := range []int64{10, 15, 20} {
+		if err := InRange("orders", 3, off, 10, 20); err != nil {
+			t.Fatalf("offset %d within [10, 20]: %v", off, err)
+		}
+	}
+	for off, want := range map[int64]string{
+		21: "resumes at offset 21, beyond the high watermark 20",
+		9:  "resumes at offset 9, below the low watermark 10 (the partition holds offsets [10, 20)): records 9 to 9 were deleted",
+	} {
+		err := InRange("orders", 3, off, 10, 20)
+		if !errors.Is(err, ErrOutOfRange) || !strings.Contains(err.Error(), "topic orders partition 3: the ledger "+want) ||
+			!strings.Contains(err.Error(), "relay offsets reset --to orders:3=10") {
+			t.Fatalf("offset %d: %v, want ErrOutOfRange saying %q and the reset", off, err, want)
+		}
 	}
 }

@@ -206,8 +206,10 @@ func sessionChecks(ctx context.Context, e *Env, cs *checks) {
 	}
 }
 
-// jobChecks look at the ledger: branches that no job of this ledger will ever resolve.
+// jobChecks look at the ledger: the owner of the sink tables, and branches that no job of this
+// ledger will ever resolve.
 func jobChecks(ctx context.Context, e *Env, cs *checks) {
+	ownerCheck(ctx, e, cs)
 	txns, _, err := e.inventory(ctx)
 	if err != nil {
 		cs.add("orphans", CheckFail, "listing prepared branches: %v", err)
@@ -229,6 +231,36 @@ func jobChecks(ctx context.Context, e *Env, cs *checks) {
 		len(orphans), strings.Join(orphans, ", "))
 }
 
+// ownerCheck refuses tables another job of this ledger owns, and warns about an unclaimed aggregate
+// table that already holds rows although the job never committed: someone else wrote them (a job
+// of another ledger, or one from before relay recorded owners), and relay run would add to them.
+func ownerCheck(ctx context.Context, e *Env, cs *checks) {
+	m := e.Config.MySQL
+	unclaimed, err := (sink.Schema{Table: m.Table, DLQ: m.DLQTable, Detail: m.DetailTable}).CheckOwner(ctx, e.Sink, e.Ledger)
+	if err != nil {
+		cs.add("table_owner", CheckFail, "%v", err)
+		return
+	}
+	if len(unclaimed) == 0 {
+		cs.add("table_owner", CheckOK, "job %s owns its tables", e.Config.Job.Name)
+		return
+	}
+	_, committed, err := e.Ledger.PartitionOffsets(ctx)
+	var rows bool
+	if err == nil && committed == 0 {
+		err = e.Sink.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM `"+m.Table+"`)").Scan(&rows)
+	}
+	switch {
+	case err != nil:
+		cs.add("table_owner", CheckFail, "%v", err)
+	case rows:
+		cs.add("table_owner", CheckWarn, "%s has no owner job but holds rows, and job %s never committed: another job wrote them (one of another ledger database, or from before relay recorded owners); relay run would add into them: give job %s its own table unless they are its own",
+			m.Table, e.Config.Job.Name, e.Config.Job.Name)
+	default:
+		cs.add("table_owner", CheckOK, "no job owns %s yet: relay run claims it for job %s", strings.Join(unclaimed, ", "), e.Config.Job.Name)
+	}
+}
+
 func topicCheck(ctx context.Context, e *Env, cs *checks) {
 	c, parts, err := e.partitions(ctx)
 	if err != nil {
@@ -236,11 +268,30 @@ func topicCheck(ctx context.Context, e *Env, cs *checks) {
 		return
 	}
 	defer c.Close()
+	// The job's resume offsets must lie within what the topics hold now (relay run refuses
+	// otherwise): a topic deleted and recreated under the same name looks fine by name alone.
+	offs, _, err := e.Ledger.PartitionOffsets(ctx)
+	if err != nil {
+		cs.add("topics", CheckFail, "%v", err)
+		return
+	}
+	resume := ledger.Offsets{}
+	for t, ps := range parts {
+		for _, p := range ps {
+			if off, ok := offs.Get(t, p); ok {
+				resume.Set(t, p, off)
+			}
+		}
+	}
+	if err := ledger.CheckRange(ctx, resume, c.Kafka().QueryWatermarkOffsets); err != nil {
+		cs.add("topics", CheckFail, "%v", err)
+		return
+	}
 	var s []string
 	for _, t := range sortedTopics(parts) {
 		s = append(s, fmt.Sprintf("%s (%d partitions)", t, len(parts[t])))
 	}
-	cs.add("topics", CheckOK, "%s", strings.Join(s, ", "))
+	cs.add("topics", CheckOK, "%s; the job's resume offsets lie within them", strings.Join(s, ", "))
 }
 
 // probeXA prepares and rolls back a branch that inserts one row no input can produce.
@@ -264,7 +315,20 @@ func probeXA(ctx context.Context, db *sql.DB, table string) error {
 	if err := b.Rollback(ctx); err != nil {
 		return fmt.Errorf("%w (probe branch %s may be left prepared: relay txns resolve %s --rollback)", err, tag, tag)
 	}
-	return nil
+	// The rollback must have taken the row with it; a table that kept it would keep a failed
+	// epoch's totals too. A leftover is removed: preflight leaves nothing behind.
+	const probeRow = "` WHERE window_start = '1000-01-01 00:00:00' AND sku = ?"
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+probeRow, tag).Scan(&n); err != nil {
+		return fmt.Errorf("probe row: %w", err)
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, "DELETE FROM `"+table+probeRow, tag); err != nil {
+		return fmt.Errorf("%s kept the row of the rolled-back probe branch %s, and deleting it failed (%w): it is not transactional", table, tag, err)
+	}
+	return fmt.Errorf("%s kept the row of the rolled-back probe branch %s (deleted now): it is not transactional, and a crash would double its totals", table, tag)
 }
 
 // serverString reads one SHOW ... LIKE value; ok is false when the server has no such name.

@@ -75,6 +75,10 @@ type PartitionLag struct {
 	// receives, so a caught-up job can show lag > 0 but waiting 0. Null when not counted (lag
 	// over countLimit, or the read did not reach the high watermark in time).
 	Waiting *int64 `json:"waiting"`
+	// OutOfRange says why offset lies outside the partition's offsets (recreated or truncated
+	// topic, records deleted unread) and what to do; relay run refuses to start then. Lag and
+	// waiting are null: there is no honest number. Null when the offset is in range.
+	OutOfRange *string `json:"out_of_range"`
 }
 
 func checkpointInfo(c ledger.Checkpoint, now time.Time) CheckpointInfo {
@@ -249,14 +253,20 @@ func (e *Env) lags(ctx context.Context, decided ledger.Offsets) ([]PartitionLag,
 	out := []PartitionLag{}
 	for _, t := range sortedTopics(parts) {
 		for _, p := range parts[t] {
-			_, hi, err := c.Kafka().QueryWatermarkOffsets(t, p, timeoutMS(ctx))
+			lo, hi, err := c.Kafka().QueryWatermarkOffsets(t, p, timeoutMS(ctx))
 			if err != nil {
 				return nil, fmt.Errorf("watermarks %s/%d: %w", t, p, err)
 			}
 			pl := PartitionLag{Topic: t, Partition: p, HighWatermark: hi}
 			if off, ok := decided.Get(t, p); ok {
-				lag := max(hi-off, 0)
-				pl.Offset, pl.Lag = &off, &lag
+				pl.Offset = &off
+				if err := ledger.InRange(t, p, off, lo, hi); err != nil {
+					why := err.Error()
+					pl.OutOfRange = &why
+				} else {
+					lag := hi - off
+					pl.Lag = &lag
+				}
 			}
 			out = append(out, pl)
 		}
@@ -361,7 +371,13 @@ func (r *StatusReport) WriteText(w io.Writer) error {
 	for _, p := range r.Partitions {
 		off, lag, waiting := "-", "-", "-"
 		if p.Offset != nil {
-			off, lag = fmt.Sprint(*p.Offset), fmt.Sprint(*p.Lag)
+			off = fmt.Sprint(*p.Offset)
+		}
+		if p.Lag != nil {
+			lag = fmt.Sprint(*p.Lag)
+		}
+		if p.OutOfRange != nil {
+			lag = "OUT OF RANGE"
 		}
 		if p.Waiting != nil {
 			waiting = fmt.Sprint(*p.Waiting)
@@ -369,6 +385,11 @@ func (r *StatusReport) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", p.Topic, p.Partition, off, p.HighWatermark, lag, waiting)
 	}
 	fmt.Fprintf(tw, "(lag: offsets up to the high watermark, transaction markers and aborted records included; waiting: committed records among them, counted when lag <= %d)\n", countLimit)
+	for _, p := range r.Partitions {
+		if p.OutOfRange != nil {
+			fmt.Fprintf(tw, "OUT OF RANGE\t%s\n", *p.OutOfRange)
+		}
+	}
 	fmt.Fprintln(tw)
 	if len(r.Branches) == 0 {
 		fmt.Fprintln(tw, "prepared branches\tnone")

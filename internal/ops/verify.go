@@ -5,7 +5,8 @@
 // read in one consistent snapshot taken between two equal reads of the partitions' offset rows (in
 // XA mode with no checkpoint COMMITTING), so it holds exactly what those offsets cover (an XA
 // decision, with its offsets, lands before any of its branches commits; a held offset row commits
-// with its data), even while relay runs.
+// with its data), even while relay runs. A recount never starts on offsets the topic does not
+// hold: it fails, naming the partition and its watermarks; while it reads, it tells its progress.
 package ops
 
 import (
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"go.uber.org/zap"
 
 	"github.com/relay-sh/relay/internal/aggregate"
 	"github.com/relay-sh/relay/internal/config"
@@ -377,6 +379,17 @@ func (e *Env) recount(ctx context.Context, r *VerifyReport, from string) (map[ke
 	if err != nil {
 		return nil, err
 	}
+	// A range the topic does not hold (recreated, truncated, records deleted) would be waited for
+	// forever: fail now, saying which and why.
+	firsts, ends := ledger.Offsets{}, ledger.Offsets{}
+	for _, rg := range snap.ranges {
+		firsts.Set(rg.Topic, rg.Partition, rg.From)
+		ends.Set(rg.Topic, rg.Partition, rg.To)
+	}
+	q := c.Kafka().QueryWatermarkOffsets
+	if err := errors.Join(ledger.CheckRange(ctx, firsts, q), ledger.CheckRange(ctx, ends, q)); err != nil {
+		return nil, fmt.Errorf("verify: the range to recount is not in the topic: %w", err)
+	}
 	r.Checkpoint = &snap.checkpoint
 	r.Ranges = snap.ranges
 	r.Notes = append(r.Notes, snap.notes...)
@@ -414,19 +427,34 @@ func (e *Env) recount(ctx context.Context, r *VerifyReport, from string) (map[ke
 	return want, nil
 }
 
-// count folds every record of the ranges exactly as the pipeline does.
+// progressEvery paces a recount's progress lines.
+const progressEvery = 5 * time.Second
+
+// count folds every record of the ranges exactly as the pipeline does, logging its progress. When
+// ctx ends first, the error names where each unfinished partition stood. (A range out of the topic
+// was refused before it started; a topic recreated shorter meanwhile ends it with the consumer's
+// out-of-range error.)
 func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, ranges map[string]map[int32]*Range) (*aggregate.Table, []BadRecord, error) {
 	dec := pipeline.NewDecoder(e.Config)
 	windowMS := e.Config.Input.Window.Milliseconds()
 	table := aggregate.NewTable()
 	var bad []BadRecord
 	open := map[string]map[int32]bool{}
+	next := map[*Range]int64{} // the next offset to cover in each range
+	var covered, total int64
 	left := 0
 	var done []kafka.TopicPartition
+	advance := func(rg *Range, to int64) {
+		if to > next[rg] {
+			covered += to - next[rg]
+			next[rg] = to
+		}
+	}
 	finish := func(t string, p int32) {
 		if open[t][p] {
 			delete(open[t], p)
 			left--
+			advance(ranges[t][p], ranges[t][p].To)
 			topic := t
 			done = append(done, kafka.TopicPartition{Topic: &topic, Partition: p})
 		}
@@ -435,16 +463,41 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 		open[t] = map[int32]bool{}
 		for p, rg := range ps {
 			open[t][p] = true
+			next[rg] = rg.From
+			total += max(rg.To-rg.From, 0)
 			left++
 			if rg.From >= rg.To {
 				finish(t, p)
 			}
 		}
 	}
+	// unfinished names where each open range stands, for an error that says why verify stopped.
+	unfinished := func() string {
+		var s []string
+		parts := partitionsOf(openEnds(open, ranges))
+		for _, t := range sortedTopics(parts) {
+			for _, p := range parts[t] {
+				rg := ranges[t][p]
+				s = append(s, fmt.Sprintf("%s:%d at offset %d of [%d,%d)", t, p, next[rg], rg.From, rg.To))
+			}
+		}
+		return fmt.Sprintf("%d partitions unfinished after %d records (%s)", left, r.Records, strings.Join(s, ", "))
+	}
+	log := e.Log.Named("verify")
+	progress := func() {
+		log.Info("verify progress", zap.Int64("records_read", r.Records), zap.Int64("offsets_done", covered),
+			zap.Int64("offsets_total", total), zap.Int("partitions_left", left))
+	}
+	// The first line comes at once: it tells the operator how much there is to read.
+	progress()
 	var o order.Order
-	for left > 0 {
+	for nextLog := time.Now().Add(progressEvery); left > 0; {
 		if err := ctx.Err(); err != nil {
-			return nil, nil, fmt.Errorf("recount: %d partitions unfinished: %w", left, err)
+			return nil, nil, fmt.Errorf("recount: %s: %w", unfinished(), err)
+		}
+		if now := time.Now(); !now.Before(nextLog) {
+			nextLog = now.Add(progressEvery)
+			progress()
 		}
 		msg, err := c.Poll(200 * time.Millisecond)
 		if err != nil {
@@ -464,6 +517,7 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 				continue
 			}
 			if open[t][p] && off < rg.To {
+				advance(rg, off+1)
 				r.Records++
 				if reason := dec.Decode(msg.Value, &o); reason == order.OK {
 					table.Add(aggregate.Window(o.TS, windowMS), o.SKU, o.Amount)
@@ -487,6 +541,17 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 		}
 	}
 	return table, bad, nil
+}
+
+// openEnds is the end offset of every range still open.
+func openEnds(open map[string]map[int32]bool, ranges map[string]map[int32]*Range) ledger.Offsets {
+	out := ledger.Offsets{}
+	for t, ps := range open {
+		for p := range ps {
+			out.Set(t, p, ranges[t][p].To)
+		}
+	}
+	return out
 }
 
 func positionsDone(c *kafka.Consumer, open map[string]map[int32]bool, ranges map[string]map[int32]*Range, finish func(string, int32)) error {

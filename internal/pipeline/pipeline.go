@@ -350,6 +350,9 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence, serial b
 		return nil, err
 	}
 	start, err := cons.Assign(rctx, from)
+	if err == nil {
+		err = ledger.CheckRange(rctx, start, cons.Kafka().QueryWatermarkOffsets)
+	}
 	if err != nil {
 		cons.Close()
 		return nil, err

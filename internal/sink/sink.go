@@ -54,50 +54,15 @@ func binaryCollation(f Flavor) string {
 	return "utf8mb4_0900_bin"
 }
 
-// Create makes the aggregate and dead-letter tables if they are missing.
+// Create makes the sink tables if they are missing, then holds every one of them, new or old, to
+// the definition relay writes (Check): relay never alters a table, it refuses one that differs.
 func (s Schema) Create(ctx context.Context, db *sql.DB, f Flavor) error {
-	stmts := []string{
-		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
-			window_start DATETIME NOT NULL,
-			sku VARCHAR(64) CHARACTER SET utf8mb4 COLLATE %s NOT NULL,
-			order_count BIGINT NOT NULL,
-			amount_sum DECIMAL(38,4) NOT NULL,
-			PRIMARY KEY (window_start, sku)
-		) ENGINE=InnoDB`, quote(s.Table), binaryCollation(f)),
-		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
-			id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-			job VARCHAR(64) NOT NULL,
-			topic VARCHAR(249) NOT NULL,
-			kpartition INT NOT NULL,
-			koffset BIGINT NOT NULL,
-			reason VARCHAR(32) NOT NULL,
-			payload BLOB NOT NULL,
-			payload_bytes INT NOT NULL,
-			checkpoint_id BIGINT NOT NULL,
-			created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-			KEY source_idx (job, topic, kpartition, koffset)
-		) ENGINE=InnoDB`, quote(s.DLQ)),
-	}
-	if s.Detail != "" {
-		// No unique key on purpose: exactly-once here rests on the epoch transactions alone.
-		stmts = append(stmts, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
-			id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-			order_id VARCHAR(128) CHARACTER SET utf8mb4 COLLATE %s NOT NULL,
-			sku VARCHAR(64) CHARACTER SET utf8mb4 COLLATE %s NOT NULL,
-			amount DECIMAL(38,4) NOT NULL,
-			event_time DATETIME(3) NOT NULL,
-			src_topic VARCHAR(249) NOT NULL,
-			src_partition INT NOT NULL,
-			src_offset BIGINT NOT NULL,
-			KEY source_idx (src_topic, src_partition, src_offset)
-		) ENGINE=InnoDB`, quote(s.Detail), binaryCollation(f), binaryCollation(f)))
-	}
-	for _, q := range stmts {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("create sink tables: %w", err)
+	for _, t := range s.tables() {
+		if _, err := db.ExecContext(ctx, t.createSQL(f)); err != nil {
+			return fmt.Errorf("create sink table %s: %w", t.name, err)
 		}
 	}
-	return nil
+	return s.Check(ctx, db, f)
 }
 
 func quote(ident string) string { return "`" + ident + "`" }

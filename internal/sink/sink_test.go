@@ -6,18 +6,12 @@ import (
 
 	"github.com/relay-sh/relay/internal/aggregate"
 	"github.com/relay-sh/relay/internal/money"
-	"github.com/relay-sh/relay/internal/testenv"
 )
 
 // The rendered upsert is additive, keeps skus that differ only in case or trailing space apart
 // (binary, no-pad collation), stores any UTF-8 byte-exactly, and sums exactly to the 4th decimal.
 func TestUpsertAgainstServer(t *testing.T) {
-	db := testenv.Open(t, testenv.Database(t))
-	ctx := testenv.Context(t, time.Minute)
-	flavor, _, err := DetectFlavor(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, ctx, flavor := serverDB(t)
 	s := Schema{Table: "order_stats_minute", DLQ: "relay_dlq", Detail: "order_details"}
 	if err := s.Create(ctx, db, flavor); err != nil {
 		t.Fatal(err)

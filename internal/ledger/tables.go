@@ -1,0 +1,92 @@
+// Table ownership: which job writes a sink table that has no job column.
+//
+// Invariant: a sink table whose rows do not name their job (the aggregate table, the append sink)
+// has at most one owner job in this ledger; relay run claims its tables before it writes, and a
+// second job is refused, named with the first, instead of adding its totals into the same rows.
+// A claim is keyed by the sink's database and table name, since the ledger may live in another
+// database (or on another server) than the tables it records.
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrTableOwned means a sink table belongs to another job.
+var ErrTableOwned = errors.New("sink table belongs to another job")
+
+// tablesTable holds one row per claimed sink table.
+const tablesTable = `CREATE TABLE IF NOT EXISTS relay_tables (
+	schema_name VARCHAR(64) NOT NULL,
+	table_name VARCHAR(64) NOT NULL,
+	job VARCHAR(64) NOT NULL,
+	claimed_at DATETIME(6) NOT NULL,
+	PRIMARY KEY (schema_name, table_name)
+) ENGINE=InnoDB`
+
+// TableClaim is the owner of one sink table.
+type TableClaim struct {
+	Schema    string
+	Table     string
+	Job       string
+	ClaimedAt time.Time
+}
+
+func (c TableClaim) refusal(job string) error {
+	return fmt.Errorf("%w: table %s.%s is written by job %s (claimed %s UTC); job %s would add its totals into the same rows, which name no job: "+
+		"give job %s its own table (mysql.table, mysql.detail_table) or database; only if job %s is retired for good, release the table: "+
+		"DELETE FROM relay_tables WHERE schema_name = '%s' AND table_name = '%s'",
+		ErrTableOwned, c.Schema, c.Table, c.Job, c.ClaimedAt.Format("2006-01-02 15:04:05"), job, job, c.Job, c.Schema, c.Table)
+}
+
+// ClaimTables makes the job the owner of each table of the sink database schema that has no
+// owner yet, and refuses, changing nothing, when another job owns one.
+func (l *Ledger) ClaimTables(ctx context.Context, schema string, tables ...string) error {
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("claim tables: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	for _, t := range tables {
+		if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO relay_tables (schema_name, table_name, job, claimed_at) VALUES (?, ?, ?, UTC_TIMESTAMP(6))`,
+			schema, t, l.job); err != nil {
+			return fmt.Errorf("claim table %s.%s: %w", schema, t, err)
+		}
+		// A locking read sees the claim that won, even one committed after this transaction began.
+		// A shared lock: instances of one job claiming at once all read, none waits for another.
+		c := TableClaim{Schema: schema, Table: t}
+		if err := tx.QueryRowContext(ctx, `SELECT job, claimed_at FROM relay_tables WHERE schema_name = ? AND table_name = ? LOCK IN SHARE MODE`,
+			schema, t).Scan(&c.Job, &c.ClaimedAt); err != nil {
+			return fmt.Errorf("claim table %s.%s: %w", schema, t, err)
+		}
+		if c.Job != l.job {
+			return c.refusal(l.job)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("claim tables: %w", err)
+	}
+	return nil
+}
+
+// CheckTables is ClaimTables without writing: it refuses a table another job owns and returns the
+// tables still unclaimed.
+func (l *Ledger) CheckTables(ctx context.Context, schema string, tables ...string) (unclaimed []string, err error) {
+	for _, t := range tables {
+		c := TableClaim{Schema: schema, Table: t}
+		err := l.db.QueryRowContext(ctx, `SELECT job, claimed_at FROM relay_tables WHERE schema_name = ? AND table_name = ?`, schema, t).
+			Scan(&c.Job, &c.ClaimedAt)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			unclaimed = append(unclaimed, t)
+		case err != nil:
+			return nil, fmt.Errorf("table owner %s.%s: %w", schema, t, err)
+		case c.Job != l.job:
+			return nil, c.refusal(l.job)
+		}
+	}
+	return unclaimed, nil
+}

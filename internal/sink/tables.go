@@ -1,0 +1,281 @@
+// The sink tables' definitions, as data: CREATE TABLE is rendered from them and an existing table
+// is compared with them (information_schema), so what relay creates and what it accepts cannot
+// drift apart.
+//
+// Invariant: relay writes only into a table that is transactional (InnoDB: a rolled-back or
+// never-committed epoch leaves nothing behind) and whose columns, types, sku collation and unique
+// keys are exactly these; anything else is refused with the difference, never altered.
+package sink
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/relay-sh/relay/internal/ledger"
+)
+
+// ErrTableDiffers means a sink table exists but is not what relay writes.
+var ErrTableDiffers = errors.New("sink table differs from what relay writes")
+
+// column is one NOT NULL column of a sink table.
+type column struct {
+	name string
+	typ  string // as written in CREATE TABLE; lower-cased it is information_schema's COLUMN_TYPE
+	// binary: utf8mb4 with the flavor's binary no-pad collation, so keys compare as bytes.
+	binary bool
+	tail   string // AUTO_INCREMENT, DEFAULT ...
+}
+
+type table struct {
+	name    string
+	columns []column
+	primary []string
+	keys    []string // secondary (non-unique) indexes, as written in CREATE TABLE; not checked
+}
+
+func (s Schema) tables() []table {
+	ts := []table{{
+		name: s.Table,
+		columns: []column{
+			{name: "window_start", typ: "DATETIME"},
+			{name: "sku", typ: "VARCHAR(64)", binary: true},
+			{name: "order_count", typ: "BIGINT"},
+			{name: "amount_sum", typ: "DECIMAL(38,4)"},
+		},
+		primary: []string{"window_start", "sku"},
+	}, {
+		name: s.DLQ,
+		columns: []column{
+			{name: "id", typ: "BIGINT", tail: "AUTO_INCREMENT"},
+			{name: "job", typ: "VARCHAR(64)"},
+			{name: "topic", typ: "VARCHAR(249)"},
+			{name: "kpartition", typ: "INT"},
+			{name: "koffset", typ: "BIGINT"},
+			{name: "reason", typ: "VARCHAR(32)"},
+			{name: "payload", typ: "BLOB"},
+			{name: "payload_bytes", typ: "INT"},
+			{name: "checkpoint_id", typ: "BIGINT"},
+			{name: "created_at", typ: "DATETIME(6)", tail: "DEFAULT CURRENT_TIMESTAMP(6)"},
+		},
+		primary: []string{"id"},
+		keys:    []string{"KEY source_idx (job, topic, kpartition, koffset)"},
+	}}
+	if s.Detail != "" {
+		// No unique key on purpose: exactly-once here rests on the epoch transactions alone.
+		ts = append(ts, table{
+			name: s.Detail,
+			columns: []column{
+				{name: "id", typ: "BIGINT", tail: "AUTO_INCREMENT"},
+				{name: "order_id", typ: "VARCHAR(128)", binary: true},
+				{name: "sku", typ: "VARCHAR(64)", binary: true},
+				{name: "amount", typ: "DECIMAL(38,4)"},
+				{name: "event_time", typ: "DATETIME(3)"},
+				{name: "src_topic", typ: "VARCHAR(249)"},
+				{name: "src_partition", typ: "INT"},
+				{name: "src_offset", typ: "BIGINT"},
+			},
+			primary: []string{"id"},
+			keys:    []string{"KEY source_idx (src_topic, src_partition, src_offset)"},
+		})
+	}
+	return ts
+}
+
+func (t table) createSQL(f Flavor) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s (", quote(t.name))
+	for _, c := range t.columns {
+		fmt.Fprintf(&b, "\n\t%s %s", c.name, c.typ)
+		if c.binary {
+			fmt.Fprintf(&b, " CHARACTER SET utf8mb4 COLLATE %s", binaryCollation(f))
+		}
+		b.WriteString(" NOT NULL")
+		if c.tail != "" {
+			b.WriteString(" " + c.tail)
+		}
+		b.WriteString(",")
+	}
+	fmt.Fprintf(&b, "\n\tPRIMARY KEY (%s)", strings.Join(t.primary, ", "))
+	for _, k := range t.keys {
+		b.WriteString(",\n\t" + k)
+	}
+	b.WriteString("\n) ENGINE=InnoDB")
+	return b.String()
+}
+
+// Check compares every sink table with its definition: engine InnoDB, the same columns (no more,
+// no fewer) with the same types and nullability, the binary collation on key strings, the same
+// primary key and no other unique key (one would change which row an upsert adds to).
+func (s Schema) Check(ctx context.Context, db *sql.DB, f Flavor) error {
+	dbName, err := Database(ctx, db)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range s.tables() {
+		diffs, err := t.differences(ctx, db, f)
+		if err != nil {
+			return fmt.Errorf("check sink table %s: %w", t.name, err)
+		}
+		if len(diffs) > 0 {
+			errs = append(errs, fmt.Errorf("%w: table %s.%s: %s; relay never alters a table: fix it by hand or configure another table name",
+				ErrTableDiffers, dbName, t.name, strings.Join(diffs, "; ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Database is the sink's database (the DSN's), which qualifies its tables' names.
+func Database(ctx context.Context, db *sql.DB) (string, error) {
+	var name sql.NullString
+	if err := db.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&name); err != nil {
+		return "", fmt.Errorf("sink database: %w", err)
+	}
+	if !name.Valid {
+		return "", errors.New("sink database: the DSN names no database (user:pw@tcp(host:3306)/dbname)")
+	}
+	return name.String, nil
+}
+
+// intWidth is the display width MySQL 5.7 and MariaDB print after integer types (bigint(20)).
+var intWidth = regexp.MustCompile(`^((?:tiny|small|medium|big)?int)\(\d+\)`)
+
+func (t table) differences(ctx context.Context, db *sql.DB, f Flavor) ([]string, error) {
+	var engine sql.NullString
+	err := db.QueryRowContext(ctx, `SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, t.name).
+		Scan(&engine)
+	if errors.Is(err, sql.ErrNoRows) {
+		return []string{"does not exist"}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var diffs []string
+	if !strings.EqualFold(engine.String, "InnoDB") {
+		what := "engine " + engine.String
+		if !engine.Valid {
+			what = "a view"
+		}
+		diffs = append(diffs, what+", not InnoDB: a non-transactional table keeps the writes of an epoch that was rolled back, so totals double after a crash")
+	}
+	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COALESCE(COLLATION_NAME, ''), EXTRA
+		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, t.name)
+	if err != nil {
+		return nil, err
+	}
+	type actual struct{ typ, nullable, collation, extra string }
+	have := map[string]actual{}
+	for rows.Next() {
+		var name string
+		var a actual
+		if err := rows.Scan(&name, &a.typ, &a.nullable, &a.collation, &a.extra); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		have[strings.ToLower(name)] = a
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, c := range t.columns {
+		a, ok := have[c.name]
+		if !ok {
+			diffs = append(diffs, fmt.Sprintf("column %s is missing (want %s NOT NULL)", c.name, c.typ))
+			continue
+		}
+		delete(have, c.name)
+		if typ := intWidth.ReplaceAllString(strings.ToLower(a.typ), "$1"); typ != strings.ToLower(c.typ) {
+			diffs = append(diffs, fmt.Sprintf("column %s is %s, want %s", c.name, a.typ, strings.ToLower(c.typ)))
+		}
+		if a.nullable != "NO" {
+			diffs = append(diffs, fmt.Sprintf("column %s is nullable, want NOT NULL", c.name))
+		}
+		if want := binaryCollation(f); c.binary && a.collation != want {
+			diffs = append(diffs, fmt.Sprintf("column %s has collation %s, want %s (keys must compare as bytes, without pad space)", c.name, a.collation, want))
+		}
+		if c.tail == "AUTO_INCREMENT" && !strings.Contains(strings.ToLower(a.extra), "auto_increment") {
+			diffs = append(diffs, fmt.Sprintf("column %s is not AUTO_INCREMENT", c.name))
+		}
+	}
+	extra := make([]string, 0, len(have))
+	for name := range have {
+		extra = append(extra, name)
+	}
+	sort.Strings(extra)
+	for _, name := range extra {
+		diffs = append(diffs, fmt.Sprintf("column %s is not one relay writes", name))
+	}
+	unique, err := uniqueKeys(ctx, db, t.name)
+	if err != nil {
+		return nil, err
+	}
+	if got, want := strings.Join(unique["PRIMARY"], ", "), strings.Join(t.primary, ", "); got != want {
+		if got == "" {
+			got = "none"
+		}
+		diffs = append(diffs, fmt.Sprintf("primary key (%s), want (%s)", got, want))
+	}
+	delete(unique, "PRIMARY")
+	names := make([]string, 0, len(unique))
+	for name := range unique {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		diffs = append(diffs, fmt.Sprintf("unique key %s (%s) is not relay's", name, strings.Join(unique[name], ", ")))
+	}
+	return diffs, nil
+}
+
+// uniqueKeys lists the columns of each unique index of a table, in index order.
+func uniqueKeys(ctx context.Context, db *sql.DB, name string) (map[string][]string, error) {
+	rows, err := db.QueryContext(ctx, `SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX`, name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var index, col string
+		if err := rows.Scan(&index, &col); err != nil {
+			return nil, err
+		}
+		out[index] = append(out[index], strings.ToLower(col))
+	}
+	return out, rows.Err()
+}
+
+// exclusive lists the tables whose rows name no job, so one job at most may write each; the
+// dead-letter rows carry their job, so jobs may share that table.
+func (s Schema) exclusive() []string {
+	if s.Detail == "" {
+		return []string{s.Table}
+	}
+	return []string{s.Table, s.Detail}
+}
+
+// Claim makes the ledger's job the owner of its exclusive tables in the sink database, refusing
+// (ledger.ErrTableOwned, naming the owner) a table another job of this ledger writes.
+func (s Schema) Claim(ctx context.Context, db *sql.DB, led *ledger.Ledger) error {
+	dbName, err := Database(ctx, db)
+	if err != nil {
+		return err
+	}
+	return led.ClaimTables(ctx, dbName, s.exclusive()...)
+}
+
+// CheckOwner is Claim without writing; it returns the tables relay run will claim.
+func (s Schema) CheckOwner(ctx context.Context, db *sql.DB, led *ledger.Ledger) (unclaimed []string, err error) {
+	dbName, err := Database(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	return led.CheckTables(ctx, dbName, s.exclusive()...)
+}

@@ -1,0 +1,87 @@
+package sink
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relay-sh/relay/internal/testenv"
+)
+
+// serverDB is a fresh database of the test server, a context and the server's flavor.
+func serverDB(t *testing.T) (*sql.DB, context.Context, Flavor) {
+	t.Helper()
+	db := testenv.Open(t, testenv.Database(t))
+	ctx := testenv.Context(t, time.Minute)
+	flavor, _, err := DetectFlavor(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, ctx, flavor
+}
+
+// Create refuses an existing aggregate table that is not InnoDB or whose definition differs from
+// what relay writes, naming the table and each difference, and leaves the table as it was.
+func TestCreateRefusesDifferentTable(t *testing.T) {
+	db, ctx, flavor := serverDB(t)
+	coll := binaryCollation(flavor)
+	cases := []struct {
+		name, ddl string
+		want      []string
+	}{
+		{"myisam", `CREATE TABLE %s (window_start DATETIME NOT NULL, sku VARCHAR(64) CHARACTER SET utf8mb4 COLLATE ` + coll + ` NOT NULL,
+			order_count BIGINT NOT NULL, amount_sum DECIMAL(38,4) NOT NULL, PRIMARY KEY (window_start, sku)) ENGINE=MyISAM`,
+			[]string{"engine MyISAM, not InnoDB"}},
+		{"collation", `CREATE TABLE %s (window_start DATETIME NOT NULL, sku VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL,
+			order_count BIGINT NOT NULL, amount_sum DECIMAL(38,2) NOT NULL, PRIMARY KEY (window_start, sku)) ENGINE=InnoDB`,
+			[]string{"column sku has collation utf8mb4_general_ci, want " + coll, "column amount_sum is decimal(38,2), want decimal(38,4)"}},
+		{"keys", `CREATE TABLE %s (window_start DATETIME NOT NULL, sku VARCHAR(64) CHARACTER SET utf8mb4 COLLATE ` + coll + ` NOT NULL,
+			order_count BIGINT NULL, amount_sum DECIMAL(38,4) NOT NULL, job VARCHAR(32) NULL, PRIMARY KEY (sku), UNIQUE KEY w (window_start, sku))`,
+			[]string{"primary key (sku), want (window_start, sku)", "unique key w (window_start, sku) is not relay's",
+				"column order_count is nullable", "column job is not one relay writes"}},
+	}
+	for _, c := range cases {
+		table := "stats_" + c.name
+		if _, err := db.ExecContext(ctx, strings.Replace(c.ddl, "%s", table, 1)); err != nil {
+			t.Fatal(err)
+		}
+		err := (Schema{Table: table, DLQ: "relay_dlq"}).Create(ctx, db, flavor)
+		if !errors.Is(err, ErrTableDiffers) || !strings.Contains(err.Error(), "."+table+": ") {
+			t.Fatalf("%s: %v, want ErrTableDiffers naming %s", c.name, err, table)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: the refusal lacks %q: %v", c.name, w, err)
+			}
+		}
+	}
+	var engine string
+	if err := db.QueryRowContext(ctx, `SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'stats_myisam'`).
+		Scan(&engine); err != nil || engine != "MyISAM" {
+		t.Fatalf("engine of the refused table: %q (%v): relay must not alter it", engine, err)
+	}
+	// What relay creates passes its own check, the append sink included.
+	good := Schema{Table: "order_stats_minute", DLQ: "relay_dlq", Detail: "order_details"}
+	if err := good.Create(ctx, db, flavor); err != nil {
+		t.Fatal(err)
+	}
+	// The dead-letter table and the append sink are held to their definitions too.
+	for _, q := range []string{
+		"CREATE TABLE dlq_myisam LIKE relay_dlq", "ALTER TABLE dlq_myisam DROP KEY source_idx, ENGINE=MyISAM", // MyISAM keys are shorter
+		"CREATE TABLE details_ci LIKE order_details",
+		"ALTER TABLE details_ci MODIFY order_id VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := (Schema{Table: "order_stats_minute", DLQ: "dlq_myisam", Detail: "details_ci"}).Create(ctx, db, flavor)
+	for _, w := range []string{".dlq_myisam: engine MyISAM, not InnoDB", ".details_ci: column order_id has collation utf8mb4_general_ci, want " + coll} {
+		if !errors.Is(err, ErrTableDiffers) || !strings.Contains(err.Error(), w) {
+			t.Errorf("dead-letter and append-sink tables that differ: %v, want %q", err, w)
+		}
+	}
+}

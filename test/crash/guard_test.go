@@ -1,0 +1,169 @@
+package crash
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/testenv"
+)
+
+// refused starts relay run and requires it to exit with status 1 before it writes anything,
+// its last log lines containing every part of want.
+func (e *env) refused(want ...string) {
+	e.t.Helper()
+	p := e.start()
+	err := p.wait(e.t, 60*time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		e.t.Fatalf("relay run: %v, want exit status 1\n%s", err, tail(p.log, 10))
+	}
+	out := tail(p.log, 3)
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			e.t.Fatalf("relay run's refusal lacks %q:\n%s", w, out)
+		}
+	}
+	if len(logEvents(e.t, p.log, "recovered")) > 0 {
+		e.t.Fatalf("relay consumed before refusing:\n%s", tail(p.log, 10))
+	}
+}
+
+// relay run and preflight refuse an aggregate table that is MyISAM (a rolled-back epoch would stay
+// in it: totals doubled after a crash) or whose sku compares case-insensitively, naming the table
+// and the difference, and leave the table as it was.
+func TestRunRefusesSinkTable(t *testing.T) {
+	e := newEnv(t, 1)
+	if _, err := e.db.Exec(`CREATE TABLE order_stats_minute (window_start DATETIME NOT NULL,
+		sku VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL, order_count BIGINT NOT NULL,
+		amount_sum DECIMAL(38,4) NOT NULL, PRIMARY KEY (window_start, sku)) ENGINE=MyISAM`); err != nil {
+		t.Fatal(err)
+	}
+	e.refused("order_stats_minute: engine MyISAM, not InnoDB", "relay never alters a table")
+	stdout, stderr, code := e.cli(nil, "preflight")
+	if code != 1 || !lineHas(stdout, "FAIL schema", "order_stats_minute: engine MyISAM, not InnoDB") || strings.Contains(stdout, "ok xa:") {
+		t.Fatalf("preflight on a MyISAM table: exit %d, want 1 with FAIL schema and no probe\n%s%s", code, stdout, stderr)
+	}
+	var n int
+	if err := e.db.QueryRow(`SELECT COUNT(*) FROM order_stats_minute`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the refused table holds %d rows (%v), want 0: preflight's probe left a row", n, err)
+	}
+
+	if _, err := e.db.Exec(`ALTER TABLE order_stats_minute ENGINE=InnoDB,
+		MODIFY sku VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL`); err != nil {
+		t.Fatal(err)
+	}
+	e.refused("order_stats_minute: column sku has collation utf8mb4_general_ci, want utf8mb4_nopad_bin")
+	var coll string
+	if err := e.db.QueryRow(`SELECT COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()
+		AND TABLE_NAME = 'order_stats_minute' AND COLUMN_NAME = 'sku'`).Scan(&coll); err != nil || coll != "utf8mb4_general_ci" {
+		t.Fatalf("sku collation after the refusal: %q (%v): relay must not alter the table", coll, err)
+	}
+}
+
+// A second job configured on a table another job writes is refused by relay run, naming the
+// first, while the first keeps running; its totals stay exactly its own.
+func TestSecondJobOnTableRefused(t *testing.T) {
+	e := newEnv(t, 2)
+	totals := loadgen.NewTotals()
+	if err := e.produce(context.Background(), totals, loadgen.Options{Orders: 600, Batch: 100, SKUs: 20, Windows: 2, Seed: 41}); err != nil {
+		t.Fatal(err)
+	}
+	a := e.start()
+	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, a.log, "recovered")) > 0 }, "the first job running")
+	other := *e
+	other.job = "k" + testenv.Suffix()
+	other.refused("order_stats_minute is written by job "+e.job, "job "+other.job+" would add its totals into the same rows")
+	stdout, stderr, code := other.cli(nil, "preflight")
+	if code != 1 || !lineHas(stdout, "FAIL table_owner", "is written by job "+e.job) {
+		t.Fatalf("preflight of the second job: exit %d\n%s%s", code, stdout, stderr)
+	}
+	select {
+	case err := <-a.done:
+		t.Fatalf("the first job stopped: %v\n%s", err, tail(a.log, 10))
+	default:
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	if err := a.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("the first job did not stop cleanly: %v", err)
+	}
+	e.finish(totals)
+}
+
+// recreateTopic deletes the topic and creates it again, empty, with the same name.
+func (e *env) recreateTopic(partitions int) {
+	t := e.t
+	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": e.brokers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if res, err := a.DeleteTopics(ctx, []string{e.topic}); err != nil || res[0].Error.Code() != kafka.ErrNoError {
+		t.Fatalf("delete topic: %v %v", err, res)
+	}
+	// The deletion completes in the background: creating the name again fails until it has.
+	for {
+		res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: e.topic, NumPartitions: partitions, ReplicationFactor: 1}})
+		if err == nil && res[0].Error.Code() == kafka.ErrNoError {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("create topic again: %v %v", err, res)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// A topic deleted and recreated under relay's feet: status shows the partitions OUT OF RANGE
+// (not lag 0), preflight fails its topics check, relay run refuses to start and says what to do,
+// and verify fails within seconds with the reason instead of waiting forever. The runbook's
+// recovery (offsets reset to the new topic's start) then counts the new records exactly once,
+// on top of what the old topic contributed.
+func TestRecreatedTopic(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := context.Background()
+	totals := loadgen.NewTotals()
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 1000, Batch: 100, SKUs: 20, Windows: 2, Seed: 51}); err != nil {
+		t.Fatal(err)
+	}
+	e.finish(totals)
+	e.recreateTopic(2)
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 60, Batch: 20, SKUs: 20, Windows: 2, Seed: 52}); err != nil {
+		t.Fatal(err)
+	}
+
+	stdout, stderr, code := e.cli(nil, "status")
+	if code != 0 || !strings.Contains(stdout, "OUT OF RANGE") || !strings.Contains(stdout, "beyond the high watermark") {
+		t.Fatalf("status after the topic was recreated: exit %d\n%s%s", code, stdout, stderr)
+	}
+	stdout, stderr, code = e.cli(nil, "preflight")
+	if code != 1 || !lineHas(stdout, "FAIL topics", "partition 0: the ledger resumes at offset", "beyond the high watermark") {
+		t.Fatalf("preflight after the topic was recreated: exit %d\n%s%s", code, stdout, stderr)
+	}
+	e.refused("partition 0: the ledger resumes at offset", "beyond the high watermark", "relay offsets reset --to "+e.topic+":0=0")
+	begin := time.Now()
+	_, stderr, code = e.cli(nil, "verify", "--timeout", "90s")
+	if code != 1 || !strings.Contains(stderr, "the range to recount is not in the topic") || !strings.Contains(stderr, "beyond the high watermark") ||
+		time.Since(begin) > 60*time.Second {
+		t.Fatalf("verify after the topic was recreated: exit %d after %s, want 1 with the reason, well within its timeout\n%s",
+			code, time.Since(begin), stderr)
+	}
+
+	if stdout, stderr, code = e.cli(nil, "offsets", "reset", "--to", "earliest"); code != 0 {
+		t.Fatalf("offsets reset: exit %d\n%s%s", code, stdout, stderr)
+	}
+	e.finish(totals)
+	if b, _ := os.ReadFile(e.logs[len(e.logs)-1]); strings.Contains(string(b), "Offset out of range") {
+		t.Fatal("relay hit an out-of-range offset after the reset")
+	}
+}
