@@ -5,10 +5,11 @@
 // session when the network is gone (a blackholed socket): the server keeps it, with its GET_LOCK
 // and its attached XA branch, until wait_timeout. Such sessions stay listed as zombies until a
 // KILL (by this process after a restart, or by the next owner of the job) made sure they are gone.
-// Thread ids grow within one server lifetime; a new connection with an id at or below the highest
-// seen means the server restarted, which ended every older session: those sessions, zombies and
-// connections the pool has not yet found dead alike, are no longer listed (their ids may belong to
-// someone else now).
+// A thread id names a session only within one server lifetime, so each connection also reads the
+// server's boot time (now minus Uptime): a new boot time means the server restarted, which ended
+// every older session. Those sessions, zombies and connections the pool has not yet found dead
+// alike, are then no longer listed (their ids may belong to someone else now), and the boot time
+// travels with the ids, so whoever ends them can check they are of the server lifetime it sees.
 package database
 
 import (
@@ -17,6 +18,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/relay-sh/relay/internal/fault"
@@ -25,47 +27,76 @@ import (
 // Tracker lists the server sessions of one pool.
 type Tracker struct {
 	mu     sync.Mutex
-	life   int            // server lifetimes seen
-	open   map[int64]int  // open connection → the lifetime it was opened in
-	zombie map[int64]bool // closed here in the current lifetime, maybe alive on the server
-	maxID  int64          // highest id of the current lifetime
+	boot   int64           // the server lifetime the listed sessions belong to (Unix seconds)
+	open   map[int64]int64 // open connection → the boot time it was opened under
+	zombie map[int64]bool  // closed here in the current lifetime, maybe alive on the server
+	onOpen func()          // told about every new connection of the current lifetime
 }
 
 // NewTracker returns an empty tracker.
-func NewTracker() *Tracker { return &Tracker{open: map[int64]int{}, zombie: map[int64]bool{}} }
+func NewTracker() *Tracker { return &Tracker{open: map[int64]int64{}, zombie: map[int64]bool{}} }
+
+// bootSlack absorbs the one-second granularity of Uptime: a restart moves the boot time by the
+// whole previous uptime.
+const bootSlack = 2
+
+// SameBoot reports whether two boot times name one server lifetime.
+func SameBoot(a, b int64) bool { return a-b <= bootSlack && b-a <= bootSlack }
 
 // opened records a new connection and returns the lifetime it belongs to.
-func (t *Tracker) opened(id int64) int {
+func (t *Tracker) opened(id, boot int64) int64 {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if id <= t.maxID {
-		t.life++
-		t.maxID = 0
+	if !SameBoot(boot, t.boot) {
+		if boot < t.boot {
+			// A connection that raced a restart and lost: already gone with its server.
+			t.mu.Unlock()
+			return boot
+		}
+		t.boot = boot
 		clear(t.zombie)
 	}
-	t.maxID = max(t.maxID, id)
-	t.open[id] = t.life
-	return t.life
+	t.open[id] = t.boot
+	hook := t.onOpen
+	t.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return t.boot
 }
 
-func (t *Tracker) closed(id int64, life int) {
+func (t *Tracker) closed(id, boot int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if l, ok := t.open[id]; ok && l == life {
+	if b, ok := t.open[id]; ok && b == boot {
 		delete(t.open, id)
-		if life == t.life {
+		if boot == t.boot {
 			t.zombie[id] = true
 		}
 	}
 }
 
-// IDs lists every session that may be alive on the server: open ones and zombies, sorted.
-func (t *Tracker) IDs() []int64 {
+// OnOpen sets the function told about each new connection (nil: none). It runs in the connecting
+// goroutine before the connection is used: the fence records the session before it can hold
+// anything.
+func (t *Tracker) OnOpen(f func()) {
+	t.mu.Lock()
+	t.onOpen = f
+	t.mu.Unlock()
+}
+
+// Sessions is what a tracker lists: the server lifetime and the session ids in it.
+type Sessions struct {
+	Boot int64   `json:"boot"`
+	IDs  []int64 `json:"ids"`
+}
+
+// List returns every session that may be alive on the server: open ones and zombies, sorted.
+func (t *Tracker) List() Sessions {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]int64, 0, len(t.open)+len(t.zombie))
-	for id, life := range t.open {
-		if life == t.life {
+	for id, boot := range t.open {
+		if boot == t.boot {
 			out = append(out, id)
 		}
 	}
@@ -73,46 +104,52 @@ func (t *Tracker) IDs() []int64 {
 		out = append(out, id)
 	}
 	slices.Sort(out)
-	return out
+	return Sessions{Boot: t.boot, IDs: out}
 }
 
-// Zombies lists the sessions closed here that the server may still hold, sorted.
-func (t *Tracker) Zombies() []int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make([]int64, 0, len(t.zombie))
-	for id := range t.zombie {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out
-}
-
-// KillZombies ends this process's closed sessions on the server (through db, which should not be
-// the pool they came from only if that pool is another server) and forgets those that are gone.
+// KillZombies ends this process's closed sessions on the server db (the pool they came from) and
+// forgets those that are gone.
 func (t *Tracker) KillZombies(ctx context.Context, db *sql.DB) (killed []int64, err error) {
-	ids := t.Zombies()
-	if len(ids) == 0 {
+	t.mu.Lock()
+	z := Sessions{Boot: t.boot, IDs: make([]int64, 0, len(t.zombie))}
+	for id := range t.zombie {
+		z.IDs = append(z.IDs, id)
+	}
+	t.mu.Unlock()
+	if len(z.IDs) == 0 {
 		return nil, nil
 	}
-	killed, err = Kill(ctx, db, ids)
-	if err != nil {
+	if killed, err = Kill(ctx, db, z, -1); err != nil {
 		return killed, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, id := range ids {
+	for _, id := range z.IDs {
 		delete(t.zombie, id)
 	}
 	return killed, nil
 }
 
-// Kill ends the sessions ids of the current MySQL user that still exist and returns those it
-// ended. Sessions of other users are left alone: an id is only a number, the user is the check
-// that it is still one of relay's own.
-func Kill(ctx context.Context, db *sql.DB, ids []int64) ([]int64, error) {
+// Kill ends the sessions s lists on the server db, except the session spare, and returns those it
+// ended. Only sessions of s's server lifetime are ended (after a restart the ids name others), and
+// only those of the current MySQL user that still exist: an id is only a number, lifetime and user
+// are the check that it is still one of relay's own.
+func Kill(ctx context.Context, db *sql.DB, s Sessions, spare int64) ([]int64, error) {
+	if len(s.IDs) == 0 {
+		return nil, nil
+	}
+	boot, err := Boot(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	if !SameBoot(boot, s.Boot) {
+		return nil, nil
+	}
 	var killed []int64
-	for _, id := range ids {
+	for _, id := range s.IDs {
+		if id == spare {
+			continue
+		}
 		var n int
 		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
 			WHERE ID = ? AND USER = SUBSTRING_INDEX(USER(), '@', 1) AND ID <> CONNECTION_ID()`, id).Scan(&n)
@@ -141,39 +178,73 @@ func (c trackingConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	id, err := threadID(ctx, conn)
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("connection id: %w", err)
-	}
-	return &trackedConn{Conn: conn, id: id, life: c.t.opened(id), t: c.t}, nil
-}
-
-func threadID(ctx context.Context, conn driver.Conn) (int64, error) {
 	q, ok := conn.(driver.QueryerContext)
 	if !ok {
-		return 0, fmt.Errorf("driver connection %T cannot query", conn)
+		_ = conn.Close()
+		return nil, fmt.Errorf("driver connection %T cannot query", conn)
 	}
-	rows, err := q.QueryContext(ctx, "SELECT CONNECTION_ID()", nil)
+	id, err := queryInt(ctx, q, "SELECT CONNECTION_ID()", 0)
+	var boot int64
+	if err == nil {
+		boot, err = queryBoot(ctx, q)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("session identity: %w", err)
+	}
+	return &trackedConn{Conn: conn, id: id, boot: c.t.opened(id, boot), t: c.t}, nil
+}
+
+// bootQuery gives the server's time and uptime (Uptime is a status variable: no portable SELECT
+// reads it on both MariaDB and MySQL 8).
+const (
+	nowQuery    = "SELECT UNIX_TIMESTAMP()"
+	uptimeQuery = "SHOW GLOBAL STATUS LIKE 'Uptime'"
+)
+
+// Boot returns the server's boot time (Unix seconds, within a second or two): it names one server
+// lifetime.
+func Boot(ctx context.Context, db *sql.DB) (int64, error) {
+	var now, up int64
+	var name string
+	if err := db.QueryRowContext(ctx, nowQuery).Scan(&now); err != nil {
+		return 0, fmt.Errorf("server time: %w", err)
+	}
+	if err := db.QueryRowContext(ctx, uptimeQuery).Scan(&name, &up); err != nil {
+		return 0, fmt.Errorf("server uptime: %w", err)
+	}
+	return now - up, nil
+}
+
+func queryBoot(ctx context.Context, q driver.QueryerContext) (int64, error) {
+	now, err := queryInt(ctx, q, nowQuery, 0)
+	if err != nil {
+		return 0, err
+	}
+	up, err := queryInt(ctx, q, uptimeQuery, 1)
+	return now - up, err
+}
+
+// queryInt reads column col of the first row of q as an integer.
+func queryInt(ctx context.Context, q driver.QueryerContext, query string, col int) (int64, error) {
+	rows, err := q.QueryContext(ctx, query, nil)
 	if err != nil {
 		return 0, err
 	}
 	defer rows.Close()
-	v := make([]driver.Value, 1)
+	v := make([]driver.Value, len(rows.Columns()))
 	if err := rows.Next(v); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%s: %w", query, err)
 	}
-	switch id := v[0].(type) {
+	switch n := v[col].(type) {
 	case int64:
-		return id, nil
+		return n, nil
 	case uint64:
-		return int64(id), nil
+		return int64(n), nil
 	case []byte:
-		var n int64
-		_, err := fmt.Sscan(string(id), &n)
-		return n, err
+		return strconv.ParseInt(string(n), 10, 64)
 	}
-	return 0, fmt.Errorf("connection id of type %T", v[0])
+	return 0, fmt.Errorf("%s: value of type %T", query, v[col])
 }
 
 // trackedConn forwards every interface go-sql-driver's connection implements, so database/sql
@@ -181,12 +252,12 @@ func threadID(ctx context.Context, conn driver.Conn) (int64, error) {
 type trackedConn struct {
 	driver.Conn
 	id   int64
-	life int
+	boot int64
 	t    *Tracker
 }
 
 func (c *trackedConn) Close() error {
-	c.t.closed(c.id, c.life)
+	c.t.closed(c.id, c.boot)
 	return c.Conn.Close()
 }
 

@@ -24,7 +24,6 @@ import (
 const (
 	ErTooManyConnections = 1040
 	ErServerShutdown     = 1053
-	ErDupFieldName       = 1060 // ADD COLUMN of a column that exists
 	ErNoSuchThread       = 1094 // KILL of a session that is gone
 	ErUnknownTable       = 1109 // e.g. a server without information_schema.INNODB_LOCK_WAITS
 	ErLockWaitTimeout    = 1205
@@ -121,12 +120,27 @@ func Retryable(err error) bool {
 }
 
 // Causes are the values Cause returns: a bounded set, fit for a metric label.
-var Causes = []string{"mysql_connection", "timeout", "lock_conflict", "kafka", "mysql", "other"}
+var Causes = []string{"mysql_connection", "timeout", "lock_conflict", "fence_lost", "kafka", "mysql", "other"}
+
+// Classed is a sentinel error whose cause (one of Causes) is known where it is declared (the
+// fence's lock session lost, subtasks blocking each other), so that Cause stays the one place
+// that names classes.
+func Classed(cause, msg string) error { return &classedError{cause: cause, err: errors.New(msg)} }
+
+type classedError struct {
+	cause string
+	err   error
+}
+
+func (e *classedError) Error() string { return e.err.Error() }
 
 // Cause names the class of a failure, by error number and type.
 func Cause(err error) string {
 	var ke kafka.Error
+	var ce *classedError
 	switch {
+	case errors.As(err, &ce):
+		return ce.cause
 	case LockConflict(err):
 		return "lock_conflict"
 	case errors.Is(err, context.DeadlineExceeded):
@@ -141,9 +155,13 @@ func Cause(err error) string {
 	return "other"
 }
 
-// Permanent marks err as one no restart can cure: the operator must act (data gone from Kafka, a
-// topic that does not exist).
+// Permanent marks err as a condition no restart cures by itself: the operator must act (data
+// gone from Kafka, a topic that does not exist, a resume offset outside the topic).
 func Permanent(err error) error { return &permanentError{err} }
+
+// Fatal is a sentinel error that ends the process whenever it occurs: another process owns the
+// job, a newer relay wrote the ledger, bad input under policy fail.
+func Fatal(msg string) error { return &fatalError{errors.New(msg)} }
 
 // IsPermanent reports whether err was marked Permanent or is a fatal Kafka client error.
 func IsPermanent(err error) bool {
@@ -152,10 +170,20 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &pe) || (errors.As(err, &ke) && ke.IsFatal())
 }
 
+// IsFatal reports whether err is, or wraps, a Fatal sentinel.
+func IsFatal(err error) bool {
+	var fe *fatalError
+	return errors.As(err, &fe)
+}
+
 type permanentError struct{ err error }
 
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
+
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
 
 // Policy bounds a retry loop. Sleep is injectable so tests run without waiting.
 type Policy struct {

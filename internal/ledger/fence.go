@@ -1,12 +1,14 @@
 // Fence: one owner per job.
 //
 // Invariant: while a Fence is held, its GET_LOCK connection is open, the job row's owner epoch is
-// the one this Fence bumped, and the owner renews a lease in that row (server clock) about every
-// second, recording its sessions. A second process fails fast naming the holder while the holder
-// renews; one that finds the lease run out ends the recorded sessions and takes over with a higher
-// epoch. An owner writes a decision only before its Deadline, which lies before the lease can run
-// out on the server, and every decision write checks the epoch under the job row's lock, so no
-// decision of an old owner can follow a takeover.
+// the one this Fence bumped, and the owner renews a lease (server clock) about every second,
+// recording its server sessions, each new one before it is used. A second process fails fast
+// naming the holder while the holder renews; one that finds the lease run out ends the recorded
+// sessions and takes over with a higher epoch. Safety rests on the epoch alone: every decision
+// write, and every XA COMMIT/ROLLBACK recovery issues, checks the epoch under the job row's lock,
+// which the takeover's bump must take exclusively, so nothing of an old owner can follow a
+// takeover. Deadline only keeps an owner that cannot renew from trying (best effort: it assumes
+// the host's monotonic clock and the server's clock run at the same rate).
 package ledger
 
 import (
@@ -27,6 +29,7 @@ import (
 type Fence struct {
 	conn   *sql.Conn
 	connID int64
+	boot   int64 // the ledger server's lifetime the lock session belongs to
 	key    string
 	Epoch  int64
 	cfg    FenceConfig
@@ -34,6 +37,7 @@ type Fence struct {
 	valid  time.Time // decisions may be written until then (monotonic clock)
 	lost   chan struct{}
 	stop   chan struct{}
+	kick   chan chan error // a new session to record now: renew, and answer on the channel
 	// TookOver is set when Acquire ended an earlier owner's sessions to get the fence.
 	TookOver *Takeover
 }
@@ -81,16 +85,25 @@ func LockName(key string) string { return "relay/" + key }
 // enough that a second live instance still fails fast.
 const lockWaitSeconds = 2
 
-func (c FenceConfig) lease() time.Duration {
+// EffectiveLease is Lease, or DefaultLease when unset.
+func (c FenceConfig) EffectiveLease() time.Duration {
 	if c.Lease > 0 {
 		return c.Lease
 	}
 	return DefaultLease
 }
 
+func (c FenceConfig) lease() time.Duration { return c.EffectiveLease() }
+
 // renewEvery is how often the owner renews its lease: several renewals fit in one lease, so a
 // slow one does not lose it.
 func (c FenceConfig) renewEvery() time.Duration { return min(time.Second, c.lease()/5) }
+
+// recorded is what the lease row records of an owner's sessions.
+type recorded struct {
+	Lock  database.Sessions            `json:"lock"`
+	Pools map[string]database.Sessions `json:"pools"`
+}
 
 // Acquire takes the instance's lock and bumps its owner epoch. When the lock is held, it fails
 // with ErrFenced naming the holder while the holder renews its lease; with TakeOver, a holder that
@@ -104,8 +117,12 @@ func Acquire(ctx context.Context, l *Ledger, cfg FenceConfig) (*Fence, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fence %s: %w", l.key, err)
 	}
-	f := &Fence{conn: conn, key: l.key, cfg: cfg, lost: make(chan struct{}), stop: make(chan struct{})}
-	if f.connID, err = database.ConnID(ctx, conn); err != nil {
+	f := &Fence{conn: conn, key: l.key, cfg: cfg, lost: make(chan struct{}), stop: make(chan struct{}),
+		kick: make(chan chan error)}
+	if f.connID, err = database.ConnID(ctx, conn); err == nil {
+		f.boot, err = database.Boot(ctx, l.db)
+	}
+	if err != nil {
 		xa.Discard(conn)
 		return nil, fmt.Errorf("fence %s: %w", l.key, err)
 	}
@@ -123,8 +140,29 @@ func Acquire(ctx context.Context, l *Ledger, cfg FenceConfig) (*Fence, error) {
 		f.Release()
 		return nil, err
 	}
+	for _, p := range cfg.Pools {
+		p.Sessions.OnOpen(f.record)
+	}
 	go f.watch()
 	return f, nil
+}
+
+// record renews at once, so that a session just opened is recorded before it is used (a host
+// that vanished a moment after opening it would otherwise leave it unknown to the next owner).
+func (f *Fence) record() {
+	done := make(chan error, 1)
+	select {
+	case f.kick <- done:
+	case <-f.stop:
+		return
+	case <-f.lost:
+		return
+	}
+	select {
+	case <-done:
+	case <-f.stop:
+	case <-f.lost:
+	}
 }
 
 // claimRow runs claim until it succeeds. Instances starting together queue on the job row; a
@@ -167,7 +205,7 @@ func (f *Fence) endStaleOwner(ctx context.Context, l *Ledger) error {
 			return fmt.Errorf("%w: job %s: the job row is locked by a session of an owner without a lease", ErrFenced, l.key)
 		}
 		if h.remaining <= 0 {
-			return f.takeOver(ctx, l, h, false, time.Since(start))
+			return f.takeOver(ctx, l, h, time.Since(start))
 		}
 		if err := fault.SleepContext(ctx, min(h.remaining+time.Millisecond, 500*time.Millisecond)); err != nil {
 			return fmt.Errorf("fence %s: %w", l.key, err)
@@ -184,7 +222,7 @@ type holderRow struct {
 	epoch     int64
 	lease     sql.NullTime
 	remaining time.Duration // until the lease runs out, by the server's clock (negative: expired)
-	sessions  string
+	sessions  recorded
 }
 
 func readHolder(ctx context.Context, l *Ledger) (holderRow, error) {
@@ -193,16 +231,36 @@ func readHolder(ctx context.Context, l *Ledger) (holderRow, error) {
 		return h, err
 	}
 	var us sql.NullInt64
+	var js string
 	err := l.db.QueryRowContext(ctx, `SELECT j.conn_id, j.owner, j.owner_epoch, l.lease_until,
 		TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.lease_until), COALESCE(l.sessions, '')
 		FROM relay_jobs j LEFT JOIN relay_leases l ON l.job = j.job AND l.owner_epoch = j.owner_epoch WHERE j.job = ?`,
-		l.key).Scan(&h.connID, &h.owner, &h.epoch, &h.lease, &us, &h.sessions)
+		l.key).Scan(&h.connID, &h.owner, &h.epoch, &h.lease, &us, &js)
 	if errors.Is(err, sql.ErrNoRows) {
 		return h, nil
 	}
-	h.claimed = err == nil
+	if err != nil {
+		return h, err
+	}
+	h.claimed = true
 	h.remaining = time.Duration(us.Int64) * time.Microsecond
-	return h, err
+	if js != "" {
+		if err := json.Unmarshal([]byte(js), &h.sessions); err != nil {
+			return h, fmt.Errorf("recorded sessions: %w", err)
+		}
+	}
+	return h, nil
+}
+
+// LeaseExpired reports whether the instance's owner has stopped renewing past its lease (or never
+// had one). The resolver acts for another instance only then: an instance whose lock session just
+// dropped is restarting in-process and takes its fence back within its lease.
+func LeaseExpired(ctx context.Context, l *Ledger) (bool, error) {
+	h, err := readHolder(ctx, l)
+	if err != nil {
+		return false, err
+	}
+	return !h.lease.Valid || h.remaining <= 0, nil
 }
 
 // lock takes the GET_LOCK, through the lease rule when its holder stopped renewing.
@@ -227,19 +285,24 @@ func (f *Fence) lock(ctx context.Context, l *Ledger) error {
 		switch {
 		case !h.holder.Valid:
 			continue // released meanwhile
-		case !h.claimed || h.holder.Int64 != h.connID:
+		case !h.claimed || h.holder.Int64 != h.connID || !database.SameBoot(h.sessions.Lock.Boot, f.boot):
+			// Not the recorded owner's lock session (an operator command, an older relay, or a
+			// session of a later server lifetime that happens to carry the recorded id).
 			return fmt.Errorf("%w: job %s is running elsewhere: %s", ErrFenced, l.key, Holder(ctx, l))
 		case prev != nil && h.epoch == prev.Epoch && h.connID == prev.connID:
-			// This process's own lock session, cut off from it but alive on the server.
-			if err := f.takeOver(ctx, l, h, true, 0); err != nil {
-				return err
+			// This process's own lock session, cut off from it but alive on the server: only that
+			// one is ended (the process's other sessions are its own business, see endZombies).
+			killed, err := database.Kill(ctx, l.db, database.Sessions{Boot: prev.boot, IDs: []int64{prev.connID}}, f.connID)
+			if err != nil {
+				return fmt.Errorf("fence %s: end own lock session: %w", l.key, err)
 			}
+			f.TookOver = &Takeover{Owner: h.owner, Epoch: h.epoch, Own: true, Killed: killed}
 			wait = lockWaitSeconds
 			continue
 		case !f.cfg.TakeOver || !h.lease.Valid:
 			return fmt.Errorf("%w: job %s is running elsewhere: %s", ErrFenced, l.key, Holder(ctx, l))
 		case h.remaining <= 0:
-			if err := f.takeOver(ctx, l, h, false, time.Since(start)); err != nil {
+			if err := f.takeOver(ctx, l, h, time.Since(start)); err != nil {
 				return err
 			}
 			wait = lockWaitSeconds
@@ -256,31 +319,21 @@ func (f *Fence) lock(ctx context.Context, l *Ledger) error {
 	}
 }
 
-// takeOver ends the sessions the lock's holder recorded, and the holder's lock session itself.
-func (f *Fence) takeOver(ctx context.Context, l *Ledger, h holderRow, own bool, waited time.Duration) error {
-	t := &Takeover{Owner: h.owner, Epoch: h.epoch, Own: own, ExpiredFor: -h.remaining, WaitedLease: waited}
-	if own {
-		t.ExpiredFor = 0
-	}
-	var recorded map[string][]int64
-	if h.sessions != "" {
-		if err := json.Unmarshal([]byte(h.sessions), &recorded); err != nil {
-			return fmt.Errorf("fence %s: recorded sessions: %w", l.key, err)
-		}
-	}
+// takeOver ends the sessions the lock's holder recorded (each only on the server lifetime it was
+// recorded in), and the holder's lock session itself; never this fence's own lock session.
+func (f *Fence) takeOver(ctx context.Context, l *Ledger, h holderRow, waited time.Duration) error {
+	t := &Takeover{Owner: h.owner, Epoch: h.epoch, ExpiredFor: -h.remaining, WaitedLease: waited}
 	for _, p := range f.cfg.Pools {
-		killed, err := database.Kill(ctx, p.DB, recorded[p.Name])
+		killed, err := database.Kill(ctx, p.DB, h.sessions.Pools[p.Name], f.connID)
 		t.Killed = append(t.Killed, killed...)
 		if err != nil {
 			return fmt.Errorf("fence %s: end sessions of %s: %w", l.key, h.owner, err)
 		}
 	}
-	if h.connID != f.connID {
-		killed, err := database.Kill(ctx, l.db, []int64{h.connID})
-		t.Killed = append(t.Killed, killed...)
-		if err != nil {
-			return fmt.Errorf("fence %s: end lock session of %s: %w", l.key, h.owner, err)
-		}
+	killed, err := database.Kill(ctx, l.db, h.sessions.Lock, f.connID)
+	t.Killed = append(t.Killed, killed...)
+	if err != nil {
+		return fmt.Errorf("fence %s: end lock session of %s: %w", l.key, h.owner, err)
 	}
 	f.TookOver = t
 	return nil
@@ -440,6 +493,13 @@ func (f *Fence) watch() {
 		select {
 		case <-f.stop:
 			return
+		case done := <-f.kick:
+			err := f.renew(max(every, f.cfg.lease()/4))
+			done <- err
+			if err != nil {
+				close(f.lost)
+				return
+			}
 		case <-t.C:
 			if err := f.renew(max(every, f.cfg.lease()/4)); err != nil {
 				close(f.lost)
@@ -449,13 +509,13 @@ func (f *Fence) watch() {
 	}
 }
 
-// sessions renders the pools' server sessions as recorded with the lease.
+// sessions renders the lock session and the pools' server sessions as recorded with the lease.
 func (f *Fence) sessions() string {
-	m := map[string][]int64{}
+	r := recorded{Lock: database.Sessions{Boot: f.boot, IDs: []int64{f.connID}}, Pools: map[string]database.Sessions{}}
 	for _, p := range f.cfg.Pools {
-		m[p.Name] = p.Sessions.IDs()
+		r.Pools[p.Name] = p.Sessions.List()
 	}
-	js, _ := json.Marshal(m) // a map of int slices always marshals
+	js, _ := json.Marshal(r) // ints and strings always marshal
 	return string(js)
 }
 
@@ -488,6 +548,7 @@ func (f *Fence) renewed(sent time.Time) {
 }
 
 // Deadline is when this owner must stop writing decisions unless the lease is renewed by then.
+// It is a courtesy to the next owner, not what keeps decisions safe (the epoch is).
 func (f *Fence) Deadline() time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -505,8 +566,13 @@ func (f *Fence) Release() {
 	default:
 		close(f.stop)
 	}
+	for _, p := range f.cfg.Pools {
+		p.Sessions.OnOpen(nil)
+	}
 	if f.conn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		// A clean release leaves no sessions for a later claim to end.
+		_, _ = f.conn.ExecContext(ctx, `UPDATE relay_leases SET sessions = '' WHERE job = ? AND owner_epoch = ?`, f.key, f.Epoch)
 		_, _ = f.conn.ExecContext(ctx, `DO RELEASE_ALL_LOCKS()`)
 		cancel()
 		xa.Discard(f.conn)

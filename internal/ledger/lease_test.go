@@ -135,6 +135,12 @@ func TestOwnZombieRetaken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An idle pool connection, recorded with the lease: the re-take may get it as its own lock
+	// connection, and must not end it.
+	if err := l.db.QueryRowContext(ctx, "SELECT 1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
 	silence(first)
 	if _, err := Acquire(ctx, l, FenceConfig{Owner: "operator"}); !errors.Is(err, ErrFenced) {
 		t.Fatalf("operator command against a silent owner: %v, want ErrFenced", err)
@@ -150,5 +156,49 @@ func TestOwnZombieRetaken(t *testing.T) {
 	}
 	if again.TookOver == nil || !again.TookOver.Own || again.Epoch != first.Epoch+1 {
 		t.Fatalf("re-take %+v epoch %d, want own takeover at epoch %d", again.TookOver, again.Epoch, first.Epoch+1)
+	}
+	if !slices.Equal(again.TookOver.Killed, []int64{first.connID}) {
+		t.Fatalf("re-take ended %v, want only the old lock session %d", again.TookOver.Killed, first.connID)
+	}
+	if !alive(ctx, t, l, again.connID) {
+		t.Fatal("the re-take ended its own new lock session")
+	}
+}
+
+// Guard runs recovery's XA actions only under the epoch that owns the job, and a takeover's claim
+// waits for a guarded action in flight instead of overtaking it.
+func TestGuard(t *testing.T) {
+	l, pool, ctx := trackedLedger(t)
+	first, err := Acquire(ctx, l, FenceConfig{Owner: "a", Pools: []Pool{pool}, TakeOver: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var fnDone time.Time
+	guarded := make(chan error, 1)
+	go func() {
+		guarded <- l.Guard(ctx, first.Epoch, func() error { <-release; fnDone = time.Now(); return nil })
+	}()
+	time.Sleep(200 * time.Millisecond)
+	first.Release()
+	time.AfterFunc(time.Second, func() { close(release) })
+	second, err := Acquire(ctx, l, FenceConfig{Owner: "b", Pools: []Pool{pool}, TakeOver: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Release()
+	claimed := time.Now()
+	if err := <-guarded; err != nil {
+		t.Fatalf("guarded action of the owner: %v", err)
+	}
+	if claimed.Before(fnDone) {
+		t.Fatalf("the new owner claimed the job (%s) while the old owner's guarded action ran (until %s)", claimed, fnDone)
+	}
+	ran := false
+	if err := l.Guard(ctx, first.Epoch, func() error { ran = true; return nil }); !errors.Is(err, ErrFenced) || ran {
+		t.Fatalf("old owner's guarded action after the takeover: %v (ran %v), want ErrFenced without running", err, ran)
+	}
+	if err := l.Guard(ctx, second.Epoch, func() error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("new owner's guarded action: %v (ran %v)", err, ran)
 	}
 }

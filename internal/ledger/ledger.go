@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relay-sh/relay/internal/fault"
 )
 
 // SchemaVersion is the ledger layout this build reads and writes. Version 2 added relay_leases,
@@ -36,10 +38,10 @@ const (
 )
 
 // ErrFenced means another process owns the job (or took it over from this one).
-var ErrFenced = errors.New("fenced")
+var ErrFenced = fault.Fatal("fenced")
 
 // ErrNewerSchema means the ledger was written by a newer relay.
-var ErrNewerSchema = errors.New("ledger schema is newer than this relay")
+var ErrNewerSchema = fault.Fatal("ledger schema is newer than this relay")
 
 // Offsets maps topic → partition → next offset to read.
 type Offsets map[string]map[int32]int64
@@ -263,6 +265,26 @@ func (l *Ledger) Decide(ctx context.Context, epoch int64, c Checkpoint) error {
 		return fmt.Errorf("decide %d: commit: %w", c.ID, err)
 	}
 	return nil
+}
+
+// Guard runs fn (an XA COMMIT or ROLLBACK of recovery or the resolver) while holding the job
+// row in share mode, after checking that epoch still owns the job. A takeover's epoch bump needs
+// that row exclusively, so it waits for fn, and fn never runs after one: an owner frozen past its
+// lease cannot wake up and roll back a branch the next owner is about to decide.
+func (l *Ledger) Guard(ctx context.Context, epoch int64, fn func() error) error {
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("guard: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var cur int64
+	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ? LOCK IN SHARE MODE`, l.key).Scan(&cur); err != nil {
+		return fmt.Errorf("guard: %w", err)
+	}
+	if cur != epoch {
+		return fmt.Errorf("%w: owner epoch is %d, this process holds %d", ErrFenced, cur, epoch)
+	}
+	return fn()
 }
 
 func checkEpoch(ctx context.Context, tx *sql.Tx, key string, epoch int64) error {

@@ -14,10 +14,13 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/relay-sh/relay/internal/fault"
 )
 
-// ErrOutOfRange means a resume offset lies outside the partition's offsets.
-var ErrOutOfRange = errors.New("resume offset outside the partition")
+// ErrOutOfRange means a resume offset lies outside the partition's offsets: a condition no restart
+// cures, the operator decides.
+var ErrOutOfRange = fault.Permanent(errors.New("resume offset outside the partition"))
 
 // Watermarks reads a partition's low and high watermark, as kafka.Consumer.QueryWatermarkOffsets.
 type Watermarks func(topic string, partition int32, timeoutMs int) (low, high int64, err error)

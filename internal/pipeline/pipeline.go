@@ -72,7 +72,7 @@ func (s State) String() string {
 }
 
 // ErrBadInput stops the pipeline under bad_input_policy=fail.
-var ErrBadInput = errors.New("bad input")
+var ErrBadInput = fault.Fatal("bad input")
 
 // Deps are the opened resources a pipeline runs on.
 type Deps struct {
@@ -97,6 +97,7 @@ type Pipeline struct {
 	// sessionFirstID is the first checkpoint id of the live session; the resolver leaves ids at or
 	// above it alone.
 	sessionFirstID atomic.Int64
+	fence          atomic.Pointer[ledger.Fence] // the fence held now (nil between two), for the resolver's epoch
 	schema         sink.Schema
 	windowMS       int64
 	decoder        *order.Decoder
@@ -114,7 +115,7 @@ func New(d Deps) *Pipeline {
 		reasons = append(reasons, r.String())
 	}
 	d.Metrics.InitReasons(reasons)
-	d.Metrics.InitRestartCauses(append([]string{causeFenceLost}, fault.Causes...))
+	d.Metrics.InitRestartCauses(fault.Causes)
 	return p
 }
 
@@ -166,6 +167,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}()
 	failures := 0
 	serial := false
+	ran := false // a session committed a checkpoint
 	for {
 		committed := false
 		err := p.ensureFence(ctx, &fence)
@@ -183,12 +185,13 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			p.setState(Stopped)
 			return nil
 		}
-		if ctx.Err() != nil || fatal(err) {
+		ran = ran || committed
+		if ctx.Err() != nil || fatal(err, ran) {
 			p.setState(Failed)
 			return err
 		}
 		failures++
-		cause := restartCause(err)
+		cause := fault.Cause(err)
 		p.Metrics.Restarts.WithLabelValues(cause).Inc()
 		var ce *checkpointError
 		if errors.As(err, &ce) {
@@ -217,27 +220,16 @@ func (p *Pipeline) Run(ctx context.Context) error {
 // restartPolicy spaces in-process restarts; the number of them is Checkpoint.TolerableFailures.
 var restartPolicy = fault.Policy{Initial: 200 * time.Millisecond, Max: 10 * time.Second, Sleep: fault.SleepContext}
 
-// causeFenceLost labels a restart because the fence's lock session was lost.
-const causeFenceLost = "fence_lost"
-
 // errFenceLost: the lease could not be renewed (the lock session died or hung). The fence is
 // taken again before the next session, by the lease rule when the server still holds the old one.
-var errFenceLost = errors.New("fence lock session lost")
+var errFenceLost = fault.Classed("fence_lost", "fence lock session lost")
 
-// fatal reports whether no restart can cure err.
-func fatal(err error) bool {
-	return errors.Is(err, ledger.ErrFenced) || errors.Is(err, ErrBadInput) || errors.Is(err, ledger.ErrNewerSchema) ||
-		fault.IsPermanent(err)
-}
-
-func restartCause(err error) string {
-	switch {
-	case errors.Is(err, errFenceLost):
-		return causeFenceLost
-	case errors.Is(err, errPeerLock):
-		return "lock_conflict"
-	}
-	return fault.Cause(err)
+// fatal reports whether err ends the process: a Fatal sentinel always; a Permanent condition
+// (a topic missing, a resume offset outside the topic) at start, before any session committed.
+// Once the job ran, such a condition may be a broker that just restarted answering too early, so
+// it is restarted like any failure, within the same bound.
+func fatal(err error, ran bool) bool {
+	return fault.IsFatal(err) || (fault.IsPermanent(err) && !ran)
 }
 
 // ensureFence leaves *f a live fence: the one held, or a new one when its lock session was lost.
@@ -247,16 +239,26 @@ func (p *Pipeline) ensureFence(ctx context.Context, f **ledger.Fence) error {
 		select {
 		case <-prev.Lost():
 		default:
-			return nil
+			if time.Now().Before(prev.Deadline()) {
+				return nil
+			}
+			// Not renewed in time (the process froze, or renewals hang): the job may be another's
+			// by now; take the fence again rather than recover under a lease that may be gone.
 		}
+		p.fence.Store(nil)
 		prev.Release()
 		*f = nil
 	}
 	p.setState(Starting)
 	cfg := p.Fence
 	cfg.Prev = prev
+	// The lock session just dropped (or an older one of this process) may be alive on the
+	// server: ending it first frees the lock at once.
+	if err := p.endZombies(ctx); err != nil {
+		return err
+	}
 	// Bounded: waiting out a vanished owner's lease, then ending its sessions.
-	actx, cancel := context.WithTimeout(ctx, cfg.Lease+time.Minute)
+	actx, cancel := context.WithTimeout(ctx, cfg.EffectiveLease()+time.Minute)
 	defer cancel()
 	fence, err := ledger.Acquire(actx, p.Ledger, cfg)
 	if err != nil {
@@ -275,6 +277,7 @@ func (p *Pipeline) ensureFence(ctx context.Context, f **ledger.Fence) error {
 	}
 	log.Info("job fenced", zap.Int64("owner_epoch", fence.Epoch))
 	*f = fence
+	p.fence.Store(fence)
 	return nil
 }
 
@@ -341,7 +344,7 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence, serial b
 	if err := p.endZombies(rctx); err != nil {
 		return nil, err
 	}
-	rec, from, err := p.recover(rctx)
+	rec, from, err := p.recover(rctx, fence)
 	if err != nil {
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
@@ -433,11 +436,11 @@ func (p *Pipeline) endZombies(ctx context.Context) error {
 // recover finishes what earlier runs left and returns where to resume. XA mode resolves in-doubt
 // branches from the ledger; held mode has nothing in doubt: each partition's committed offset is
 // exactly what its committed data covers.
-func (p *Pipeline) recover(ctx context.Context) (Recovered, ledger.Offsets, error) {
+func (p *Pipeline) recover(ctx context.Context, fence *ledger.Fence) (Recovered, ledger.Offsets, error) {
 	var rec Recovered
 	if !p.held {
 		var err error
-		if rec, err = Recover(ctx, p.Ledger, p.Sink, p.Log.Named("recovery"), p.Metrics, metrics.OriginRecovery); err != nil {
+		if rec, err = Recover(ctx, p.Ledger, fence.Epoch, p.Sink, p.Log.Named("recovery"), p.Metrics, metrics.OriginRecovery); err != nil {
 			return rec, nil, err
 		}
 	}

@@ -2,7 +2,8 @@
 //
 // Invariants: a branch of this job is committed only when its checkpoint has a ledger row, and
 // rolled back only when it has none (read with a locking read); "XA says unknown" is never taken to
-// mean "committed". The next checkpoint id is above every id seen in the ledger and in XA RECOVER,
+// mean "committed"; every COMMIT and ROLLBACK runs under the ledger's epoch guard, so an owner
+// that lost the job (frozen past its lease) cannot touch a branch of the next owner. The next checkpoint id is above every id seen in the ledger and in XA RECOVER,
 // so a tag is never reused while a branch with it may exist.
 package pipeline
 
@@ -62,8 +63,13 @@ type Recovered struct {
 }
 
 // resolveRetry bounds the wait for a branch still attached to a dying session (XAER_NOTA while
-// the server has not yet noticed the old connection is gone): about ten seconds.
+// the server has not yet noticed the old connection is gone): about ten seconds. One recovery
+// waits that long once: the branches it finds attached after one outlasted the wait are tried
+// once each (they usually belong to the same gone process, and sixteen of them waited for in a
+// row would outlast the restart allowance).
 var resolveRetry = fault.Policy{Attempts: 15, Initial: 100 * time.Millisecond, Max: time.Second}
+
+var resolveOnce = fault.Policy{Attempts: 1}
 
 // errAttached: the branch is still attached to a live session (a zombie of an earlier run, or a
 // process outside relay's fence); only that session, or its end, can release it.
@@ -71,7 +77,7 @@ var errAttached = errors.New("branch still attached to a live session")
 
 // Recover resolves every prepared branch of the job below maxID (all of them when maxID is 0),
 // marks decided checkpoints committed, and returns where to resume.
-func Recover(ctx context.Context, led *ledger.Ledger, sinkDB *sql.DB, log *zap.Logger, m *metrics.Metrics, origin string) (Recovered, error) {
+func Recover(ctx context.Context, led *ledger.Ledger, epoch int64, sinkDB *sql.DB, log *zap.Logger, m *metrics.Metrics, origin string) (Recovered, error) {
 	var r Recovered
 	last, err := led.LastDecided(ctx)
 	if err != nil {
@@ -100,10 +106,12 @@ func Recover(ctx context.Context, led *ledger.Ledger, sinkDB *sql.DB, log *zap.L
 	if err := led.NoteInDoubt(ctx, inDoubt); err != nil {
 		log.Warn("recording in-doubt branches failed (their age may read low)", zap.Error(err))
 	}
+	policy := resolveRetry
 	for i, b := range branches {
 		maxID = max(maxID, b.Checkpoint)
-		commit, err := resolveBranch(ctx, led, sinkDB, b, log, origin)
+		commit, err := resolveBranch(ctx, led, epoch, sinkDB, b, policy, log, origin)
 		if errors.Is(err, errAttached) {
+			policy = resolveOnce
 			// Safe to go on: its verdict is fixed in the ledger, and the resolver applies it once the
 			// session is gone. Until then its row locks may slow checkpoints that touch its keys.
 			log.Warn("in-doubt branch left to the resolver", zap.String("tag", b.Tag), zap.Error(err))
@@ -171,14 +179,14 @@ func markDone(ctx context.Context, led *ledger.Ledger, pending map[int64]bool, b
 	return nil
 }
 
-// resolveBranch applies the ledger's verdict to one branch.
-func resolveBranch(ctx context.Context, led *ledger.Ledger, sinkDB *sql.DB, b Branch, log *zap.Logger, origin string) (commit bool, err error) {
+// resolveBranch applies the ledger's verdict to one branch, as the owner of epoch.
+func resolveBranch(ctx context.Context, led *ledger.Ledger, epoch int64, sinkDB *sql.DB, b Branch, p fault.Policy, log *zap.Logger, origin string) (commit bool, err error) {
 	commit, err = led.Verdict(ctx, b.Checkpoint)
 	if err != nil {
 		return false, err
 	}
-	err = fault.Do(ctx, resolveRetry, func(ctx context.Context) error {
-		err := xa.Resolve(ctx, sinkDB, b.Tag, commit)
+	err = fault.Do(ctx, p, func(ctx context.Context) error {
+		err := led.Guard(ctx, epoch, func() error { return xa.Resolve(ctx, sinkDB, b.Tag, commit) })
 		if fault.IsMySQL(err, fault.XAErNota) {
 			// Either the old session still holds it, or it is gone: ask XA RECOVER which.
 			still, lerr := listed(ctx, sinkDB, b.Tag)

@@ -83,6 +83,9 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger) error {
 			if running, err := ledger.IsHeld(ctx, p.Ledger.ForKey(key)); err != nil || running {
 				continue // its instance is up and answers for it
 			}
+			if expired, err := ledger.LeaseExpired(ctx, p.Ledger.ForKey(key)); err != nil || !expired {
+				continue // its instance is restarting in-process and takes its fence back within its lease
+			}
 		}
 		doubt = append(doubt, b)
 		byOwner[key] = append(byOwner[key], b)
@@ -90,7 +93,11 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger) error {
 	p.exportDoubt(ctx, log, doubt, branches)
 	for key, bs := range byOwner {
 		if key == p.Ledger.Key() {
-			err = p.resolveAll(ctx, p.Ledger, bs, live, log)
+			fence := p.fence.Load()
+			if fence == nil {
+				continue // between two fences: the next recovery answers for them
+			}
+			err = p.resolveAll(ctx, p.Ledger, fence.Epoch, bs, live, log)
 		} else {
 			err = p.takeOver(ctx, key, bs, log)
 		}
@@ -146,15 +153,15 @@ func (p *Pipeline) takeOver(ctx context.Context, key string, bs []Branch, log *z
 	defer f.Release()
 	p.Metrics.Takeovers.Inc()
 	log.Info("resolving a stopped instance's branches", zap.String("instance", key), zap.Int("branches", len(bs)))
-	return p.resolveAll(ctx, other, bs, math.MaxInt64, log)
+	return p.resolveAll(ctx, other, f.Epoch, bs, math.MaxInt64, log)
 }
 
 // resolveAll applies the ledger's verdict to each branch, then marks the checkpoints done whose
 // branches are all resolved.
-func (p *Pipeline) resolveAll(ctx context.Context, led *ledger.Ledger, bs []Branch, below int64, log *zap.Logger) error {
+func (p *Pipeline) resolveAll(ctx context.Context, led *ledger.Ledger, epoch int64, bs []Branch, below int64, log *zap.Logger) error {
 	pending := map[int64]bool{}
 	for _, b := range bs {
-		commit, err := resolveBranch(ctx, led, p.Sink, b, log, metrics.OriginResolver)
+		commit, err := resolveBranch(ctx, led, epoch, p.Sink, b, resolveRetry, log, metrics.OriginResolver)
 		if errors.Is(err, errAttached) {
 			pending[b.Checkpoint] = true
 			continue

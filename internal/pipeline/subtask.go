@@ -20,7 +20,6 @@ package pipeline
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -32,6 +31,7 @@ import (
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/sink"
@@ -111,7 +111,7 @@ func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, row
 
 // errPeerLock: a subtask's statement waited for a row lock held by another subtask of the same
 // checkpoint (see the file comment); the checkpoint cannot finish as it is.
-var errPeerLock = errors.New("row lock held by another subtask of the same checkpoint")
+var errPeerLock = fault.Classed("lock_conflict", "row lock held by another subtask of the same checkpoint")
 
 // peerConns maps the server connection ids of a session's subtasks to their state.
 type peerConns struct{ m sync.Map }
