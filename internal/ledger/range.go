@@ -27,7 +27,7 @@ type Watermarks func(topic string, partition int32, timeoutMs int) (low, high in
 
 // InRange is nil when off lies within [low, high]; otherwise it says what happened and what to do.
 func InRange(topic string, p int32, off, low, high int64) error {
-	reset := fmt.Sprintf("stop relay, run `relay offsets reset --to %s:%d=%d`, start relay (docs/RUNBOOK.md, \"Resume offset outside the topic\")", topic, p, low)
+	reset := fmt.Sprintf("stop relay, run `relay offsets reset --to %s:%d=%d` (it prints its plan; run it again with --yes to apply), start relay (docs/RUNBOOK.md, \"Resume offset outside the topic\")", topic, p, low)
 	switch {
 	case off > high:
 		return fmt.Errorf("%w: topic %s partition %d: the ledger resumes at offset %d, beyond the high watermark %d (the partition holds offsets [%d, %d)): "+

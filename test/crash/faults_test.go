@@ -72,14 +72,28 @@ func (e *env) waitCommitAbove(p *proc, id int64, d time.Duration) time.Duration 
 }
 
 // TestNetworkFaults resets and blackholes random MySQL connections of a running relay every 1-4 s
-// for two minutes (RELAY_TEST_FAULT_SECONDS) under load, with SIGKILLs in between. relay must stay up
-// through them: at most one exit of its own per ten faults. Totals stay exact.
+// under load, with SIGKILLs in between: two minutes in XA mode, one in held mode
+// (RELAY_TEST_FAULT_SECONDS sets both). relay must stay up through them: at most one exit of its
+// own per ten faults. Totals stay exact.
 func TestNetworkFaults(t *testing.T) {
-	seconds := 120
-	if v, err := strconv.Atoi(os.Getenv("RELAY_TEST_FAULT_SECONDS")); err == nil && v > 0 {
-		seconds = v
+	for _, mode := range []struct {
+		name    string
+		seconds int
+		extra   []string
+	}{
+		{"xa", 120, nil},
+		{"held", 60, []string{"RELAY_MODE=held"}},
+	} {
+		seconds := mode.seconds
+		if v, err := strconv.Atoi(os.Getenv("RELAY_TEST_FAULT_SECONDS")); err == nil && v > 0 {
+			seconds = v
+		}
+		t.Run(mode.name, func(t *testing.T) { networkFaults(t, seconds, mode.extra...) })
 	}
-	e := newEnv(t, 3, faultEnv...)
+}
+
+func networkFaults(t *testing.T, seconds int, extra ...string) {
+	e := newEnv(t, 3, append(extra, faultEnv...)...)
 	px := e.proxied()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
 	totals := loadgen.NewTotals()
@@ -130,12 +144,19 @@ func TestNetworkFaults(t *testing.T) {
 	for _, n := range selfExits {
 		exits += n
 	}
-	restarts := 0
+	restarts, own, expired := 0, 0, 0
 	for _, l := range e.logs {
 		restarts += len(logEvents(t, l, "session failed; restarting in-process through recovery"))
+		for _, ev := range logEvents(t, l, "took the job over") {
+			if ev["from"] == "own" {
+				own++
+			} else {
+				expired++
+			}
+		}
 	}
-	t.Logf("%d faults in %ds (%d resets, %d blackholes of 2-20 s, %d SIGKILLs); %d in-process restarts; relay exited by itself %d times: %v",
-		faults, seconds, resets, blackholes, kills, restarts, exits, selfExits)
+	t.Logf("%d faults in %ds (%d resets, %d blackholes of 2-20 s, %d SIGKILLs); %d in-process restarts; fence taken over %d times from its own cut-off lock session, %d from an expired lease; relay exited by itself %d times: %v",
+		faults, seconds, resets, blackholes, kills, restarts, own, expired, exits, selfExits)
 	if exits*10 > faults {
 		t.Fatalf("relay exited by itself %d times in %d faults (allowed: one per ten)", exits, faults)
 	}

@@ -159,7 +159,7 @@ func TestRecreatedTopic(t *testing.T) {
 			code, time.Since(begin), stderr)
 	}
 
-	if stdout, stderr, code = e.cli(nil, "offsets", "reset", "--to", "earliest"); code != 0 {
+	if stdout, stderr, code = e.cli(nil, "offsets", "reset", "--to", "earliest", "--yes"); code != 0 {
 		t.Fatalf("offsets reset: exit %d\n%s%s", code, stdout, stderr)
 	}
 	e.finish(totals)
