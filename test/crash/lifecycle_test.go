@@ -249,7 +249,7 @@ func TestLockConflictReplaysOnOneConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 60*time.Second, func() bool {
-		for _, ev := range logEvents(t, p.log, "checkpoint failed; rewinding through recovery") {
+		for _, ev := range logEvents(t, p.log, "session failed; restarting in-process through recovery") {
 			if s, _ := ev["error"].(string); strings.Contains(s, "1205") {
 				return true
 			}
