@@ -46,8 +46,9 @@ func DetectFlavor(ctx context.Context, db *sql.DB) (Flavor, string, error) {
 	return MySQL, v, nil
 }
 
-// binaryCollation compares sku as bytes without pad-space, so "sku-1" and "sku-1 " stay two rows.
-func binaryCollation(f Flavor) string {
+// BinaryCollation compares sku as bytes without pad-space, so "sku-1" and "sku-1 " stay two rows.
+// Every string key column relay creates uses it (internal/spec too).
+func BinaryCollation(f Flavor) string {
 	if f == MariaDB {
 		return "utf8mb4_nopad_bin"
 	}
@@ -63,7 +64,7 @@ func (s Schema) Create(ctx context.Context, db *sql.DB, f Flavor) error {
 			order_count BIGINT NOT NULL,
 			amount_sum DECIMAL(38,4) NOT NULL,
 			PRIMARY KEY (window_start, sku)
-		) ENGINE=InnoDB`, quote(s.Table), binaryCollation(f)),
+		) ENGINE=InnoDB`, quote(s.Table), BinaryCollation(f)),
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 			id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
 			job VARCHAR(64) NOT NULL,
@@ -90,7 +91,7 @@ func (s Schema) Create(ctx context.Context, db *sql.DB, f Flavor) error {
 			src_partition INT NOT NULL,
 			src_offset BIGINT NOT NULL,
 			KEY source_idx (src_topic, src_partition, src_offset)
-		) ENGINE=InnoDB`, quote(s.Detail), binaryCollation(f), binaryCollation(f)))
+		) ENGINE=InnoDB`, quote(s.Detail), BinaryCollation(f), BinaryCollation(f)))
 	}
 	for _, q := range stmts {
 		if _, err := db.ExecContext(ctx, q); err != nil {
@@ -137,7 +138,7 @@ func (s Schema) AppendUpsert(dst []byte, rows []aggregate.Row) []byte {
 		dst = append(dst, "('"...)
 		dst = time.UnixMilli(r.WindowMS).UTC().AppendFormat(dst, dateTimeLayout)
 		dst = append(dst, "',"...)
-		dst = appendHexString(dst, r.SKU)
+		dst = AppendHexString(dst, r.SKU)
 		dst = append(dst, ',')
 		dst = strconv.AppendInt(dst, r.Count, 10)
 		dst = append(dst, ',')
@@ -159,15 +160,15 @@ func (s Schema) AppendDLQInsert(dst []byte, job string, checkpoint int64, rows [
 			dst = append(dst, ',')
 		}
 		dst = append(dst, '(')
-		dst = appendHexString(dst, job)
+		dst = AppendHexString(dst, job)
 		dst = append(dst, ',')
-		dst = appendHexString(dst, r.Topic)
+		dst = AppendHexString(dst, r.Topic)
 		dst = append(dst, ',')
 		dst = strconv.AppendInt(dst, int64(r.Partition), 10)
 		dst = append(dst, ',')
 		dst = strconv.AppendInt(dst, r.Offset, 10)
 		dst = append(dst, ',')
-		dst = appendHexString(dst, r.Reason)
+		dst = AppendHexString(dst, r.Reason)
 		dst = append(dst, ",X'"...)
 		dst = hex.AppendEncode(dst, r.Payload)
 		dst = append(dst, "',"...)
@@ -189,15 +190,15 @@ func (s Schema) AppendDetailInsert(dst []byte, rows []DetailRow) []byte {
 			dst = append(dst, ',')
 		}
 		dst = append(dst, '(')
-		dst = appendHexString(dst, r.OrderID)
+		dst = AppendHexString(dst, r.OrderID)
 		dst = append(dst, ',')
-		dst = appendHexString(dst, r.SKU)
+		dst = AppendHexString(dst, r.SKU)
 		dst = append(dst, ',')
 		dst = money.AppendUnits(dst, r.Amount)
 		dst = append(dst, ",'"...)
 		dst = time.UnixMilli(r.TS).UTC().AppendFormat(dst, "2006-01-02 15:04:05.000")
 		dst = append(dst, "',"...)
-		dst = appendHexString(dst, r.Topic)
+		dst = AppendHexString(dst, r.Topic)
 		dst = append(dst, ',')
 		dst = strconv.AppendInt(dst, int64(r.Partition), 10)
 		dst = append(dst, ',')
@@ -207,8 +208,9 @@ func (s Schema) AppendDetailInsert(dst []byte, rows []DetailRow) []byte {
 	return dst
 }
 
-// appendHexString writes s as a utf8mb4 hex literal: exact bytes, nothing to escape.
-func appendHexString(dst []byte, s string) []byte {
+// AppendHexString writes s as a utf8mb4 hex literal: exact bytes, nothing to escape (the one
+// string-literal form relay renders, internal/spec too).
+func AppendHexString(dst []byte, s string) []byte {
 	if s == "" {
 		return append(dst, "''"...)
 	}
