@@ -95,7 +95,8 @@ func (d *Decoder) Decode(payload []byte, rec *Record) (Reason, string) {
 
 // parseRFC3339 reads YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM), the form time.RFC3339Nano parses,
 // into epoch milliseconds, flooring digits past the millisecond (a window start only ever floors).
-// Out-of-range parts (month 13, February 30, hour 24, second 60, offset ±24:00) are refused.
+// Out-of-range parts (month 13, February 30, hour 24, second 60) are refused, and so are offsets
+// RFC 3339 does not allow (±24:00, minute 60), which time.Parse accepts.
 func parseRFC3339(b []byte) (int64, bool) {
 	if len(b) < len("2006-01-02T15:04:05Z") || b[4] != '-' || b[7] != '-' || b[10] != 'T' || b[13] != ':' || b[16] != ':' {
 		return 0, false
@@ -129,7 +130,7 @@ func parseRFC3339(b []byte) (int64, bool) {
 			}
 			j++
 		}
-		if j == i+1 || j-i-1 > 9 {
+		if j == i+1 {
 			return 0, false
 		}
 		for k := j - i - 1; k < 3; k++ {
