@@ -117,3 +117,29 @@ func TestAppendScaled(t *testing.T) {
 		}
 	}
 }
+
+// Windows floor, also before 1970 (DATETIME goes back to year 1000): -1 ms is in the window that
+// starts at -60000, not in the one at 0.
+func TestFoldWindowsFloor(t *testing.T) {
+	p := mustParse(t, `
+input:
+  fields: {k: int}
+  event_time: {field: ts, format: epoch_ms}
+aggregates:
+  - {table: t, window: 1m, dimensions: [{column: k, field: k}], measures: [{column: n, kind: count}]}
+`)
+	p.limits.MinTS = -1 << 50
+	st := []*Tables{p.NewTables()}
+	foldAll(t, p, st, []byte(`{"k":1,"ts":-1}`), []byte(`{"k":1,"ts":-60000}`), []byte(`{"k":1,"ts":0}`), []byte(`{"k":1,"ts":59999}`))
+	var got []string
+	for _, r := range st[0].Rows(0) {
+		w, _, err := p.aggs[0].codec.Decode([]byte(r.Key), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%d:%d", w, r.Accs[0].N))
+	}
+	if want := "[-60000:2 0:2]"; fmt.Sprint(got) != want {
+		t.Fatalf("windows %v, want %s", got, want)
+	}
+}
