@@ -109,6 +109,11 @@ const (
 // Compile validates s. The first refusal wins, so an operator fixes one thing at a time.
 func Compile(s Spec) (*Plan, error) {
 	p := &Plan{limits: s.Input.Limits}
+	// Limits come from input.*, not YAML; unset they would make every record too_large.
+	if l := s.Input.Limits; l.MaxPayloadBytes < 1 || l.MinTS >= l.MaxTS || l.MaxUnits < 0 {
+		return nil, bad("input", "limits are not set (max payload %d, event time %d..%d, max units %d)",
+			l.MaxPayloadBytes, l.MinTS, l.MaxTS, l.MaxUnits)
+	}
 	byName := map[string]int{}
 	for i, f := range s.Input.Fields {
 		at := "input.fields." + f.Name

@@ -123,6 +123,12 @@ func TestValidationMessages(t *testing.T) {
 	}
 }
 
+func TestUnsetLimitsRefused(t *testing.T) {
+	if _, err := Parse([]byte(multi), Limits{}); err == nil || !strings.Contains(err.Error(), "pipeline.input: limits are not set") {
+		t.Fatalf("got %v", err)
+	}
+}
+
 // The default spec comes from today's settings and reports exactly order's reasons.
 func TestDefault(t *testing.T) {
 	p, err := Compile(Default(order.DefaultFields(), order.DefaultLimits(), "order_stats_minute", time.Minute))
