@@ -60,18 +60,9 @@ func (s *Scanner) str(p []byte, f int) ([]byte, bool) {
 // Decimal returns field f, a decimal number or a string holding one, in
 // money units, if |units| <= maxUnits (ReasonAmountRange otherwise).
 func (s *Scanner) Decimal(p []byte, f int, maxUnits int64) (int64, Reason) {
-	v := &s.vals[f]
-	var lit []byte
-	switch v.kind {
-	case kindNone, kindNull:
-		return 0, ReasonMissingField
-	case kindNumber:
-		lit = p[v.start:v.end]
-	case kindString:
-		// A lone surrogate becomes U+FFFD, which Parse rejects as syntax.
-		lit, _ = s.str(p, f)
-	default:
-		return 0, ReasonWrongType
+	lit, r := s.literal(p, f, false)
+	if r != OK {
+		return 0, r
 	}
 	u, err := money.Parse(lit)
 	switch err {
@@ -97,28 +88,37 @@ func (s *Scanner) Decimal(p []byte, f int, maxUnits int64) (int64, Reason) {
 // Int returns field f, an integer number or a string of digits, as an int64;
 // bad is the reason for a string that is not one or a value past int64.
 func (s *Scanner) Int(p []byte, f int, bad Reason) (int64, Reason) {
-	v := &s.vals[f]
-	var lit []byte
-	switch v.kind {
-	case kindNone, kindNull:
-		return 0, ReasonMissingField
-	case kindNumber:
-		// 1.5 or 1e12 is a float on the wire even when its value is whole;
-		// encoding/json would refuse it for an int64 too.
-		if !v.integer {
-			return 0, ReasonWrongType
-		}
-		lit = p[v.start:v.end]
-	case kindString:
-		lit, _ = s.str(p, f)
-	default:
-		return 0, ReasonWrongType
+	lit, r := s.literal(p, f, true)
+	if r != OK {
+		return 0, r
 	}
 	n, ok := parseInt(lit)
 	if !ok {
 		return 0, bad
 	}
 	return n, OK
+}
+
+// literal returns the text of number field f, or the unescaped content of
+// string field f, for a number parser. With integer, a number with a fraction
+// or exponent is ReasonWrongType: 1.5 or 1e12 is a float on the wire even when
+// its value is whole, and encoding/json would refuse it for an int64 too.
+func (s *Scanner) literal(p []byte, f int, integer bool) ([]byte, Reason) {
+	v := &s.vals[f]
+	switch v.kind {
+	case kindNone, kindNull:
+		return nil, ReasonMissingField
+	case kindNumber:
+		if integer && !v.integer {
+			return nil, ReasonWrongType
+		}
+		return p[v.start:v.end], OK
+	case kindString:
+		// A lone surrogate becomes U+FFFD, which no number parser accepts.
+		lit, _ := s.str(p, f)
+		return lit, OK
+	}
+	return nil, ReasonWrongType
 }
 
 // parseInt reads -?[0-9]+ into an int64. Leading zeros are accepted (inside
