@@ -3,8 +3,6 @@
 // exactly one Reason; nothing is clamped, rounded or repaired on the way.
 package order
 
-import "github.com/relay-sh/relay/internal/money"
-
 // Fields names the JSON keys of the four input fields. Keys match exactly
 // (case-sensitive, after unescaping), unlike encoding/json's folding.
 type Fields struct {
@@ -54,32 +52,19 @@ const (
 	fSKU
 	fAmount
 	fTS
-	numFields
 )
 
 // Decoder holds scratch memory reused across records. It is not safe for
 // concurrent use; use one per goroutine.
 type Decoder struct {
-	names [numFields]string
-	lim   Limits
-	vals  [numFields]value
-	// Unescaped strings live here; kept apart so order_id and sku can both
-	// alias scratch memory at once.
-	scratch [numFields][]byte
-	keyBuf  []byte
-	// stack has one bit per open container (1 = object) for skipping nested
-	// values without recursion; its size is the depth json.Valid allows.
-	stack [maxDepth/64 + 1]uint64
+	sc  *Scanner
+	lim Limits
 }
 
-// NewDecoder returns a Decoder for the given field names and limits.
+// NewDecoder returns a Decoder for the given field names and limits. A name
+// is one top-level key, taken literally (a dot in it is part of the key).
 func NewDecoder(f Fields, l Limits) *Decoder {
-	d := &Decoder{names: [numFields]string{f.OrderID, f.SKU, f.Amount, f.TS}, lim: l}
-	for i := range d.scratch {
-		d.scratch[i] = make([]byte, 0, 64)
-	}
-	d.keyBuf = make([]byte, 0, 32)
-	return d
+	return &Decoder{sc: NewScanner([][]string{{f.OrderID}, {f.SKU}, {f.Amount}, {f.TS}}), lim: l}
 }
 
 // Decode parses payload into o. It returns OK, or the first reason the record
@@ -93,158 +78,33 @@ func (d *Decoder) Decode(payload []byte, o *Order) Reason {
 	if len(payload) > d.lim.MaxPayloadBytes {
 		return ReasonTooLarge
 	}
-	if r := d.scan(payload); r != OK {
+	if r := d.sc.Scan(payload); r != OK {
 		return r
 	}
 	return d.extract(payload, o)
 }
 
-// extract checks the values recorded by scan against types and limits.
+// extract checks the values recorded by Scan against types and limits.
 func (d *Decoder) extract(p []byte, o *Order) Reason {
-	id, r := d.text(p, fOrderID, ReasonBadOrderID, d.lim.MaxOrderIDBytes, ReasonOrderIDTooLong)
+	id, r := d.sc.Text(p, fOrderID, d.lim.MaxOrderIDBytes, ReasonBadOrderID, ReasonOrderIDTooLong)
 	if r != OK {
 		return r
 	}
-	sku, r := d.text(p, fSKU, ReasonBadSKU, d.lim.MaxSKUBytes, ReasonSKUTooLong)
+	sku, r := d.sc.Text(p, fSKU, d.lim.MaxSKUBytes, ReasonBadSKU, ReasonSKUTooLong)
 	if r != OK {
 		return r
 	}
-	amount, r := d.amount(p)
+	amount, r := d.sc.Decimal(p, fAmount, d.lim.MaxAmountUnits)
 	if r != OK {
 		return r
 	}
-	ts, r := d.ts(p)
+	ts, r := d.sc.Int(p, fTS, ReasonBadTS)
 	if r != OK {
 		return r
+	}
+	if ts < d.lim.MinTS || ts >= d.lim.MaxTS {
+		return ReasonTSRange
 	}
 	*o = Order{OrderID: id, SKU: sku, Amount: amount, TS: ts}
 	return OK
-}
-
-// text extracts a non-empty string field of at most max bytes.
-func (d *Decoder) text(p []byte, f int, bad Reason, max int, tooLong Reason) ([]byte, Reason) {
-	v := &d.vals[f]
-	switch v.kind {
-	case kindNone, kindNull:
-		return nil, ReasonMissingField
-	case kindString:
-	default:
-		return nil, ReasonWrongType
-	}
-	s, ok := d.str(p, f)
-	switch {
-	case len(s) == 0:
-		return nil, ReasonEmptyField
-	case !ok:
-		return nil, bad
-	case len(s) > max:
-		return nil, tooLong
-	}
-	return s, OK
-}
-
-// str returns the unescaped content of string field f, aliasing the payload
-// when there is nothing to unescape. ok is false if the string holds a lone
-// UTF-16 surrogate escape, which has no UTF-8 encoding.
-func (d *Decoder) str(p []byte, f int) ([]byte, bool) {
-	v := &d.vals[f]
-	raw := p[v.start:v.end]
-	if !v.escaped {
-		return raw, true
-	}
-	var ok bool
-	d.scratch[f], ok = unescape(d.scratch[f][:0], raw)
-	return d.scratch[f], ok
-}
-
-func (d *Decoder) amount(p []byte) (int64, Reason) {
-	v := &d.vals[fAmount]
-	var lit []byte
-	switch v.kind {
-	case kindNone, kindNull:
-		return 0, ReasonMissingField
-	case kindNumber:
-		lit = p[v.start:v.end]
-	case kindString:
-		// A lone surrogate becomes U+FFFD, which Parse rejects as syntax.
-		lit, _ = d.str(p, fAmount)
-	default:
-		return 0, ReasonWrongType
-	}
-	u, err := money.Parse(lit)
-	switch err {
-	case nil:
-	case money.ErrPrecision:
-		return 0, ReasonAmountPrecision
-	case money.ErrRange:
-		return 0, ReasonAmountRange
-	default:
-		return 0, ReasonBadAmount
-	}
-	// Compare magnitudes as uint64: |MinInt64| has no int64 form.
-	mag := uint64(u)
-	if u < 0 {
-		mag = -mag
-	}
-	if d.lim.MaxAmountUnits < 0 || mag > uint64(d.lim.MaxAmountUnits) {
-		return 0, ReasonAmountRange
-	}
-	return u, OK
-}
-
-func (d *Decoder) ts(p []byte) (int64, Reason) {
-	v := &d.vals[fTS]
-	var lit []byte
-	switch v.kind {
-	case kindNone, kindNull:
-		return 0, ReasonMissingField
-	case kindNumber:
-		// 1.5 or 1e12 is a float on the wire even when its value is whole;
-		// encoding/json would refuse it for an int64 too.
-		if !v.integer {
-			return 0, ReasonWrongType
-		}
-		lit = p[v.start:v.end]
-	case kindString:
-		lit, _ = d.str(p, fTS)
-	default:
-		return 0, ReasonWrongType
-	}
-	ts, ok := parseInt(lit)
-	if !ok {
-		return 0, ReasonBadTS
-	}
-	if ts < d.lim.MinTS || ts >= d.lim.MaxTS {
-		return 0, ReasonTSRange
-	}
-	return ts, OK
-}
-
-// parseInt reads -?[0-9]+ into an int64. Leading zeros are accepted (inside
-// a string they are harmless); '+', spaces and anything else are not.
-func parseInt(b []byte) (int64, bool) {
-	neg := len(b) > 0 && b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	if len(b) == 0 {
-		return 0, false
-	}
-	var n uint64
-	for _, c := range b {
-		if c-'0' > 9 || n > (1<<63)/10 {
-			return 0, false
-		}
-		n = n*10 + uint64(c-'0')
-	}
-	if neg {
-		if n > 1<<63 {
-			return 0, false
-		}
-		return -int64(n), true
-	}
-	if n > 1<<63-1 {
-		return 0, false
-	}
-	return int64(n), true
 }

@@ -46,8 +46,9 @@ func DetectFlavor(ctx context.Context, db *sql.DB) (Flavor, string, error) {
 	return MySQL, v, nil
 }
 
-// binaryCollation compares sku as bytes without pad-space, so "sku-1" and "sku-1 " stay two rows.
-func binaryCollation(f Flavor) string {
+// BinaryCollation compares sku as bytes without pad-space, so "sku-1" and "sku-1 " stay two rows.
+// Every string key column relay creates uses it (internal/spec too).
+func BinaryCollation(f Flavor) string {
 	if f == MariaDB {
 		return "utf8mb4_nopad_bin"
 	}
@@ -57,12 +58,22 @@ func binaryCollation(f Flavor) string {
 // Create makes the sink tables if they are missing, then holds every one of them, new or old, to
 // the definition relay writes (Check): relay never alters a table, it refuses one that differs.
 func (s Schema) Create(ctx context.Context, db *sql.DB, f Flavor) error {
-	for _, t := range s.tables() {
-		if _, err := db.ExecContext(ctx, t.createSQL(f)); err != nil {
-			return fmt.Errorf("create sink table %s: %w", t.name, err)
+	for i, q := range s.CreateStatements(f) {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("create sink table %s: %w", s.tables()[i].name, err)
 		}
 	}
 	return s.Check(ctx, db, f)
+}
+
+// CreateStatements are the CREATE TABLE IF NOT EXISTS statements of the sink tables: aggregate,
+// dead letters, details if configured, in that order.
+func (s Schema) CreateStatements(f Flavor) []string {
+	var out []string
+	for _, t := range s.tables() {
+		out = append(out, t.createSQL(f))
+	}
+	return out
 }
 
 func quote(ident string) string { return "`" + ident + "`" }
@@ -102,7 +113,7 @@ func (s Schema) AppendUpsert(dst []byte, rows []aggregate.Row) []byte {
 		dst = append(dst, "('"...)
 		dst = time.UnixMilli(r.WindowMS).UTC().AppendFormat(dst, dateTimeLayout)
 		dst = append(dst, "',"...)
-		dst = appendHexString(dst, r.SKU)
+		dst = AppendHexString(dst, r.SKU)
 		dst = append(dst, ',')
 		dst = strconv.AppendInt(dst, r.Count, 10)
 		dst = append(dst, ',')
@@ -124,15 +135,15 @@ func (s Schema) AppendDLQInsert(dst []byte, job string, checkpoint int64, rows [
 			dst = append(dst, ',')
 		}
 		dst = append(dst, '(')
-		dst = appendHexString(dst, job)
+		dst = AppendHexString(dst, job)
 		dst = append(dst, ',')
-		dst = appendHexString(dst, r.Topic)
+		dst = AppendHexString(dst, r.Topic)
 		dst = append(dst, ',')
 		dst = strconv.AppendInt(dst, int64(r.Partition), 10)
 		dst = append(dst, ',')
 		dst = strconv.AppendInt(dst, r.Offset, 10)
 		dst = append(dst, ',')
-		dst = appendHexString(dst, r.Reason)
+		dst = AppendHexString(dst, r.Reason)
 		dst = append(dst, ",X'"...)
 		dst = hex.AppendEncode(dst, r.Payload)
 		dst = append(dst, "',"...)
@@ -154,15 +165,15 @@ func (s Schema) AppendDetailInsert(dst []byte, rows []DetailRow) []byte {
 			dst = append(dst, ',')
 		}
 		dst = append(dst, '(')
-		dst = appendHexString(dst, r.OrderID)
+		dst = AppendHexString(dst, r.OrderID)
 		dst = append(dst, ',')
-		dst = appendHexString(dst, r.SKU)
+		dst = AppendHexString(dst, r.SKU)
 		dst = append(dst, ',')
 		dst = money.AppendUnits(dst, r.Amount)
 		dst = append(dst, ",'"...)
 		dst = time.UnixMilli(r.TS).UTC().AppendFormat(dst, "2006-01-02 15:04:05.000")
 		dst = append(dst, "',"...)
-		dst = appendHexString(dst, r.Topic)
+		dst = AppendHexString(dst, r.Topic)
 		dst = append(dst, ',')
 		dst = strconv.AppendInt(dst, int64(r.Partition), 10)
 		dst = append(dst, ',')
@@ -172,8 +183,9 @@ func (s Schema) AppendDetailInsert(dst []byte, rows []DetailRow) []byte {
 	return dst
 }
 
-// appendHexString writes s as a utf8mb4 hex literal: exact bytes, nothing to escape.
-func appendHexString(dst []byte, s string) []byte {
+// AppendHexString writes s as a utf8mb4 hex literal: exact bytes, nothing to escape (the one
+// string-literal form relay renders, internal/spec too).
+func AppendHexString(dst []byte, s string) []byte {
 	if s == "" {
 		return append(dst, "''"...)
 	}

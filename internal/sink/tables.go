@@ -92,7 +92,7 @@ func (t table) createSQL(f Flavor) string {
 	for _, c := range t.columns {
 		fmt.Fprintf(&b, "\n\t%s %s", c.name, c.typ)
 		if c.binary {
-			fmt.Fprintf(&b, " CHARACTER SET utf8mb4 COLLATE %s", binaryCollation(f))
+			fmt.Fprintf(&b, " CHARACTER SET utf8mb4 COLLATE %s", BinaryCollation(f))
 		}
 		b.WriteString(" NOT NULL")
 		if c.tail != "" {
@@ -196,7 +196,7 @@ func (t table) differences(ctx context.Context, db *sql.DB, f Flavor) ([]string,
 		if a.nullable != "NO" {
 			diffs = append(diffs, fmt.Sprintf("column %s is nullable, want NOT NULL", c.name))
 		}
-		if want := binaryCollation(f); c.binary && a.collation != want {
+		if want := BinaryCollation(f); c.binary && a.collation != want {
 			diffs = append(diffs, fmt.Sprintf("column %s has collation %s, want %s (keys must compare as bytes, without pad space)", c.name, a.collation, want))
 		}
 		if c.tail == "AUTO_INCREMENT" && !strings.Contains(strings.ToLower(a.extra), "auto_increment") {

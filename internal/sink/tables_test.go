@@ -27,7 +27,7 @@ func serverDB(t *testing.T) (*sql.DB, context.Context, Flavor) {
 // what relay writes, naming the table and each difference, and leaves the table as it was.
 func TestCreateRefusesDifferentTable(t *testing.T) {
 	db, ctx, flavor := serverDB(t)
-	coll := binaryCollation(flavor)
+	coll := BinaryCollation(flavor)
 	cases := []struct {
 		name, ddl string
 		want      []string

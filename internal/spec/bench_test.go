@@ -1,0 +1,86 @@
+package spec
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/relay-sh/relay/internal/loadgen"
+)
+
+// threeByThree has 3 dimensions (one nested) and 3 measures.
+const threeByThree = `
+input:
+  fields:
+    order_id: string(128)
+    customer.region: string(16)
+    channel: string(16)
+    sku: string(64)
+    qty: int
+    amount: decimal(4)
+  event_time: {field: ts, format: epoch_ms}
+aggregates:
+  - table: sales
+    window: 1m
+    dimensions:
+      - {column: region, field: customer.region}
+      - {column: channel, field: channel}
+      - {column: sku, field: sku}
+    measures:
+      - {column: orders, kind: count}
+      - {column: amount_sum, kind: sum, field: amount}
+      - {column: qty_max, kind: max, field: qty}
+`
+
+func threeByThreeRecords(n int) [][]byte {
+	rng := rand.New(rand.NewPCG(7, 8))
+	regions, channels := []string{"eu", "us", "apac", "latam"}, []string{"web", "app", "store"}
+	const start = 1764000000000
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = fmt.Appendf(nil, `{"order_id":"o-%d","customer":{"id":%d,"region":%q},"channel":%q,"sku":"SKU-%d","qty":%d,"amount":"%d.%02d","ts":%d}`,
+			i, rng.IntN(100000), regions[rng.IntN(len(regions))], channels[rng.IntN(len(channels))], rng.IntN(100),
+			1+rng.IntN(9), rng.IntN(1000), rng.IntN(100), start+rng.Int64N(10*60000))
+	}
+	return out
+}
+
+// BenchmarkDecodeFold is the per-record CPU work the pipeline will do with a spec: decode and
+// validate, then fold into one of 2 subtasks' tables (window, key, route, accumulate). Tables are
+// warm: every key is present, the steady state inside an epoch.
+func BenchmarkDecodeFold(b *testing.B) {
+	g := loadgen.NewGenerator(loadgen.Options{Seed: 7, SKUs: 1000, Windows: 10})
+	def := make([][]byte, 1<<16)
+	for i := range def {
+		def[i], _ = g.Next()
+	}
+	for _, c := range []struct {
+		name string
+		p    *Plan
+		recs [][]byte
+	}{
+		{"default/keys=10k", defaultPlan(b, "order_stats_minute"), def},
+		{"3dims3measures/keys=12k", mustParse(b, threeByThree), threeByThreeRecords(1 << 16)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			d, tabs := c.p.NewDecoder(), []*Tables{c.p.NewTables(), c.p.NewTables()}
+			var r Record
+			fold := func(p []byte) {
+				if reason, field := d.Decode(p, &r); reason != OK {
+					b.Fatal(reason, field)
+				}
+				c.p.Fold(&r, tabs)
+			}
+			for _, p := range c.recs {
+				fold(p)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				fold(c.recs[i])
+				i = (i + 1) & (len(c.recs) - 1)
+			}
+			b.ReportMetric(float64(tabs[0].Len(0)+tabs[1].Len(0)), "keys")
+		})
+	}
+}

@@ -1,0 +1,36 @@
+// Reasons of the spec decoder. Invariant: order's reasons keep their numbers and labels (the
+// default spec reports exactly what order.Decoder reports); the spec's own start at 64, past any
+// order reason, so one byte names either.
+
+package spec
+
+import (
+	"strconv"
+
+	"github.com/relay-sh/relay/internal/order"
+)
+
+// Reason says why a record is invalid: one of order's reasons, or one of the spec's own below.
+type Reason uint8
+
+// OK means the record is valid.
+const OK = Reason(order.OK)
+
+const (
+	ReasonTooLong Reason = 64 + iota // "too_long": a string field past its string(N) bound
+	ReasonBadText                    // "bad_text": a string field with a lone surrogate escape
+	ReasonBadInt                     // "bad_int": an int field that is not -?[0-9]+ within int64
+)
+
+var ownNames = [...]string{"too_long", "bad_text", "bad_int"}
+
+// String returns the metric label of r.
+func (r Reason) String() string {
+	if r < ReasonTooLong {
+		return order.Reason(r).String()
+	}
+	if i := int(r - ReasonTooLong); i < len(ownNames) {
+		return ownNames[i]
+	}
+	return "reason(" + strconv.Itoa(int(r)) + ")"
+}

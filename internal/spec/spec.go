@@ -1,0 +1,162 @@
+// Package spec is the one declaration of a pipeline's shape: which fields a record has, and which
+// aggregate tables (window, dimensions, measures, filter) it folds into. The decoder's field table,
+// the primary-key codec, the per-epoch tables, the fold and the SQL all derive from a Plan compiled
+// from a Spec, so they cannot disagree about the shape.
+//
+// Invariant: a Spec that Compile accepts can be decoded, folded and written; every refusal names the
+// offending key by its YAML path under pipeline (pipeline.aggregates[1].window: ...).
+package spec
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/relay-sh/relay/internal/order"
+)
+
+// Spec is the pipeline block of the configuration.
+type Spec struct {
+	Input      Input       `yaml:"input"`
+	Aggregates []Aggregate `yaml:"aggregates"`
+}
+
+// Input is what a record must hold. Every declared field is required: a record missing one is bad
+// input whose reason names it.
+type Input struct {
+	Fields    Fields    `yaml:"fields"`
+	EventTime EventTime `yaml:"event_time"`
+	// Limits come from the input.* settings, not from the pipeline block.
+	Limits Limits `yaml:"-"`
+}
+
+// Limits bound a record; outside them it is bad input, never clamped.
+type Limits struct {
+	MaxPayloadBytes int   // larger records are too_large
+	MinTS, MaxTS    int64 // event time: inclusive min, exclusive max, epoch milliseconds
+	MaxUnits        int64 // |decimal| in money units (10^-money.Scale) must be <= this
+}
+
+// Fields keeps declaration order, which is also the order fields are checked in.
+type Fields []Field
+
+// Field is one input field.
+type Field struct {
+	// Name is how dimensions, measures and filters refer to the field; in YAML it is the dotted
+	// path (customer.region).
+	Name string
+	// Path is the keys from the top-level object down to the value. Parse splits Name at dots;
+	// Default uses the configured key as one literal key, as input.*_field always did.
+	Path []string
+	// Type is string(N) (at most N bytes of UTF-8, non-empty), int (int64) or decimal(S) (S
+	// fractional digits, 0..money.Scale).
+	Type string
+	// invalid and tooLong are the reasons of a string field that is not UTF-8 once unescaped or
+	// longer than N; zero means the generic bad_text and too_long. Only Default sets them: today's
+	// sku and order_id reasons are part of the contract.
+	invalid, tooLong Reason
+}
+
+// EventTime names the field that places a record in a window.
+type EventTime struct {
+	Field  string   `yaml:"field"`
+	Path   []string `yaml:"-"`      // as Field.Path
+	Format string   `yaml:"format"` // epoch_ms (integer or digit string) or rfc3339
+}
+
+// Aggregate is one table of per-window totals.
+type Aggregate struct {
+	Table      string        `yaml:"table"`
+	Window     time.Duration `yaml:"window"` // tumbling; whole seconds dividing a day
+	Dimensions []Dimension   `yaml:"dimensions"`
+	Measures   []Measure     `yaml:"measures"`
+	Filter     *Filter       `yaml:"filter"`
+}
+
+// Dimension is one primary-key column after window_start.
+type Dimension struct {
+	Column string `yaml:"column"`
+	Field  string `yaml:"field"` // a string or int field
+}
+
+// Measure is one accumulated column.
+type Measure struct {
+	Column string `yaml:"column"`
+	Kind   string `yaml:"kind"`  // count, sum, min or max
+	Field  string `yaml:"field"` // a decimal or int field; none for count
+}
+
+// Filter keeps the records whose field equals one of In; the others do not reach this aggregate
+// (they are not bad input).
+type Filter struct {
+	Field string   `yaml:"field"`
+	In    []string `yaml:"in"`
+}
+
+// WindowColumn is the first primary-key column of every aggregate table.
+const WindowColumn = "window_start"
+
+// Parse reads a pipeline block (the YAML under pipeline:) and validates it. Unknown keys are errors.
+func Parse(b []byte, l Limits) (*Plan, error) {
+	var s Spec
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	// An empty document is an empty spec, which Compile refuses by name.
+	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	s.Input.Limits = l
+	for i := range s.Input.Fields {
+		s.Input.Fields[i].Path = strings.Split(s.Input.Fields[i].Name, ".")
+	}
+	s.Input.EventTime.Path = strings.Split(s.Input.EventTime.Field, ".")
+	return Compile(s)
+}
+
+// UnmarshalYAML reads a mapping of dotted path to type, keeping its order.
+func (f *Fields) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: input.fields must map field paths to types", n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || v.Kind != yaml.ScalarNode {
+			return fmt.Errorf("line %d: input.fields must map field paths to types", k.Line)
+		}
+		*f = append(*f, Field{Name: k.Value, Type: v.Value})
+	}
+	return nil
+}
+
+// Default is today's hard-wired shape, from the input.* settings: order_id, sku, amount and ts by
+// their configured keys (each one literal top-level key), one aggregate table of (window_start,
+// sku) with order_count and amount_sum. Its DDL, upserts and reasons are byte for byte sink's and
+// order's.
+func Default(f order.Fields, l order.Limits, table string, window time.Duration) Spec {
+	str := func(name string, max int, invalid, tooLong order.Reason) Field {
+		return Field{Name: name, Path: []string{name}, Type: fmt.Sprintf("string(%d)", max),
+			invalid: Reason(invalid), tooLong: Reason(tooLong)}
+	}
+	return Spec{
+		Input: Input{
+			Fields: Fields{
+				str(f.OrderID, l.MaxOrderIDBytes, order.ReasonBadOrderID, order.ReasonOrderIDTooLong),
+				str(f.SKU, l.MaxSKUBytes, order.ReasonBadSKU, order.ReasonSKUTooLong),
+				{Name: f.Amount, Path: []string{f.Amount}, Type: "decimal(4)"},
+			},
+			EventTime: EventTime{Field: f.TS, Path: []string{f.TS}, Format: "epoch_ms"},
+			Limits:    Limits{MaxPayloadBytes: l.MaxPayloadBytes, MinTS: l.MinTS, MaxTS: l.MaxTS, MaxUnits: l.MaxAmountUnits},
+		},
+		Aggregates: []Aggregate{{
+			Table:      table,
+			Window:     window,
+			Dimensions: []Dimension{{Column: "sku", Field: f.SKU}},
+			Measures:   []Measure{{Column: "order_count", Kind: "count"}, {Column: "amount_sum", Kind: "sum", Field: f.Amount}},
+		}},
+	}
+}

@@ -1,0 +1,158 @@
+// SQL of the aggregate tables. Invariant: as in internal/sink, statements carry no placeholders
+// (they run inside XA on a raw connection) and every value is a literal relay formats itself
+// (numbers from exact integers, strings as hex literals); for the default spec the text is byte for
+// byte sink's, so switching the pipeline to it changes no statement.
+
+package spec
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/relay-sh/relay/internal/money"
+	"github.com/relay-sh/relay/internal/sink"
+)
+
+// Tables returns the aggregate table names in spec order (the a of AppendCreate and AppendUpsert).
+func (p *Plan) Tables() []string {
+	out := make([]string, len(p.aggs))
+	for i := range p.aggs {
+		out[i] = p.aggs[i].table
+	}
+	return out
+}
+
+// AppendCreate renders aggregate a's CREATE TABLE IF NOT EXISTS. The layout (tabs included) is
+// sink's, so the default spec's statement equals the one relay always ran.
+func (p *Plan) AppendCreate(dst []byte, a int, f sink.Flavor) []byte {
+	ag := &p.aggs[a]
+	dst = append(dst, "CREATE TABLE IF NOT EXISTS `"...)
+	dst = append(dst, ag.table...)
+	dst = append(dst, "` (\n\t"+WindowColumn+" DATETIME NOT NULL,"...)
+	col := func(name, typ string) {
+		dst = append(dst, "\n\t"...)
+		dst = append(dst, name...)
+		dst = append(dst, ' ')
+		dst = append(dst, typ...)
+		dst = append(dst, " NOT NULL,"...)
+	}
+	for _, d := range ag.dims {
+		if fd := &p.fields[d.field]; fd.typ == typeInt {
+			col(d.column, "BIGINT")
+		} else {
+			col(d.column, "VARCHAR("+strconv.Itoa(fd.max)+") CHARACTER SET utf8mb4 COLLATE "+sink.BinaryCollation(f))
+		}
+	}
+	for _, m := range ag.measures {
+		col(m.column, p.measureType(m))
+	}
+	dst = append(dst, "\n\tPRIMARY KEY ("+WindowColumn...)
+	for _, d := range ag.dims {
+		dst = append(dst, ", "...)
+		dst = append(dst, d.column...)
+	}
+	return append(dst, ")\n) ENGINE=InnoDB"...)
+}
+
+// measureType is the column type: sums are DECIMAL(38, scale) (exact past int64), min and max of
+// an int BIGINT, of a decimal DECIMAL(38, scale).
+func (p *Plan) measureType(m measure) string {
+	switch {
+	case m.kind == kindCount:
+		return "BIGINT"
+	case m.kind != kindSum && p.fields[m.field].typ == typeInt:
+		return "BIGINT"
+	}
+	return "DECIMAL(38," + strconv.Itoa(m.scale) + ")"
+}
+
+// AppendUpsert renders one multi-row upsert of rows (sorted, as Rows returns them) into aggregate
+// a: counts and sums add, min and max keep the lesser and greater. A new row takes its values as
+// they are, so min and max start from the first epoch's value. VALUES() parses on MySQL 8 and
+// MariaDB alike; the "AS new" alias form does not parse on MariaDB.
+func (p *Plan) AppendUpsert(dst []byte, a int, rows []Row) []byte {
+	ag := &p.aggs[a]
+	dst = append(dst, "INSERT INTO `"...)
+	dst = append(dst, ag.table...)
+	dst = append(dst, "` ("+WindowColumn...)
+	for _, d := range ag.dims {
+		dst = append(dst, ", "...)
+		dst = append(dst, d.column...)
+	}
+	for _, m := range ag.measures {
+		dst = append(dst, ", "...)
+		dst = append(dst, m.column...)
+	}
+	dst = append(dst, ") VALUES "...)
+	var dims []Value
+	for i, r := range rows {
+		window, ds, err := ag.codec.Decode([]byte(r.Key), dims)
+		if err != nil {
+			panic("spec: a row key the codec did not make: " + err.Error())
+		}
+		dims = ds
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, "('"...)
+		dst = time.UnixMilli(window).UTC().AppendFormat(dst, "2006-01-02 15:04:05")
+		dst = append(dst, '\'')
+		for j, v := range dims {
+			dst = append(dst, ',')
+			if ag.codec.ints[j] {
+				dst = strconv.AppendInt(dst, v.Int, 10)
+			} else {
+				dst = sink.AppendHexString(dst, string(v.Bytes))
+			}
+		}
+		for j, m := range ag.measures {
+			dst = append(dst, ',')
+			acc := r.Accs[j]
+			switch {
+			case m.kind == kindSum:
+				dst = appendScaled(dst, acc.Sum, m.scale)
+			case m.kind == kindCount || p.fields[m.field].typ == typeInt:
+				dst = strconv.AppendInt(dst, acc.N, 10)
+			default:
+				dst = appendScaled(dst, money.SumOf(acc.N), m.scale)
+			}
+		}
+		dst = append(dst, ')')
+	}
+	dst = append(dst, " ON DUPLICATE KEY UPDATE "...)
+	for j, m := range ag.measures {
+		if j > 0 {
+			dst = append(dst, ", "...)
+		}
+		c := m.column
+		switch m.kind {
+		case kindMin:
+			dst = append(dst, c+" = LEAST("+c+", VALUES("+c+"))"...)
+		case kindMax:
+			dst = append(dst, c+" = GREATEST("+c+", VALUES("+c+"))"...)
+		default:
+			dst = append(dst, c+" = "+c+" + VALUES("+c+")"...)
+		}
+	}
+	return dst
+}
+
+// appendScaled renders s, a count of 10^-scale units, with exactly scale fractional digits.
+func appendScaled(dst []byte, s money.Sum, scale int) []byte {
+	// String renders s / 10^money.Scale; without its point, its digits are s itself.
+	str := s.String()
+	if str[0] == '-' {
+		dst, str = append(dst, '-'), str[1:]
+	}
+	digits := strings.TrimLeft(strings.Replace(str, ".", "", 1), "0")
+	if pad := scale + 1 - len(digits); pad > 0 {
+		digits = strings.Repeat("0", pad) + digits
+	}
+	dst = append(dst, digits[:len(digits)-scale]...)
+	if scale > 0 {
+		dst = append(dst, '.')
+		dst = append(dst, digits[len(digits)-scale:]...)
+	}
+	return dst
+}
