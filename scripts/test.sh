@@ -15,7 +15,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-eval "$(scripts/services.sh up)"
+# Assigned first: a failed start must stop here (eval of an empty output would succeed).
+svc_env=$(scripts/services.sh up)
+eval "$svc_env"
 export RELAY_TEST_KAFKA RELAY_TEST_MYSQL_DSN RELAY_TEST_MYSQL_CA
 # Tests that need the services fail (instead of skipping) when they are missing.
 export RELAY_TEST_REQUIRE=1
