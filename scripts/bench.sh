@@ -20,7 +20,8 @@
 # Every topic, database and job it makes has a random suffix and is removed at the end (Ctrl-C too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-eval "$(scripts/services.sh up)"
+svc_env=$(scripts/services.sh up) # assigned first: a failed start stops the script
+eval "$svc_env"
 export RELAY_TEST_KAFKA RELAY_TEST_MYSQL_DSN
 
 # A private build: bin/relay may be rebuilt by someone else while the benchmark runs.

@@ -3,7 +3,8 @@
 # totals, relay committing them exactly once, then the totals and the metrics side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-eval "$(scripts/services.sh up)"
+svc_env=$(scripts/services.sh up) # assigned first: a failed start stops the script
+eval "$svc_env"
 make -s build
 JOB=${DEMO_JOB:-demo}
 TOPIC=${DEMO_TOPIC:-orders_demo_$(date +%s)}
