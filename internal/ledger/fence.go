@@ -429,11 +429,16 @@ func (f *Fence) ReserveIDs(ctx context.Context, l *Ledger, floor int64) (first, 
 	if cur != f.Epoch {
 		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w: owner epoch is %d, this process holds %d", ErrFenced, cur, f.Epoch)
 	}
-	var reserved int64
+	var reserved, blocks int64
 	if err := tx.QueryRowContext(ctx, `SELECT id_reserved FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&reserved); err != nil {
 		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
 	}
-	first = max(reserved+1, floor)
+	// The blocks themselves too: a job row deleted by hand (a demo reset, an operator) must not
+	// hand out ids a recorded block already covers.
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(last_id), 0) FROM relay_id_blocks WHERE job = ?`, l.job).Scan(&blocks); err != nil {
+		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
+	}
+	first = max(reserved+1, blocks+1, floor)
 	last = first + idBlock - 1
 	if _, err := tx.ExecContext(ctx, `UPDATE relay_jobs SET id_reserved = ? WHERE job = ?`, last, l.job); err != nil {
 		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)

@@ -202,3 +202,33 @@ func TestGuard(t *testing.T) {
 		t.Fatalf("new owner's guarded action: %v (ran %v)", err, ran)
 	}
 }
+
+// Ids already covered by a recorded block are never handed out again, even after the job row
+// was deleted by hand.
+func TestReserveIDsAboveRecordedBlocks(t *testing.T) {
+	l, pool, ctx := trackedLedger(t)
+	f, err := Acquire(ctx, l, FenceConfig{Owner: "a", Pools: []Pool{pool}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, last, err := f.ReserveIDs(ctx, l, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	if _, err := l.db.ExecContext(ctx, `DELETE FROM relay_jobs WHERE job = ?`, l.job); err != nil {
+		t.Fatal(err)
+	}
+	g, err := Acquire(ctx, l, FenceConfig{Owner: "b", Pools: []Pool{pool}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Release()
+	first, _, err := g.ReserveIDs(ctx, l, 1)
+	if err != nil {
+		t.Fatalf("reserving after the job row was deleted: %v", err)
+	}
+	if first <= last {
+		t.Fatalf("new block starts at %d, inside the recorded one ending at %d", first, last)
+	}
+}

@@ -507,6 +507,9 @@ func (s *session) run(ctx context.Context) (err error) {
 			}
 			s.lastEnd = time.Now()
 			nextCut = maxTime(nextCut, s.lastEnd.Add(cfg.Checkpoint.MinPause))
+			// The decided offsets moved: the lag with them (cached watermarks, no round trip), so
+			// a caught-up job does not show its old lag until the next 5 s tick.
+			s.exportLag(s.cons.HighWatermark)
 		case <-discover.C:
 			added, err := s.cons.Discover(s.ctx)
 			if err != nil {
