@@ -281,7 +281,8 @@ func (p *Pipeline) ensureFence(ctx context.Context, f **ledger.Fence) error {
 	return nil
 }
 
-// checkpointError marks a failure the pipeline may survive by rewinding to the last decision.
+// checkpointError marks the failure of a checkpoint (counted as relay_checkpoints_total{result=
+// "failed"}), as opposed to one of recovery or of the fence; both restart the session alike.
 type checkpointError struct{ err error }
 
 func (e *checkpointError) Error() string { return e.err.Error() }
