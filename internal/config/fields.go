@@ -75,6 +75,7 @@ var (
 		"input.min_event_time":          "Earliest plausible event time (RFC 3339); older is bad input.",
 		"input.max_event_time":          "Event times at or after this (RFC 3339) are bad input.",
 		"input.dlq_payload_bytes":       "Bytes of a bad record's payload kept in the dead-letter table.",
+		"pipeline":                      "The pipeline spec (YAML only, no environment variable): input fields, event time and aggregate tables, see docs/PIPELINES.md. Absent: today's order_stats_minute shape from input.*_field, input.window and mysql.table, which must then not be set.",
 		"http_addr":                     "Listen address for /metrics, /healthz and /readyz.",
 		"http_pprof":                    "Also serve Go's /debug/pprof profiles on http_addr (off by default: profiles expose internals; enable to diagnose CPU or memory).",
 		"gc_heap_floor_mib":             "Go heap size (MiB) below which relay does not collect garbage: the Kafka client makes a few hundred bytes of garbage per record, and with a small heap the collector would run many times a second. Above the floor Go's default applies. While the floor is in effect the Go memory limit is 3 floors (a lower GOMEMLIMIT is kept), so the raised heap goal never applies to a heap that grew past it. 0 turns this off; a GOGC environment variable also does.",
@@ -87,6 +88,14 @@ var (
 	}
 )
 
+// yamlOnly are keys a structure is written under, too rich for one variable: they have no
+// environment variable, and the environment cannot set them.
+var yamlOnly = map[string]bool{"pipeline": true}
+
+// pipelineShape are the keys the default spec is built from: with a pipeline block they would be
+// silently ignored, so setting them too is refused.
+var pipelineShape = []string{"input.order_id_field", "input.sku_field", "input.amount_field", "input.ts_field", "input.window", "mysql.table"}
+
 // Fields lists every key in struct order.
 func Fields() []Field {
 	var out []Field
@@ -97,6 +106,9 @@ func Fields() []Field {
 }
 
 func envOf(key string) string {
+	if yamlOnly[key] {
+		return ""
+	}
 	if e, ok := envNames[key]; ok {
 		return e
 	}
@@ -127,10 +139,15 @@ func walk(v reflect.Value, prefix string, fn func(string, reflect.Value)) {
 // environment. Unknown keys in either place are errors that name the key.
 func Load(path string, environ []string) (Config, error) {
 	c := Default()
+	set := map[string]bool{} // keys the file or the environment sets
 	if path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return c, fmt.Errorf("config: %w", err)
+		}
+		var root yaml.Node
+		if yaml.Unmarshal(b, &root) == nil {
+			fileKeys("", &root, set)
 		}
 		dec := yaml.NewDecoder(bytes.NewReader(b))
 		dec.KnownFields(true)
@@ -144,6 +161,17 @@ func Load(path string, environ []string) (Config, error) {
 	if err := c.applyEnv(environ); err != nil {
 		return c, err
 	}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		set[name] = true
+	}
+	if c.Pipeline != nil {
+		for _, key := range pipelineShape {
+			if set[key] || set[envOf(key)] {
+				return c, bad(key, "is set together with pipeline, which names the fields and tables itself: set one of them")
+			}
+		}
+	}
 	if err := c.readSecretFiles(); err != nil {
 		return c, err
 	}
@@ -151,6 +179,31 @@ func Load(path string, environ []string) (Config, error) {
 		c.Kafka.GroupID = "relay-" + c.Job.Name
 	}
 	return c, nil
+}
+
+// fileKeys adds the dotted path of every key n sets (sections and leaves) to set.
+func fileKeys(prefix string, n *yaml.Node, set map[string]bool) {
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind != yaml.MappingNode {
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key := n.Content[i].Value
+		if key == "<<" {
+			fileKeys(prefix, n.Content[i+1], set)
+			continue
+		}
+		if prefix != "" {
+			key = prefix + "." + key
+		}
+		set[key] = true
+		fileKeys(key, n.Content[i+1], set)
+	}
 }
 
 // keyedTypeErrors names the key of each of yaml's type errors, which name only a line (and, for an
@@ -278,8 +331,10 @@ func (c *Config) applyEnv(environ []string) error {
 	setters := map[string]reflect.Value{}
 	keys := map[string]string{}
 	walk(reflect.ValueOf(c).Elem(), "", func(key string, v reflect.Value) {
-		setters[envOf(key)] = v
-		keys[envOf(key)] = key
+		if env := envOf(key); env != "" {
+			setters[env] = v
+			keys[env] = key
+		}
 	})
 	var unknown []string
 	for _, kv := range environ {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -110,7 +111,14 @@ func Parse(b []byte, l Limits) (*Plan, error) {
 	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
+	return s.Compile(l)
+}
+
+// Compile validates a spec read from YAML (here or as the configuration's pipeline block): its
+// dotted field names become paths and l its limits. s itself is not changed.
+func (s Spec) Compile(l Limits) (*Plan, error) {
 	s.Input.Limits = l
+	s.Input.Fields = slices.Clone(s.Input.Fields)
 	for i := range s.Input.Fields {
 		s.Input.Fields[i].Path = strings.Split(s.Input.Fields[i].Name, ".")
 	}
