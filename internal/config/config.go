@@ -368,6 +368,10 @@ func (c *Config) Validate() error {
 	if _, err := c.Plan(); err != nil {
 		return err
 	}
+	// The append sink's rows are the default spec's fields (order_id, sku, amount).
+	if c.Pipeline != nil && c.MySQL.DetailTable != "" {
+		return bad("mysql.detail_table", "the append sink writes order_id, sku and amount, the default spec's fields: it does not run with a pipeline block")
+	}
 	if c.GCFloorMiB < 0 || c.GCFloorMiB > 1<<16 {
 		return bad("gc_heap_floor_mib", "%d is outside 0..65536", c.GCFloorMiB)
 	}

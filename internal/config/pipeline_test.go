@@ -70,6 +70,7 @@ func TestPipelineRefusals(t *testing.T) {
 		{"file input.window", pipelineYAML + "input: {window: 1m}\n", nil, "config input.window (RELAY_INPUT_WINDOW): is set together"},
 		{"env sku field", pipelineYAML, []string{"RELAY_INPUT_SKU_FIELD=sku"}, "config input.sku_field (RELAY_INPUT_SKU_FIELD): is set together"},
 		{"env limits are fine", pipelineYAML, []string{"RELAY_INPUT_MAX_PAYLOAD_BYTES=1000"}, ""},
+		{"append sink", pipelineYAML, []string{"RELAY_MYSQL_DETAIL_TABLE=order_details"}, "config mysql.detail_table (RELAY_MYSQL_DETAIL_TABLE): the append sink writes order_id"},
 		{"bad spec", strings.Replace(pipelineYAML, "window: 1h", "window: 7m", 1), nil, "pipeline.aggregates[0].window: 7m0s does not divide a day"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

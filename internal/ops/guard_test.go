@@ -13,7 +13,6 @@ import (
 
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
-	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/testenv"
 )
 
@@ -88,7 +87,11 @@ func TestPreflightTableOwner(t *testing.T) {
 		t.Fatalf("table_owner with rows nobody owns: %s", c)
 	}
 	first := ledger.New(e.Sink, "first_"+testenv.Suffix())
-	if err := (sink.Schema{Table: "order_stats_minute", DLQ: "relay_dlq"}).Claim(ctx, e.Sink, first); err != nil {
+	plan, err := e.Config.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plan.Schema("relay_dlq", "").Claim(ctx, e.Sink, first); err != nil {
 		t.Fatal(err)
 	}
 	c := checkNamed(t, Preflight(ctx, e, nil), "table_owner")
