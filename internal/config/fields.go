@@ -147,7 +147,7 @@ func Load(path string, environ []string) (Config, error) {
 		}
 		var root yaml.Node
 		if yaml.Unmarshal(b, &root) == nil {
-			fileKeys("", &root, set)
+			visitKeys("", &root, func(key string, _, _ *yaml.Node) bool { set[key] = true; return true })
 		}
 		dec := yaml.NewDecoder(bytes.NewReader(b))
 		dec.KnownFields(true)
@@ -181,8 +181,10 @@ func Load(path string, environ []string) (Config, error) {
 	return c, nil
 }
 
-// fileKeys adds the dotted path of every key n sets (sections and leaves) to set.
-func fileKeys(prefix string, n *yaml.Node, set map[string]bool) {
+// visitKeys calls fn with the dotted path, key node and value of every key of the mapping n (a
+// document, an alias or a mapping), a merge key's values as the mapping's own; where fn returns
+// true, it goes on into the value.
+func visitKeys(prefix string, n *yaml.Node, fn func(key string, k, v *yaml.Node) bool) {
 	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
 		n = n.Content[0]
 	}
@@ -193,16 +195,18 @@ func fileKeys(prefix string, n *yaml.Node, set map[string]bool) {
 		return
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		key := n.Content[i].Value
-		if key == "<<" {
-			fileKeys(prefix, n.Content[i+1], set)
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Value == "<<" {
+			visitKeys(prefix, v, fn)
 			continue
 		}
+		key := k.Value
 		if prefix != "" {
 			key = prefix + "." + key
 		}
-		set[key] = true
-		fileKeys(key, n.Content[i+1], set)
+		if fn(key, k, v) {
+			visitKeys(key, v, fn)
+		}
 	}
 }
 
@@ -221,46 +225,26 @@ func keyedTypeErrors(path string, b []byte, te *yaml.TypeError) error {
 	})
 	owners := map[string][]string{} // error text -> keys
 	unknown := map[string]string{}  // yaml's "line N: field x not found" -> key
-	var visit func(prefix string, n *yaml.Node)
-	visit = func(prefix string, n *yaml.Node) {
-		if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
-			n = n.Content[0]
+	visit := func(key string, k, val *yaml.Node) bool {
+		t, leaf := types[key]
+		if sections[key] {
+			return true
 		}
-		if n.Kind == yaml.AliasNode {
-			n = n.Alias
+		if !leaf {
+			unknown[fmt.Sprintf("line %d: field %s not found", k.Line, k.Value)] = key
+			return false
 		}
-		if n.Kind != yaml.MappingNode {
-			return
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			key, val := n.Content[i].Value, n.Content[i+1]
-			if key == "<<" { // a merge key's values belong to the mapping it is in
-				visit(prefix, val)
-				continue
-			}
-			if prefix != "" {
-				key = prefix + "." + key
-			}
-			t, leaf := types[key]
-			if sections[key] {
-				visit(key, val)
-				continue
-			}
-			if !leaf {
-				unknown[fmt.Sprintf("line %d: field %s not found", n.Content[i].Line, n.Content[i].Value)] = key
-				continue
-			}
-			var leafErr *yaml.TypeError
-			if errors.As(val.Decode(reflect.New(t).Interface()), &leafErr) {
-				for _, msg := range leafErr.Errors {
-					owners[msg] = append(owners[msg], key)
-				}
+		var leafErr *yaml.TypeError
+		if errors.As(val.Decode(reflect.New(t).Interface()), &leafErr) {
+			for _, msg := range leafErr.Errors {
+				owners[msg] = append(owners[msg], key)
 			}
 		}
+		return false
 	}
 	var root yaml.Node
 	if yaml.Unmarshal(b, &root) == nil {
-		visit("", &root)
+		visitKeys("", &root, visit)
 	}
 	var errs []error
 	for _, msg := range te.Errors {

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -14,16 +15,23 @@ import (
 	"github.com/relay-sh/relay/internal/testenv"
 )
 
-// The rendered DDL and upserts of a two-aggregate spec run on the real server, and after two
-// epochs' upserts every column holds what the records add up to: counts and sums added, min and
-// max kept across epochs, a row new in the second epoch starting from its own values.
-func TestUpsertAgainstServer(t *testing.T) {
+// serverDB is a fresh database of the test server, a context and the server's flavor.
+func serverDB(t *testing.T) (*sql.DB, context.Context, sink.Flavor) {
+	t.Helper()
 	db := testenv.Open(t, testenv.Database(t))
 	ctx := testenv.Context(t, time.Minute)
 	flavor, _, err := sink.DetectFlavor(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return db, ctx, flavor
+}
+
+// The rendered DDL and upserts of a two-aggregate spec run on the real server, and after two
+// epochs' upserts every column holds what the records add up to: counts and sums added, min and
+// max kept across epochs, a row new in the second epoch starting from its own values.
+func TestUpsertAgainstServer(t *testing.T) {
+	db, ctx, flavor := serverDB(t)
 	p := mustParse(t, multi)
 	for a := range p.Tables() {
 		if _, err := db.ExecContext(ctx, p.SinkTable(a).CreateSQL(flavor)); err != nil {
@@ -139,12 +147,7 @@ func readBack(t *testing.T, db *sql.DB, p *Plan, a int) []Row {
 // a min column of another scale, a dimension in a collation that ignores case and a missing
 // measure are refused, each named.
 func TestSchemaCheckCoversSpecTables(t *testing.T) {
-	db := testenv.Open(t, testenv.Database(t))
-	ctx := testenv.Context(t, time.Minute)
-	flavor, _, err := sink.DetectFlavor(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, ctx, flavor := serverDB(t)
 	s := mustParse(t, multi).Schema("relay_dlq", "")
 	if err := s.Create(ctx, db, flavor); err != nil {
 		t.Fatal(err)
@@ -158,7 +161,7 @@ func TestSchemaCheckCoversSpecTables(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err = s.Check(ctx, db, flavor)
+	err := s.Check(ctx, db, flavor)
 	for _, want := range []string{
 		".sales_by_region_hour: ", "column cheapest is decimal(38,4), want decimal(38,2)",
 		"column region has collation utf8mb4_general_ci",
@@ -174,12 +177,7 @@ func TestSchemaCheckCoversSpecTables(t *testing.T) {
 // apart (binary, no-pad collation), stores any UTF-8 byte-exactly, and sums exactly to the 4th
 // decimal.
 func TestDefaultUpsertAgainstServer(t *testing.T) {
-	db := testenv.Open(t, testenv.Database(t))
-	ctx := testenv.Context(t, time.Minute)
-	flavor, _, err := sink.DetectFlavor(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, ctx, flavor := serverDB(t)
 	p := defaultPlan(t, "order_stats_minute")
 	if err := p.Schema("relay_dlq", "").Create(ctx, db, flavor); err != nil {
 		t.Fatal(err)
