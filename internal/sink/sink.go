@@ -98,8 +98,6 @@ type DetailRow struct {
 	Offset    int64
 }
 
-const dateTimeLayout = "2006-01-02 15:04:05"
-
 // AppendDLQInsert renders one multi-row insert of bad records.
 func (s Schema) AppendDLQInsert(dst []byte, job string, checkpoint int64, rows []DLQRow) []byte {
 	dst = append(dst, "INSERT INTO "...)
