@@ -141,10 +141,10 @@ func (f *Fields) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// Default is today's hard-wired shape, from the input.* settings: order_id, sku, amount and ts by
-// their configured keys (each one literal top-level key), one aggregate table of (window_start,
-// sku) with order_count and amount_sum. Its DDL, upserts and reasons are byte for byte sink's and
-// order's.
+// Default is the shape relay had before specs, from the input.* settings: order_id, sku, amount and
+// ts by their configured keys (each one literal top-level key), one aggregate table of
+// (window_start, sku) with order_count and amount_sum. Its DDL and upserts are byte for byte the
+// statements relay ran then (default_test.go), its reasons order's.
 func Default(f order.Fields, l order.Limits, table string, window time.Duration) Spec {
 	str := func(name string, max int, invalid, tooLong order.Reason) Field {
 		return Field{Name: name, Path: []string{name}, Type: fmt.Sprintf("string(%d)", max),
