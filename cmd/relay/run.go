@@ -21,6 +21,7 @@ import (
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/pipeline"
 	"github.com/relay-sh/relay/internal/sink"
+	"github.com/relay-sh/relay/internal/spec"
 	"github.com/relay-sh/relay/internal/supervisor"
 )
 
@@ -104,6 +105,10 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		zap.Int("subtasks", cfg.Subtasks), zap.Duration("checkpoint_interval", cfg.Checkpoint.Interval),
 		zap.String("mysql", database.Redact(cfg.MySQL.DSN)), zap.Int("gc_heap_floor_mib", cfg.GCFloorMiB),
 		zap.String("gogc_env", os.Getenv("GOGC")), zap.String("version", metrics.Version))
+	plan, err := cfg.Plan()
+	if err != nil {
+		return err
+	}
 	m := metrics.New(cfg.Job.Name)
 	sinkDB, ledgerDB, pools, err := openDBs(cfg, true)
 	if err != nil {
@@ -122,7 +127,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	// drop a connection now and then: retry, bounded.
 	led := ledger.NewInstance(ledgerDB, cfg.Job.Name, cfg.InstanceIndex(), cfg.InstanceCount())
 	err = fault.Do(startCtx, fault.DefaultPolicy(), func(ctx context.Context) error {
-		return prepareServer(ctx, cfg, sinkDB, led, log)
+		return prepareServer(ctx, cfg, plan, sinkDB, led, log)
 	}, func(attempt int, err error) {
 		log.Warn("mysql not ready yet", zap.Int("attempt", attempt), zap.Error(err))
 	})
@@ -133,7 +138,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	copts := consumer.Options{Brokers: cfg.Kafka.Brokers, Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
 		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties,
 		Instance: cfg.InstanceIndex(), Instances: cfg.InstanceCount()}
-	p := pipeline.New(pipeline.Deps{Config: cfg, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
+	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
 		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true},
 		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) }})
 
@@ -175,7 +180,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 
 // prepareServer checks the server against the configuration, creates (or checks) what relay
 // writes, and claims the sink tables for the job.
-func prepareServer(ctx context.Context, cfg config.Config, sinkDB *sql.DB, led *ledger.Ledger, log *zap.Logger) error {
+func prepareServer(ctx context.Context, cfg config.Config, plan *spec.Plan, sinkDB *sql.DB, led *ledger.Ledger, log *zap.Logger) error {
 	flavor, version, err := sink.DetectFlavor(ctx, sinkDB)
 	if err != nil {
 		return fmt.Errorf("connect sink: %w", err)
@@ -192,7 +197,7 @@ func prepareServer(ctx context.Context, cfg config.Config, sinkDB *sql.DB, led *
 	if err := cfg.CheckServer(maxConn, threads); err != nil {
 		return err
 	}
-	schema := sink.Schema{Table: cfg.MySQL.Table, DLQ: cfg.MySQL.DLQTable, Detail: cfg.MySQL.DetailTable}
+	schema := plan.Schema(cfg.MySQL.DLQTable, cfg.MySQL.DetailTable)
 	if err := schema.Create(ctx, sinkDB, flavor); err != nil {
 		return err
 	}

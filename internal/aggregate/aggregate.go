@@ -1,4 +1,5 @@
-// Package aggregate folds orders into per-(window, sku) deltas for one epoch and routes them.
+// Package aggregate folds orders into per-(window, sku) deltas: what `relay verify` recounts the
+// default spec with, until it moves to the spec's fold (internal/spec, which the pipeline runs).
 //
 // Invariants: a key is routed to exactly one subtask (hash of the primary key), so two subtasks never
 // write the same row; rows leave a Table sorted in the primary key's byte order, so concurrent

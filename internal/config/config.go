@@ -18,6 +18,8 @@ import (
 
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/order"
+	"github.com/relay-sh/relay/internal/spec"
 )
 
 // Mode selects the commit protocol.
@@ -45,6 +47,9 @@ type Config struct {
 	Subtasks   int        `yaml:"subtasks"`
 	Checkpoint Checkpoint `yaml:"checkpoint"`
 	Input      Input      `yaml:"input"`
+	// Pipeline is the shape of records and aggregate tables; nil means spec.Default of input.* and
+	// mysql.table (see Plan).
+	Pipeline   *spec.Spec `yaml:"pipeline"`
 	HTTPAddr   string     `yaml:"http_addr"`
 	HTTPPprof  bool       `yaml:"http_pprof"`
 	LogLevel   string     `yaml:"log_level"`
@@ -360,6 +365,13 @@ func (c *Config) Validate() error {
 	if in.MaxEventTime.After(hi) {
 		return bad("input.max_event_time", "%s is past what DATETIME holds (%s)", in.MaxEventTime, hi)
 	}
+	if _, err := c.Plan(); err != nil {
+		return err
+	}
+	// The append sink's rows are the default spec's fields (order_id, sku, amount).
+	if c.Pipeline != nil && c.MySQL.DetailTable != "" {
+		return bad("mysql.detail_table", "the append sink writes order_id, sku and amount, the default spec's fields: it does not run with a pipeline block")
+	}
 	if c.GCFloorMiB < 0 || c.GCFloorMiB > 1<<16 {
 		return bad("gc_heap_floor_mib", "%d is outside 0..65536", c.GCFloorMiB)
 	}
@@ -369,6 +381,22 @@ func (c *Config) Validate() error {
 		return bad("log_level", "%q is not debug, info, warn or error", c.LogLevel)
 	}
 	return nil
+}
+
+// Plan compiles the pipeline spec: the pipeline block, or without one the default spec built from
+// input.*_field, input.window and mysql.table (so every RELAY_INPUT_* variable keeps working). The
+// record limits come from input.* either way. Errors name the key (pipeline.aggregates[0].window).
+func (c *Config) Plan() (*spec.Plan, error) {
+	in := c.Input
+	lim := order.DefaultLimits()
+	lim.MaxPayloadBytes = in.MaxPayloadBytes
+	lim.MinTS, lim.MaxTS = in.MinEventTime.UnixMilli(), in.MaxEventTime.UnixMilli()
+	if c.Pipeline == nil {
+		s := spec.Default(order.Fields{OrderID: in.OrderIDField, SKU: in.SKUField, Amount: in.AmountField, TS: in.TSField},
+			lim, c.MySQL.Table, in.Window)
+		return spec.Compile(s)
+	}
+	return c.Pipeline.Compile(spec.Limits{MaxPayloadBytes: lim.MaxPayloadBytes, MinTS: lim.MinTS, MaxTS: lim.MaxTS, MaxUnits: lim.MaxAmountUnits})
 }
 
 // ParseInstance reads "i/M": this process is instance i of M, owning partitions p with p mod M == i.

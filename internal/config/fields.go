@@ -42,7 +42,7 @@ var (
 		"mysql.dsn":                     "go-sql-driver DSN of the sink database, e.g. relay:secret@tcp(mysql:3306)/relay?tls=true.",
 		"mysql.password_file":           "File holding the password of mysql.dsn's user, e.g. a mounted secret, so the DSN carries none (relay@tcp(mysql:3306)/relay?tls=true); trailing newlines are dropped. mysql.ledger_dsn, when set, carries its own.",
 		"mysql.ledger_dsn":              "DSN of the ledger database; empty means the sink database. Not with mode held, which commits offsets with the data, in the sink database.",
-		"mysql.table":                   "Aggregate table (window_start, sku, order_count, amount_sum); created if missing.",
+		"mysql.table":                   "Aggregate table of the default spec (window_start, sku, order_count, amount_sum); created if missing. Not with a pipeline block, which names its tables.",
 		"mysql.dlq_table":               "Dead-letter table for bad input; created if missing.",
 		"mysql.detail_table":            "Append sink: one row per order (order_id, sku, amount, event_time, source topic/partition/offset) in the same epoch transactions; empty (default) turns it off.",
 		"mysql.session_timeout":         "wait_timeout set on relay's sessions; must exceed checkpoint.interval + checkpoint.timeout + checkpoint.restart_allowance.",
@@ -61,7 +61,7 @@ var (
 		"checkpoint.timeout":            "A checkpoint not committed within this time fails and is rolled back.",
 		"checkpoint.tolerable_failures": "In-process restarts in a row without a committed checkpoint (failed checkpoints, lost MySQL connections, a MySQL or broker restart, the fence lost) tolerated before relay exits non-zero; restarts back off with jitter from 200ms to 10s.",
 		"checkpoint.restart_allowance":  "How long a restart may take; part of the session-timeout rule.",
-		"checkpoint.buffer_keys":        "Distinct (window, sku) keys a subtask buffers before flushing early into the open transaction.",
+		"checkpoint.buffer_keys":        "Distinct keys (of all aggregate tables together) a subtask buffers before flushing early into the open transaction.",
 		"checkpoint.resolve_interval":   "How often the resolver looks for this job's left-behind XA branches.",
 		"checkpoint.in_doubt_alert_age": "Age past which an in-doubt branch of this job is flagged (relay_xa_in_doubt_oldest_age_seconds).",
 		"checkpoint.ready_max_age":      "/readyz fails when the last successful checkpoint is older than this.",
@@ -69,12 +69,13 @@ var (
 		"input.sku_field":               "JSON field holding the sku.",
 		"input.amount_field":            "JSON field holding the amount (decimal string or number).",
 		"input.ts_field":                "JSON field holding the event time in epoch milliseconds.",
-		"input.window":                  "Tumbling window size for order_stats_minute (must divide a day).",
+		"input.window":                  "Tumbling window size of the default spec's table (must divide a day). Not with a pipeline block.",
 		"input.bad_input_policy":        "dlq (write bad records to the dead-letter table, default), skip (count only) or fail (stop).",
 		"input.max_payload_bytes":       "Records larger than this are bad input (too_large).",
 		"input.min_event_time":          "Earliest plausible event time (RFC 3339); older is bad input.",
 		"input.max_event_time":          "Event times at or after this (RFC 3339) are bad input.",
 		"input.dlq_payload_bytes":       "Bytes of a bad record's payload kept in the dead-letter table.",
+		"pipeline":                      "The pipeline spec (YAML only, no environment variable): input fields, event time and aggregate tables, see docs/PIPELINES.md. Absent: today's order_stats_minute shape from input.*_field, input.window and mysql.table, which must then not be set.",
 		"http_addr":                     "Listen address for /metrics, /healthz and /readyz.",
 		"http_pprof":                    "Also serve Go's /debug/pprof profiles on http_addr (off by default: profiles expose internals; enable to diagnose CPU or memory).",
 		"gc_heap_floor_mib":             "Go heap size (MiB) below which relay does not collect garbage: the Kafka client makes a few hundred bytes of garbage per record, and with a small heap the collector would run many times a second. Above the floor Go's default applies. While the floor is in effect the Go memory limit is 3 floors (a lower GOMEMLIMIT is kept), so the raised heap goal never applies to a heap that grew past it. 0 turns this off; a GOGC environment variable also does.",
@@ -87,6 +88,14 @@ var (
 	}
 )
 
+// yamlOnly are keys a structure is written under, too rich for one variable: they have no
+// environment variable, and the environment cannot set them.
+var yamlOnly = map[string]bool{"pipeline": true}
+
+// pipelineShape are the keys the default spec is built from: with a pipeline block they would be
+// silently ignored, so setting them too is refused.
+var pipelineShape = []string{"input.order_id_field", "input.sku_field", "input.amount_field", "input.ts_field", "input.window", "mysql.table"}
+
 // Fields lists every key in struct order.
 func Fields() []Field {
 	var out []Field
@@ -97,6 +106,9 @@ func Fields() []Field {
 }
 
 func envOf(key string) string {
+	if yamlOnly[key] {
+		return ""
+	}
 	if e, ok := envNames[key]; ok {
 		return e
 	}
@@ -127,10 +139,15 @@ func walk(v reflect.Value, prefix string, fn func(string, reflect.Value)) {
 // environment. Unknown keys in either place are errors that name the key.
 func Load(path string, environ []string) (Config, error) {
 	c := Default()
+	set := map[string]bool{} // keys the file or the environment sets
 	if path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return c, fmt.Errorf("config: %w", err)
+		}
+		var root yaml.Node
+		if yaml.Unmarshal(b, &root) == nil {
+			visitKeys("", &root, func(key string, _, _ *yaml.Node) bool { set[key] = true; return true })
 		}
 		dec := yaml.NewDecoder(bytes.NewReader(b))
 		dec.KnownFields(true)
@@ -144,6 +161,17 @@ func Load(path string, environ []string) (Config, error) {
 	if err := c.applyEnv(environ); err != nil {
 		return c, err
 	}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		set[name] = true
+	}
+	if c.Pipeline != nil {
+		for _, key := range pipelineShape {
+			if set[key] || set[envOf(key)] {
+				return c, bad(key, "is set together with pipeline, which names the fields and tables itself: set one of them")
+			}
+		}
+	}
 	if err := c.readSecretFiles(); err != nil {
 		return c, err
 	}
@@ -151,6 +179,35 @@ func Load(path string, environ []string) (Config, error) {
 		c.Kafka.GroupID = "relay-" + c.Job.Name
 	}
 	return c, nil
+}
+
+// visitKeys calls fn with the dotted path, key node and value of every key of the mapping n (a
+// document, an alias or a mapping), a merge key's values as the mapping's own; where fn returns
+// true, it goes on into the value.
+func visitKeys(prefix string, n *yaml.Node, fn func(key string, k, v *yaml.Node) bool) {
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind != yaml.MappingNode {
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Value == "<<" {
+			visitKeys(prefix, v, fn)
+			continue
+		}
+		key := k.Value
+		if prefix != "" {
+			key = prefix + "." + key
+		}
+		if fn(key, k, v) {
+			visitKeys(key, v, fn)
+		}
+	}
 }
 
 // keyedTypeErrors names the key of each of yaml's type errors, which name only a line (and, for an
@@ -168,46 +225,26 @@ func keyedTypeErrors(path string, b []byte, te *yaml.TypeError) error {
 	})
 	owners := map[string][]string{} // error text -> keys
 	unknown := map[string]string{}  // yaml's "line N: field x not found" -> key
-	var visit func(prefix string, n *yaml.Node)
-	visit = func(prefix string, n *yaml.Node) {
-		if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
-			n = n.Content[0]
+	visit := func(key string, k, val *yaml.Node) bool {
+		t, leaf := types[key]
+		if sections[key] {
+			return true
 		}
-		if n.Kind == yaml.AliasNode {
-			n = n.Alias
+		if !leaf {
+			unknown[fmt.Sprintf("line %d: field %s not found", k.Line, k.Value)] = key
+			return false
 		}
-		if n.Kind != yaml.MappingNode {
-			return
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			key, val := n.Content[i].Value, n.Content[i+1]
-			if key == "<<" { // a merge key's values belong to the mapping it is in
-				visit(prefix, val)
-				continue
-			}
-			if prefix != "" {
-				key = prefix + "." + key
-			}
-			t, leaf := types[key]
-			if sections[key] {
-				visit(key, val)
-				continue
-			}
-			if !leaf {
-				unknown[fmt.Sprintf("line %d: field %s not found", n.Content[i].Line, n.Content[i].Value)] = key
-				continue
-			}
-			var leafErr *yaml.TypeError
-			if errors.As(val.Decode(reflect.New(t).Interface()), &leafErr) {
-				for _, msg := range leafErr.Errors {
-					owners[msg] = append(owners[msg], key)
-				}
+		var leafErr *yaml.TypeError
+		if errors.As(val.Decode(reflect.New(t).Interface()), &leafErr) {
+			for _, msg := range leafErr.Errors {
+				owners[msg] = append(owners[msg], key)
 			}
 		}
+		return false
 	}
 	var root yaml.Node
 	if yaml.Unmarshal(b, &root) == nil {
-		visit("", &root)
+		visitKeys("", &root, visit)
 	}
 	var errs []error
 	for _, msg := range te.Errors {
@@ -278,8 +315,10 @@ func (c *Config) applyEnv(environ []string) error {
 	setters := map[string]reflect.Value{}
 	keys := map[string]string{}
 	walk(reflect.ValueOf(c).Elem(), "", func(key string, v reflect.Value) {
-		setters[envOf(key)] = v
-		keys[envOf(key)] = key
+		if env := envOf(key); env != "" {
+			setters[env] = v
+			keys[env] = key
+		}
 	})
 	var unknown []string
 	for _, kv := range environ {

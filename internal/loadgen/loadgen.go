@@ -38,6 +38,11 @@ type Options struct {
 	StartTS   int64         // event time of the first window (epoch ms)
 	Window    time.Duration // window size (for the expected keys)
 	TxnID     string        // transactional.id; empty means a non-transactional producer
+	// Shops, above 0, gives every good record a shop (shop-0 ..), the shop's region (ShopRegion)
+	// and a status (paid, shipped or cancelled), for pipeline specs that group or filter by them,
+	// and keeps the committed good records in Totals.Records: a spec's totals are their fold
+	// (spec.Plan.Fold). 0 makes the default records, byte for byte.
+	Shops int
 }
 
 // Key is one aggregate row.
@@ -66,6 +71,8 @@ type Totals struct {
 	Good     int64 // committed good orders
 	Aborted  int64 // orders in aborted transactions
 	Produced int64 // every record sent, committed or not
+	// Records are the committed good records, in no particular order (only with Options.Shops).
+	Records [][]byte
 }
 
 // NewTotals returns empty totals.
@@ -75,6 +82,7 @@ type pendingRec struct {
 	key    Key
 	amount int64
 	bad    *Bad
+	record []byte // kept for Totals.Records (Options.Shops)
 }
 
 // record adds a batch's orders: to the totals when committed, to the aborted count otherwise.
@@ -99,6 +107,9 @@ func (t *Totals) record(recs []pendingRec, committed bool) {
 		a.Count++
 		a.Sum.Add(r.amount)
 		t.Good++
+		if r.record != nil {
+			t.Records = append(t.Records, r.record)
+		}
 	}
 }
 
@@ -112,6 +123,19 @@ func (t *Totals) Snapshot() (map[Key]Acc, []Bad, int64) {
 	}
 	return m, append([]Bad(nil), t.Bad...), t.Good
 }
+
+// CommittedRecords copies Records under the lock.
+func (t *Totals) CommittedRecords() [][]byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([][]byte(nil), t.Records...)
+}
+
+// ShopRegion is the region of a shop of Options.Shops: every shop lies in one region, so totals
+// by region are sums of totals by shop.
+func ShopRegion(shop int) string { return "r" + strconv.Itoa(shop%3) }
+
+var statuses = []string{"paid", "shipped", "cancelled"}
 
 // Summary says what was produced, for the operator who ran it.
 func (t *Totals) Summary() string {
@@ -200,8 +224,15 @@ func (g *Generator) Next() ([]byte, pendingRec) {
 		panic(err)
 	}
 	w := g.o.Window.Milliseconds()
+	key := Key{WindowMS: ts - ts%w, SKU: sku}
+	if g.o.Shops > 0 {
+		shop := g.rng.IntN(g.o.Shops)
+		rec := []byte(fmt.Sprintf(`{"order_id":"o-%d-%d","shop":"shop-%d","region":%q,"status":%q,"sku":%q,"amount":%q,"ts":%d}`,
+			g.o.Seed, g.seq, shop, ShopRegion(shop), statuses[g.rng.IntN(len(statuses))], sku, amt, ts))
+		return rec, pendingRec{key: key, amount: units, record: rec}
+	}
 	rec := fmt.Sprintf(`{"order_id":"o-%d-%d","sku":%q,"amount":%q,"ts":%d}`, g.o.Seed, g.seq, sku, amt, ts)
-	return []byte(rec), pendingRec{key: Key{WindowMS: ts - ts%w, SKU: sku}, amount: units}
+	return []byte(rec), pendingRec{key: key, amount: units}
 }
 
 // reopens bounds how often one Run replaces a producer that failed fatally.

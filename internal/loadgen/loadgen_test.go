@@ -1,6 +1,8 @@
 package loadgen
 
 import (
+	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/relay-sh/relay/internal/order"
@@ -51,5 +53,34 @@ func TestTotalsSummary(t *testing.T) {
 	want := "4 records sent: 2 good orders committed (2 (window, sku) keys, amounts summing to 10.0000), 1 bad records, 1 records in aborted transactions"
 	if got := tot.Summary(); got != want {
 		t.Fatalf("summary %q, want %q", got, want)
+	}
+}
+
+// With Options.Shops, good records carry a shop, its region and a status and are kept once
+// committed; the default stream is unchanged by the option's existence (same seed, same bytes).
+func TestShopRecords(t *testing.T) {
+	plain, shops := NewGenerator(Options{Seed: 5}), NewGenerator(Options{Seed: 5, Shops: 4})
+	p, _ := plain.Next()
+	if want := `{"order_id":"o-5-1","sku":"SKU-`; string(p[:len(want)]) != want {
+		t.Fatalf("default record %s", p)
+	}
+	tot := NewTotals()
+	var recs []pendingRec
+	for range 50 {
+		b, r := shops.Next()
+		var v struct{ Shop, Region, Status string }
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if _, err := fmt.Sscanf(v.Shop, "shop-%d", &n); err != nil || n >= 4 || v.Region != ShopRegion(n) || v.Status == "" {
+			t.Fatalf("record %s", b)
+		}
+		recs = append(recs, r)
+	}
+	tot.record(recs[:20], false)
+	tot.record(recs[20:], true)
+	if got := len(tot.CommittedRecords()); got != 30 {
+		t.Fatalf("%d records kept, want the 30 committed", got)
 	}
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
-	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/testenv"
 )
 
@@ -37,16 +36,17 @@ func produceOrders(t *testing.T, ctx context.Context, e *Env, n int) ledger.Offs
 }
 
 // Preflight refuses a non-transactional aggregate table and one whose definition differs, naming
-// the table and the difference, and runs no probe on it; on relay's own table the probe leaves no
-// row; a probe on a table that keeps rolled-back rows fails and still leaves nothing.
+// the table and the difference, and runs no probe; the probe (on the dead-letter table, which
+// every pipeline spec has) leaves no row; a probe on a table that keeps rolled-back rows fails and
+// still leaves nothing.
 func TestPreflightRefusesSinkTable(t *testing.T) {
 	e, ctx := newEnv(t, 1)
 	cs := Preflight(ctx, e, e.Config.Validate())
 	if c := checkNamed(t, cs, "xa"); c.Status != CheckOK {
 		t.Fatalf("xa on relay's table: %s", c)
 	}
-	if n := rowCount(t, ctx, e, "order_stats_minute"); n != 0 {
-		t.Fatalf("the probe left %d rows in order_stats_minute", n)
+	if n := rowCount(t, ctx, e, "relay_dlq"); n != 0 {
+		t.Fatalf("the probe left %d rows in relay_dlq", n)
 	}
 
 	for _, alter := range []string{"ENGINE=MyISAM", "MODIFY sku VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL"} {
@@ -65,10 +65,16 @@ func TestPreflightRefusesSinkTable(t *testing.T) {
 			t.Fatalf("a probe ran on a refused table: %s", x)
 		}
 	}
-	if err := probeXA(ctx, e.Sink, "order_stats_minute"); err == nil || !strings.Contains(err.Error(), "not transactional") {
+	// MyISAM keys are shorter: the copy has no source index.
+	for _, q := range []string{"CREATE TABLE dlq_myisam LIKE relay_dlq", "ALTER TABLE dlq_myisam DROP KEY source_idx, ENGINE=MyISAM"} {
+		if _, err := e.Sink.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := probeXA(ctx, e.Sink, "dlq_myisam"); err == nil || !strings.Contains(err.Error(), "not transactional") {
 		t.Fatalf("probe on a MyISAM table: %v, want a failure saying it is not transactional", err)
 	}
-	if n := rowCount(t, ctx, e, "order_stats_minute"); n != 0 {
+	if n := rowCount(t, ctx, e, "dlq_myisam"); n != 0 {
 		t.Fatalf("the probe on a MyISAM table left %d rows", n)
 	}
 }
@@ -88,7 +94,11 @@ func TestPreflightTableOwner(t *testing.T) {
 		t.Fatalf("table_owner with rows nobody owns: %s", c)
 	}
 	first := ledger.New(e.Sink, "first_"+testenv.Suffix())
-	if err := (sink.Schema{Table: "order_stats_minute", DLQ: "relay_dlq"}).Claim(ctx, e.Sink, first); err != nil {
+	plan, err := e.Config.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plan.Schema("relay_dlq", "").Claim(ctx, e.Sink, first); err != nil {
 		t.Fatal(err)
 	}
 	c := checkNamed(t, Preflight(ctx, e, nil), "table_owner")

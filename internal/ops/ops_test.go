@@ -41,7 +41,11 @@ func newEnv(t *testing.T, partitions int, mutate ...func(*config.Config)) (*Env,
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := errors.Join((sink.Schema{Table: cfg.MySQL.Table, DLQ: cfg.MySQL.DLQTable}).Create(ctx, db, flavor),
+	plan, err := cfg.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(plan.Schema(cfg.MySQL.DLQTable, "").Create(ctx, db, flavor),
 		ledger.EnsureSchema(ctx, db)); err != nil {
 		t.Fatal(err)
 	}

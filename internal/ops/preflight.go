@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -130,14 +131,19 @@ func serverChecks(ctx context.Context, e *Env, cs *checks) bool {
 		cs.add("galera", CheckOK, "not a Galera node")
 	}
 
+	plan, err := cfg.Plan()
+	if err != nil {
+		cs.add("schema", CheckFail, "%v", err)
+		return false
+	}
 	schemaErr := errors.Join(
-		(sink.Schema{Table: cfg.MySQL.Table, DLQ: cfg.MySQL.DLQTable, Detail: cfg.MySQL.DetailTable}).Create(ctx, e.Sink, flavor),
+		plan.Schema(cfg.MySQL.DLQTable, cfg.MySQL.DetailTable).Create(ctx, e.Sink, flavor),
 		ledger.EnsureSchema(ctx, e.Ledger.DB()))
-	schemaOK := cs.result("schema", schemaErr, "tables %s, %s and the ledger's relay_* exist (created if missing)", cfg.MySQL.Table, cfg.MySQL.DLQTable)
+	schemaOK := cs.result("schema", schemaErr, "tables %s, %s and the ledger's relay_* exist (created if missing)", strings.Join(plan.Tables(), ", "), cfg.MySQL.DLQTable)
 
 	if cfg.Mode == config.ModeXA {
 		if schemaOK {
-			cs.result("xa", probeXA(ctx, e.Sink, cfg.MySQL.Table), "XA START, END, PREPARE and ROLLBACK of a probe branch on %s", cfg.MySQL.Table)
+			cs.result("xa", probeXA(ctx, e.Sink, cfg.MySQL.DLQTable), "XA START, END, PREPARE and ROLLBACK of a probe branch on %s", cfg.MySQL.DLQTable)
 		}
 		all, err := xa.Recover(ctx, e.Sink)
 		if err != nil {
@@ -236,7 +242,12 @@ func jobChecks(ctx context.Context, e *Env, cs *checks) {
 // of another ledger, or one from before relay recorded owners), and relay run would add to them.
 func ownerCheck(ctx context.Context, e *Env, cs *checks) {
 	m := e.Config.MySQL
-	unclaimed, err := (sink.Schema{Table: m.Table, DLQ: m.DLQTable, Detail: m.DetailTable}).CheckOwner(ctx, e.Sink, e.Ledger)
+	plan, err := e.Config.Plan()
+	if err != nil {
+		cs.add("table_owner", CheckFail, "%v", err)
+		return
+	}
+	unclaimed, err := plan.Schema(m.DLQTable, m.DetailTable).CheckOwner(ctx, e.Sink, e.Ledger)
 	if err != nil {
 		cs.add("table_owner", CheckFail, "%v", err)
 		return
@@ -246,16 +257,22 @@ func ownerCheck(ctx context.Context, e *Env, cs *checks) {
 		return
 	}
 	_, committed, err := e.Ledger.PartitionOffsets(ctx)
-	var rows bool
-	if err == nil && committed == 0 {
-		err = e.Sink.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM `"+m.Table+"`)").Scan(&rows)
+	var full string // an unclaimed aggregate table that holds rows
+	for _, t := range plan.Tables() {
+		var rows bool
+		if err == nil && committed == 0 && slices.Contains(unclaimed, t) {
+			err = e.Sink.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM `"+t+"`)").Scan(&rows)
+		}
+		if rows && full == "" {
+			full = t
+		}
 	}
 	switch {
 	case err != nil:
 		cs.add("table_owner", CheckFail, "%v", err)
-	case rows:
+	case full != "":
 		cs.add("table_owner", CheckWarn, "%s has no owner job but holds rows, and job %s never committed: another job wrote them (one of another ledger database, or from before relay recorded owners); relay run would add into them: give job %s its own table unless they are its own",
-			m.Table, e.Config.Job.Name, e.Config.Job.Name)
+			full, e.Config.Job.Name, e.Config.Job.Name)
 	default:
 		cs.add("table_owner", CheckOK, "no job owns %s yet: relay run claims it for job %s", strings.Join(unclaimed, ", "), e.Config.Job.Name)
 	}
@@ -294,7 +311,9 @@ func topicCheck(ctx context.Context, e *Env, cs *checks) {
 	cs.add("topics", CheckOK, "%s; the job's resume offsets lie within them", strings.Join(s, ", "))
 }
 
-// probeXA prepares and rolls back a branch that inserts one row no input can produce.
+// probeXA prepares and rolls back a branch that inserts one dead-letter row no job can write (its
+// job is the probe's tag, which no job name matches). The dead-letter table exists whatever the
+// pipeline spec's aggregate tables are; theirs are held to InnoDB by the schema check.
 func probeXA(ctx context.Context, db *sql.DB, table string) error {
 	tag := fmt.Sprintf("relaypreflight-%d-%d", time.Now().UnixNano(), os.Getpid())
 	b, err := xa.NewBranch(ctx, db)
@@ -305,8 +324,8 @@ func probeXA(ctx context.Context, db *sql.DB, table string) error {
 	if err := b.Start(ctx, tag); err != nil {
 		return err
 	}
-	// The tag is the sku: unique per probe, so the probe never waits on another one's lock.
-	if err := b.Exec(ctx, "INSERT INTO `"+table+"` (window_start, sku, order_count, amount_sum) VALUES ('1000-01-01 00:00:00', '"+tag+"', 0, 0)"); err != nil {
+	// The tag is the job: unique per probe, so the probe never waits on another one's lock.
+	if err := b.Exec(ctx, "INSERT INTO `"+table+"` (job, topic, kpartition, koffset, reason, payload, payload_bytes, checkpoint_id) VALUES ('"+tag+"', '', 0, 0, 'preflight', '', 0, 0)"); err != nil {
 		return err
 	}
 	if err := b.Prepare(ctx); err != nil {
@@ -317,7 +336,7 @@ func probeXA(ctx context.Context, db *sql.DB, table string) error {
 	}
 	// The rollback must have taken the row with it; a table that kept it would keep a failed
 	// epoch's totals too. A leftover is removed: preflight leaves nothing behind.
-	const probeRow = "` WHERE window_start = '1000-01-01 00:00:00' AND sku = ?"
+	const probeRow = "` WHERE job = ?"
 	var n int
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+probeRow, tag).Scan(&n); err != nil {
 		return fmt.Errorf("probe row: %w", err)
@@ -328,7 +347,7 @@ func probeXA(ctx context.Context, db *sql.DB, table string) error {
 	if _, err := db.ExecContext(ctx, "DELETE FROM `"+table+probeRow, tag); err != nil {
 		return fmt.Errorf("%s kept the row of the rolled-back probe branch %s, and deleting it failed (%w): it is not transactional", table, tag, err)
 	}
-	return fmt.Errorf("%s kept the row of the rolled-back probe branch %s (deleted now): it is not transactional, and a crash would double its totals", table, tag)
+	return fmt.Errorf("%s kept the row of the rolled-back probe branch %s (deleted now): it is not transactional, and a crash would duplicate its rows", table, tag)
 }
 
 // serverString reads one SHOW ... LIKE value; ok is false when the server has no such name.

@@ -1,14 +1,18 @@
 package ops
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/spec"
 )
 
 // verify finds nothing when MySQL holds exactly what the committed Kafka transactions carried (up
@@ -131,5 +135,15 @@ func TestVerifyNoCheckpoint(t *testing.T) {
 	e, ctx := newEnv(t, 1)
 	if _, err := Verify(ctx, e, VerifyOptions{}); err == nil || !strings.Contains(err.Error(), "no decided checkpoint") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// Verify recounts the default spec only, so far: a configuration with a pipeline block is refused
+// before anything is read, rather than compared with the wrong shape.
+func TestVerifyRefusesPipelineBlock(t *testing.T) {
+	e := &Env{Config: config.Default()}
+	e.Config.Pipeline = &spec.Spec{}
+	if _, err := Verify(context.Background(), e, VerifyOptions{}); !errors.Is(err, errVerifySpec) {
+		t.Fatalf("verify with a pipeline block: %v, want %v", err, errVerifySpec)
 	}
 }

@@ -7,12 +7,11 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"go.uber.org/zap"
 
-	"github.com/relay-sh/relay/internal/aggregate"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/metrics"
-	"github.com/relay-sh/relay/internal/order"
+	"github.com/relay-sh/relay/internal/spec"
 )
 
 // benchPayloads are records exactly as `relay loadgen` writes them (same generator), with the key
@@ -27,25 +26,29 @@ func benchPayloads(n, skus, windows int) [][]byte {
 }
 
 // BenchmarkDecodeRouteAggregate is the per-record CPU work of the consume loop without Kafka:
-// decode + validate (order.Decoder), window, route to one of 2 subtasks, add to that subtask's table.
-// The tables are warm (steady state inside an epoch): every key is already present.
+// decode + validate (the default spec's decoder), window, route to one of 2 subtasks, add to that
+// subtask's tables (Plan.Fold). The tables are warm (steady state inside an epoch): every key is
+// already present.
 func BenchmarkDecodeRouteAggregate(b *testing.B) {
 	for _, c := range []struct {
 		name          string
 		skus, windows int
 	}{{"keys=1k", 100, 10}, {"keys=10k", 1000, 10}, {"keys=100k", 10000, 10}} {
 		b.Run(c.name, func(b *testing.B) {
-			const windowMS, subtasks = 60000, 2
 			recs := benchPayloads(1<<16, c.skus, c.windows)
-			d := order.NewDecoder(order.DefaultFields(), order.DefaultLimits())
-			tables := []*aggregate.Table{aggregate.NewTable(), aggregate.NewTable()}
-			var o order.Order
+			cfg := config.Default()
+			plan, err := cfg.Plan()
+			if err != nil {
+				b.Fatal(err)
+			}
+			d := plan.NewDecoder()
+			tables := []*spec.Tables{plan.NewTables(), plan.NewTables()}
+			var rec spec.Record
 			fold := func(p []byte) {
-				if r := d.Decode(p, &o); r != order.OK {
-					b.Fatal(r)
+				if r, f := d.Decode(p, &rec); r != spec.OK {
+					b.Fatal(r, f)
 				}
-				w := aggregate.Window(o.TS, windowMS)
-				tables[aggregate.Route(w, o.SKU, subtasks)].Add(w, o.SKU, o.Amount)
+				plan.Fold(&rec, tables)
 			}
 			for _, p := range recs {
 				fold(p)
@@ -87,7 +90,11 @@ func BenchmarkSessionFold(b *testing.B) {
 			if c.detail {
 				cfg.MySQL.DetailTable = "order_details"
 			}
-			p := New(Deps{Config: cfg, Log: zap.NewNop(), Metrics: metrics.New("bench")})
+			plan, err := cfg.Plan()
+			if err != nil {
+				b.Fatal(err)
+			}
+			p := New(Deps{Config: cfg, Plan: plan, Log: zap.NewNop(), Metrics: metrics.New("bench")})
 			s := &session{p: p, positions: ledger.Offsets{}, cur: p.newEpoch(1)}
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)
@@ -112,11 +119,11 @@ func BenchmarkSessionFold(b *testing.B) {
 				msgs[i] = kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: int32(i % 4),
 					Offset: kafka.Offset(i / 4)}, Value: v}
 			}
-			var o order.Order
+			var rec spec.Record
 			b.ReportAllocs()
 			i, n := 0, 0
 			for b.Loop() {
-				if err := s.fold(&msgs[i], &o); err != nil {
+				if err := s.fold(&msgs[i], &rec); err != nil {
 					b.Fatal(err)
 				}
 				i = (i + 1) & (len(msgs) - 1)

@@ -27,15 +27,14 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"go.uber.org/zap"
 
-	"github.com/relay-sh/relay/internal/aggregate"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
-	"github.com/relay-sh/relay/internal/order"
 	"github.com/relay-sh/relay/internal/sink"
+	"github.com/relay-sh/relay/internal/spec"
 )
 
 // State is the pipeline's lifecycle state.
@@ -76,7 +75,10 @@ var ErrBadInput = fault.Fatal("bad input")
 
 // Deps are the opened resources a pipeline runs on.
 type Deps struct {
-	Config  config.Config
+	Config config.Config
+	// Plan is the configuration's pipeline spec, compiled (config.Config.Plan): what a record
+	// holds and which aggregate tables it folds into.
+	Plan    *spec.Plan
 	Log     *zap.Logger
 	Metrics *metrics.Metrics
 	Sink    *sql.DB
@@ -99,34 +101,30 @@ type Pipeline struct {
 	sessionFirstID atomic.Int64
 	fence          atomic.Pointer[ledger.Fence] // the fence held now (nil between two), for the resolver's epoch
 	schema         sink.Schema
-	windowMS       int64
-	decoder        *order.Decoder
+	decoder        *spec.Decoder
 	held           bool // held mode: partition-affine subtasks, local transactions
+	// reported holds the (reason, field) pairs of bad input already logged: the dead-letter row
+	// carries only the reason (VARCHAR(32)), so the field a spec's reason is about is logged once.
+	reported map[badField]bool
+}
+
+type badField struct {
+	reason spec.Reason
+	field  string
 }
 
 // New prepares a pipeline; Run starts it.
 func New(d Deps) *Pipeline {
 	c := d.Config
-	p := &Pipeline{Deps: d, schema: sink.Schema{Table: c.MySQL.Table, DLQ: c.MySQL.DLQTable, Detail: c.MySQL.DetailTable},
-		windowMS: c.Input.Window.Milliseconds(), held: c.Mode == config.ModeHeld}
-	p.decoder = NewDecoder(c)
+	p := &Pipeline{Deps: d, schema: d.Plan.Schema(c.MySQL.DLQTable, c.MySQL.DetailTable),
+		decoder: d.Plan.NewDecoder(), held: c.Mode == config.ModeHeld, reported: map[badField]bool{}}
 	var reasons []string
-	for _, r := range order.AllReasons() {
+	for _, r := range d.Plan.Reasons() {
 		reasons = append(reasons, r.String())
 	}
 	d.Metrics.InitReasons(reasons)
 	d.Metrics.InitRestartCauses(fault.Causes)
 	return p
-}
-
-// NewDecoder builds the record decoder a configuration asks for (the pipeline's, and `relay verify`'s).
-func NewDecoder(c config.Config) *order.Decoder {
-	lim := order.DefaultLimits()
-	lim.MaxPayloadBytes = c.Input.MaxPayloadBytes
-	lim.MinTS = c.Input.MinEventTime.UnixMilli()
-	lim.MaxTS = c.Input.MaxEventTime.UnixMilli()
-	return order.NewDecoder(order.Fields{OrderID: c.Input.OrderIDField, SKU: c.Input.SKUField,
-		Amount: c.Input.AmountField, TS: c.Input.TSField}, lim)
 }
 
 // State is the current lifecycle state.
@@ -291,7 +289,7 @@ func (e *checkpointError) Unwrap() error { return e.err }
 // epoch is the in-memory state of one checkpoint being filled.
 type epoch struct {
 	id        int64
-	tables    []*aggregate.Table
+	tables    []*spec.Tables // one per subtask, every aggregate
 	dlq       [][]sink.DLQRow
 	details   [][]sink.DetailRow
 	records   int64
@@ -307,9 +305,9 @@ type epoch struct {
 
 func (p *Pipeline) newEpoch(id int64) *epoch {
 	n := p.Config.Subtasks
-	e := &epoch{id: id, tables: make([]*aggregate.Table, n), dlq: make([][]sink.DLQRow, n), details: make([][]sink.DetailRow, n)}
+	e := &epoch{id: id, tables: make([]*spec.Tables, n), dlq: make([][]sink.DLQRow, n), details: make([][]sink.DetailRow, n)}
 	for i := range e.tables {
-		e.tables[i] = aggregate.NewTable()
+		e.tables[i] = p.Plan.NewTables()
 	}
 	return e
 }
@@ -388,7 +386,7 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence, serial b
 	}
 	for i := 0; i < p.Config.Subtasks; i++ {
 		global := p.Config.InstanceIndex()*p.Config.Subtasks + i
-		st := newSubtask(i, global, p.Config.Job.Name, p.Sink, p.schema, p.Config.MySQL.BatchRows, p.Config.MySQL.LockWait/5, peers, p.Log.Named("subtask"), p.Metrics)
+		st := newSubtask(i, global, p.Config.Job.Name, p.Sink, p.schema, p.Plan, p.Config.MySQL.BatchRows, p.Config.MySQL.LockWait/5, peers, p.Log.Named("subtask"), p.Metrics)
 		if p.held {
 			st.held, st.fence = p.Ledger, fence
 		}
@@ -492,7 +490,7 @@ func (s *session) run(ctx context.Context) (err error) {
 		defer s.wg.Done()
 		s.poll(batches)
 	}()
-	var o order.Order
+	var rec spec.Record
 	for {
 		select {
 		case <-ctx.Done():
@@ -530,7 +528,7 @@ func (s *session) run(ctx context.Context) (err error) {
 			s.lastRecord = time.Now()
 			// Whole batches only: a barrier falls between two records, never inside the fold of one.
 			for _, msg := range b.msgs {
-				if err := s.fold(msg, &o); err != nil {
+				if err := s.fold(msg, &rec); err != nil {
 					return err
 				}
 			}
@@ -598,7 +596,7 @@ func (s *session) poll(out chan<- polled) {
 }
 
 // fold decodes one record into the current epoch.
-func (s *session) fold(msg *kafka.Message, o *order.Order) error {
+func (s *session) fold(msg *kafka.Message, rec *spec.Record) error {
 	p := s.p
 	e := s.cur
 	tp := msg.TopicPartition
@@ -615,19 +613,21 @@ func (s *session) fold(msg *kafka.Message, o *order.Order) error {
 	if e.serial {
 		owner = 0
 	}
-	reason := p.decoder.Decode(msg.Value, o)
-	if reason == order.OK {
-		w := aggregate.Window(o.TS, p.windowMS)
-		i := owner
-		if !p.held && !e.serial {
-			i = aggregate.Route(w, o.SKU, len(s.subs))
+	reason, field := p.decoder.Decode(msg.Value, rec)
+	if reason == spec.OK {
+		// Every aggregate's keys are routed among the subtasks by their encoded primary key; held
+		// mode and a serial replay give the fold only the owner's tables.
+		tables := e.tables
+		if p.held || e.serial {
+			tables = e.tables[owner : owner+1]
 		}
-		t := e.tables[i]
-		t.Add(w, o.SKU, o.Amount)
+		p.Plan.Fold(rec, tables)
 		e.ok++
 		if p.schema.Detail != "" {
-			e.details[owner] = append(e.details[owner], sink.DetailRow{OrderID: string(o.OrderID), SKU: string(o.SKU),
-				Amount: o.Amount, TS: o.TS, Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset)})
+			// The append sink exists only with the default spec (config refuses it next to a
+			// pipeline block), whose fields are order_id, sku and amount in this order.
+			e.details[owner] = append(e.details[owner], sink.DetailRow{OrderID: string(rec.Vals[0].Bytes), SKU: string(rec.Vals[1].Bytes),
+				Amount: rec.Vals[2].Int, TS: rec.TS, Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset)})
 			if len(e.details[owner]) >= 4*p.Config.MySQL.BatchRows {
 				d := e.details[owner]
 				e.details[owner] = nil
@@ -638,11 +638,24 @@ func (s *session) fold(msg *kafka.Message, o *order.Order) error {
 		}
 		// Held mode flushes aggregates only at the barrier: one sorted pass per transaction keeps
 		// row locks ordered across subtasks that share keys, so they cannot deadlock.
-		if !p.held && t.Len() >= p.Config.Checkpoint.BufferKeys {
-			e.tables[i] = aggregate.NewTable()
-			return s.send(i, batch{epoch: e.id, table: t})
+		if p.held {
+			return nil
+		}
+		for i, t := range e.tables {
+			if t.Keys() >= p.Config.Checkpoint.BufferKeys {
+				e.tables[i] = p.Plan.NewTables()
+				if err := s.send(i, batch{epoch: e.id, table: t}); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
+	}
+	if field != "" && !p.reported[badField{reason, field}] {
+		p.reported[badField{reason, field}] = true
+		p.Log.Warn("bad input (logged once per reason and field; the dead-letter row names the reason)",
+			zap.String("reason", reason.String()), zap.String("field", field),
+			zap.String("topic", *tp.Topic), zap.Int32("partition", tp.Partition), zap.Int64("offset", int64(tp.Offset)))
 	}
 	p.Metrics.BadRecords.WithLabelValues(reason.String()).Inc()
 	switch p.Config.Input.BadInputPolicy {

@@ -27,7 +27,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/relay-sh/relay/internal/aggregate"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/database"
@@ -35,13 +34,14 @@ import (
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/sink"
+	"github.com/relay-sh/relay/internal/spec"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
 // batch is work for one subtask in one epoch: rows to write and, at the barrier, the order to prepare.
 type batch struct {
 	epoch   int64
-	table   *aggregate.Table
+	table   *spec.Tables
 	dlq     []sink.DLQRow
 	details []sink.DetailRow
 	offsets ledger.Offsets  // held mode, at the barrier: this subtask's partitions that advanced
@@ -83,6 +83,7 @@ type subtask struct {
 	job    string
 	db     *sql.DB
 	schema sink.Schema
+	plan   *spec.Plan
 	rows   int // rows per statement
 	data   chan batch
 	ctrl   chan decision
@@ -103,8 +104,8 @@ type subtask struct {
 	fence *ledger.Fence
 }
 
-func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, rows int, lockReport time.Duration, peers *peerConns, log *zap.Logger, m *metrics.Metrics) *subtask {
-	return &subtask{idx: idx, global: global, job: job, db: db, schema: schema, rows: rows,
+func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, plan *spec.Plan, rows int, lockReport time.Duration, peers *peerConns, log *zap.Logger, m *metrics.Metrics) *subtask {
+	return &subtask{idx: idx, global: global, job: job, db: db, schema: schema, plan: plan, rows: rows,
 		data: make(chan batch, 4), ctrl: make(chan decision, 1), lockReport: lockReport, peers: peers,
 		log: log.With(zap.Int("subtask", global)), m: m}
 }
@@ -285,20 +286,25 @@ func (s *subtask) commitHeld(ctx context.Context, b batch) (string, error) {
 
 // write flushes one batch into the epoch's transaction, opening it on first use.
 func (s *subtask) write(ctx context.Context, b batch) error {
-	hasRows := b.table != nil && b.table.Len() > 0
+	hasRows := b.table != nil && b.table.Keys() > 0
 	if !hasRows && len(b.dlq) == 0 && len(b.details) == 0 {
 		return nil
 	}
 	if err := s.begin(ctx, b.epoch); err != nil {
 		return err
 	}
-	if hasRows {
-		rows := b.table.Drain()
+	// Aggregates in spec order, each one's rows in primary-key order: every transaction takes its
+	// row locks in the same order, table by table.
+	for a := range s.plan.Tables() {
+		if !hasRows {
+			break
+		}
+		rows := b.table.Drain(a)
 		for i := 0; i < len(rows); i += s.rows {
 			j := min(i+s.rows, len(rows))
-			s.buf = s.schema.AppendUpsert(s.buf[:0], rows[i:j])
+			s.buf = s.plan.AppendUpsert(s.buf[:0], a, rows[i:j])
 			if err := s.exec(ctx, b.epoch); err != nil {
-				return fmt.Errorf("subtask %d: %w", s.global, err)
+				return fmt.Errorf("subtask %d: %s: %w", s.global, s.plan.Tables()[a], err)
 			}
 		}
 	}

@@ -1,5 +1,5 @@
-// Package sink renders the epoch's writes as SQL: additive upserts into the aggregate table and
-// dead-letter rows.
+// Package sink holds the sink tables (created, and checked against their definitions) and renders
+// the epoch's dead-letter and append-sink rows as SQL; internal/spec renders the aggregate upserts.
 //
 // Invariants: statements carry no placeholders (they run inside XA on a raw connection); every
 // value is a literal relay formats itself: numbers from exact fixed-point, strings as hex literals,
@@ -15,15 +15,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relay-sh/relay/internal/aggregate"
 	"github.com/relay-sh/relay/internal/money"
 )
 
-// Schema names the sink tables.
+// Schema is the sink tables.
 type Schema struct {
-	Table  string // aggregate table (order_stats_minute)
-	DLQ    string // dead-letter table (relay_dlq)
-	Detail string // optional append sink, one row per order; empty when off
+	Aggregates []Table // from the pipeline spec (spec.Plan.Schema), in spec order
+	DLQ        string  // dead-letter table (relay_dlq)
+	Detail     string  // optional append sink, one row per order; empty when off
 }
 
 // Flavor distinguishes the two servers where their SQL differs.
@@ -60,7 +59,7 @@ func BinaryCollation(f Flavor) string {
 func (s Schema) Create(ctx context.Context, db *sql.DB, f Flavor) error {
 	for i, q := range s.CreateStatements(f) {
 		if _, err := db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("create sink table %s: %w", s.tables()[i].name, err)
+			return fmt.Errorf("create sink table %s: %w", s.tables()[i].Name, err)
 		}
 	}
 	return s.Check(ctx, db, f)
@@ -71,7 +70,7 @@ func (s Schema) Create(ctx context.Context, db *sql.DB, f Flavor) error {
 func (s Schema) CreateStatements(f Flavor) []string {
 	var out []string
 	for _, t := range s.tables() {
-		out = append(out, t.createSQL(f))
+		out = append(out, t.CreateSQL(f))
 	}
 	return out
 }
@@ -97,32 +96,6 @@ type DetailRow struct {
 	Topic     string
 	Partition int32
 	Offset    int64
-}
-
-const dateTimeLayout = "2006-01-02 15:04:05"
-
-// AppendUpsert renders one multi-row additive upsert of rows (already sorted by key).
-func (s Schema) AppendUpsert(dst []byte, rows []aggregate.Row) []byte {
-	dst = append(dst, "INSERT INTO "...)
-	dst = append(dst, quote(s.Table)...)
-	dst = append(dst, " (window_start, sku, order_count, amount_sum) VALUES "...)
-	for i, r := range rows {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, "('"...)
-		dst = time.UnixMilli(r.WindowMS).UTC().AppendFormat(dst, dateTimeLayout)
-		dst = append(dst, "',"...)
-		dst = AppendHexString(dst, r.SKU)
-		dst = append(dst, ',')
-		dst = strconv.AppendInt(dst, r.Count, 10)
-		dst = append(dst, ',')
-		dst = append(dst, r.Sum.String()...)
-		dst = append(dst, ')')
-	}
-	// VALUES() parses on MySQL 8 and MariaDB alike; the "AS new" alias form does not parse on MariaDB.
-	dst = append(dst, " ON DUPLICATE KEY UPDATE order_count = order_count + VALUES(order_count), amount_sum = amount_sum + VALUES(amount_sum)"...)
-	return dst
 }
 
 // AppendDLQInsert renders one multi-row insert of bad records.

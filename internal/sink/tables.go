@@ -3,8 +3,8 @@
 // drift apart.
 //
 // Invariant: relay writes only into a table that is transactional (InnoDB: a rolled-back or
-// never-committed epoch leaves nothing behind) and whose columns, types, sku collation and unique
-// keys are exactly these; anything else is refused with the difference, never altered.
+// never-committed epoch leaves nothing behind) and whose columns, types, key-string collation and
+// unique keys are exactly these (for aggregate tables, the pipeline spec's); anything else is refused with the difference, never altered.
 package sink
 
 import (
@@ -22,86 +22,81 @@ import (
 // ErrTableDiffers means a sink table exists but is not what relay writes.
 var ErrTableDiffers = errors.New("sink table differs from what relay writes")
 
-// column is one NOT NULL column of a sink table.
-type column struct {
-	name string
-	typ  string // as written in CREATE TABLE; lower-cased it is information_schema's COLUMN_TYPE
-	// binary: utf8mb4 with the flavor's binary no-pad collation, so keys compare as bytes.
-	binary bool
-	tail   string // AUTO_INCREMENT, DEFAULT ...
+// Column is one NOT NULL column of a sink table.
+type Column struct {
+	Name string
+	Type string // as written in CREATE TABLE; lower-cased it is information_schema's COLUMN_TYPE
+	// Binary: utf8mb4 with the flavor's binary no-pad collation, so keys compare as bytes.
+	Binary bool
+	Tail   string // AUTO_INCREMENT, DEFAULT ...
 }
 
-type table struct {
-	name    string
-	columns []column
-	primary []string
-	keys    []string // secondary (non-unique) indexes, as written in CREATE TABLE; not checked
+// Table is a sink table's definition: what CREATE TABLE says and Check holds an existing one to.
+// Aggregate tables come from the pipeline spec (spec.Plan.SinkTable); relay's own tables are here.
+type Table struct {
+	Name    string
+	Columns []Column
+	Primary []string
+	Keys    []string // secondary (non-unique) indexes, as written in CREATE TABLE; not checked
 }
 
-func (s Schema) tables() []table {
-	ts := []table{{
-		name: s.Table,
-		columns: []column{
-			{name: "window_start", typ: "DATETIME"},
-			{name: "sku", typ: "VARCHAR(64)", binary: true},
-			{name: "order_count", typ: "BIGINT"},
-			{name: "amount_sum", typ: "DECIMAL(38,4)"},
+func (s Schema) tables() []Table {
+	ts := append([]Table(nil), s.Aggregates...)
+	ts = append(ts, Table{
+		Name: s.DLQ,
+		Columns: []Column{
+			{Name: "id", Type: "BIGINT", Tail: "AUTO_INCREMENT"},
+			{Name: "job", Type: "VARCHAR(64)"},
+			{Name: "topic", Type: "VARCHAR(249)"},
+			{Name: "kpartition", Type: "INT"},
+			{Name: "koffset", Type: "BIGINT"},
+			{Name: "reason", Type: "VARCHAR(32)"},
+			{Name: "payload", Type: "BLOB"},
+			{Name: "payload_bytes", Type: "INT"},
+			{Name: "checkpoint_id", Type: "BIGINT"},
+			{Name: "created_at", Type: "DATETIME(6)", Tail: "DEFAULT CURRENT_TIMESTAMP(6)"},
 		},
-		primary: []string{"window_start", "sku"},
-	}, {
-		name: s.DLQ,
-		columns: []column{
-			{name: "id", typ: "BIGINT", tail: "AUTO_INCREMENT"},
-			{name: "job", typ: "VARCHAR(64)"},
-			{name: "topic", typ: "VARCHAR(249)"},
-			{name: "kpartition", typ: "INT"},
-			{name: "koffset", typ: "BIGINT"},
-			{name: "reason", typ: "VARCHAR(32)"},
-			{name: "payload", typ: "BLOB"},
-			{name: "payload_bytes", typ: "INT"},
-			{name: "checkpoint_id", typ: "BIGINT"},
-			{name: "created_at", typ: "DATETIME(6)", tail: "DEFAULT CURRENT_TIMESTAMP(6)"},
-		},
-		primary: []string{"id"},
-		keys:    []string{"KEY source_idx (job, topic, kpartition, koffset)"},
-	}}
+		Primary: []string{"id"},
+		Keys:    []string{"KEY source_idx (job, topic, kpartition, koffset)"},
+	})
 	if s.Detail != "" {
 		// No unique key on purpose: exactly-once here rests on the epoch transactions alone.
-		ts = append(ts, table{
-			name: s.Detail,
-			columns: []column{
-				{name: "id", typ: "BIGINT", tail: "AUTO_INCREMENT"},
-				{name: "order_id", typ: "VARCHAR(128)", binary: true},
-				{name: "sku", typ: "VARCHAR(64)", binary: true},
-				{name: "amount", typ: "DECIMAL(38,4)"},
-				{name: "event_time", typ: "DATETIME(3)"},
-				{name: "src_topic", typ: "VARCHAR(249)"},
-				{name: "src_partition", typ: "INT"},
-				{name: "src_offset", typ: "BIGINT"},
+		ts = append(ts, Table{
+			Name: s.Detail,
+			Columns: []Column{
+				{Name: "id", Type: "BIGINT", Tail: "AUTO_INCREMENT"},
+				{Name: "order_id", Type: "VARCHAR(128)", Binary: true},
+				{Name: "sku", Type: "VARCHAR(64)", Binary: true},
+				{Name: "amount", Type: "DECIMAL(38,4)"},
+				{Name: "event_time", Type: "DATETIME(3)"},
+				{Name: "src_topic", Type: "VARCHAR(249)"},
+				{Name: "src_partition", Type: "INT"},
+				{Name: "src_offset", Type: "BIGINT"},
 			},
-			primary: []string{"id"},
-			keys:    []string{"KEY source_idx (src_topic, src_partition, src_offset)"},
+			Primary: []string{"id"},
+			Keys:    []string{"KEY source_idx (src_topic, src_partition, src_offset)"},
 		})
 	}
 	return ts
 }
 
-func (t table) createSQL(f Flavor) string {
+// CreateSQL renders t's CREATE TABLE IF NOT EXISTS, the one renderer of every sink table.
+func (t Table) CreateSQL(f Flavor) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s (", quote(t.name))
-	for _, c := range t.columns {
-		fmt.Fprintf(&b, "\n\t%s %s", c.name, c.typ)
-		if c.binary {
+	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s (", quote(t.Name))
+	for _, c := range t.Columns {
+		fmt.Fprintf(&b, "\n\t%s %s", c.Name, c.Type)
+		if c.Binary {
 			fmt.Fprintf(&b, " CHARACTER SET utf8mb4 COLLATE %s", BinaryCollation(f))
 		}
 		b.WriteString(" NOT NULL")
-		if c.tail != "" {
-			b.WriteString(" " + c.tail)
+		if c.Tail != "" {
+			b.WriteString(" " + c.Tail)
 		}
 		b.WriteString(",")
 	}
-	fmt.Fprintf(&b, "\n\tPRIMARY KEY (%s)", strings.Join(t.primary, ", "))
-	for _, k := range t.keys {
+	fmt.Fprintf(&b, "\n\tPRIMARY KEY (%s)", strings.Join(t.Primary, ", "))
+	for _, k := range t.Keys {
 		b.WriteString(",\n\t" + k)
 	}
 	b.WriteString("\n) ENGINE=InnoDB")
@@ -120,11 +115,11 @@ func (s Schema) Check(ctx context.Context, db *sql.DB, f Flavor) error {
 	for _, t := range s.tables() {
 		diffs, err := t.differences(ctx, db, f)
 		if err != nil {
-			return fmt.Errorf("check sink table %s: %w", t.name, err)
+			return fmt.Errorf("check sink table %s: %w", t.Name, err)
 		}
 		if len(diffs) > 0 {
 			errs = append(errs, fmt.Errorf("%w: table %s.%s: %s; relay never alters a table: fix it by hand or configure another table name",
-				ErrTableDiffers, dbName, t.name, strings.Join(diffs, "; ")))
+				ErrTableDiffers, dbName, t.Name, strings.Join(diffs, "; ")))
 		}
 	}
 	return errors.Join(errs...)
@@ -145,9 +140,9 @@ func Database(ctx context.Context, db *sql.DB) (string, error) {
 // intWidth is the display width MySQL 5.7 and MariaDB print after integer types (bigint(20)).
 var intWidth = regexp.MustCompile(`^((?:tiny|small|medium|big)?int)\(\d+\)`)
 
-func (t table) differences(ctx context.Context, db *sql.DB, f Flavor) ([]string, error) {
+func (t Table) differences(ctx context.Context, db *sql.DB, f Flavor) ([]string, error) {
 	var engine sql.NullString
-	err := db.QueryRowContext(ctx, `SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, t.name).
+	err := db.QueryRowContext(ctx, `SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, t.Name).
 		Scan(&engine)
 	if errors.Is(err, sql.ErrNoRows) {
 		return []string{"does not exist"}, nil
@@ -164,7 +159,7 @@ func (t table) differences(ctx context.Context, db *sql.DB, f Flavor) ([]string,
 		diffs = append(diffs, what+", not InnoDB: a non-transactional table keeps the writes of an epoch that was rolled back, so totals double after a crash")
 	}
 	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COALESCE(COLLATION_NAME, ''), EXTRA
-		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, t.name)
+		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, t.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -183,24 +178,24 @@ func (t table) differences(ctx context.Context, db *sql.DB, f Flavor) ([]string,
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	for _, c := range t.columns {
-		a, ok := have[c.name]
+	for _, c := range t.Columns {
+		a, ok := have[c.Name]
 		if !ok {
-			diffs = append(diffs, fmt.Sprintf("column %s is missing (want %s NOT NULL)", c.name, c.typ))
+			diffs = append(diffs, fmt.Sprintf("column %s is missing (want %s NOT NULL)", c.Name, c.Type))
 			continue
 		}
-		delete(have, c.name)
-		if typ := intWidth.ReplaceAllString(strings.ToLower(a.typ), "$1"); typ != strings.ToLower(c.typ) {
-			diffs = append(diffs, fmt.Sprintf("column %s is %s, want %s", c.name, a.typ, strings.ToLower(c.typ)))
+		delete(have, c.Name)
+		if typ := intWidth.ReplaceAllString(strings.ToLower(a.typ), "$1"); typ != strings.ToLower(c.Type) {
+			diffs = append(diffs, fmt.Sprintf("column %s is %s, want %s", c.Name, a.typ, strings.ToLower(c.Type)))
 		}
 		if a.nullable != "NO" {
-			diffs = append(diffs, fmt.Sprintf("column %s is nullable, want NOT NULL", c.name))
+			diffs = append(diffs, fmt.Sprintf("column %s is nullable, want NOT NULL", c.Name))
 		}
-		if want := BinaryCollation(f); c.binary && a.collation != want {
-			diffs = append(diffs, fmt.Sprintf("column %s has collation %s, want %s (keys must compare as bytes, without pad space)", c.name, a.collation, want))
+		if want := BinaryCollation(f); c.Binary && a.collation != want {
+			diffs = append(diffs, fmt.Sprintf("column %s has collation %s, want %s (keys must compare as bytes, without pad space)", c.Name, a.collation, want))
 		}
-		if c.tail == "AUTO_INCREMENT" && !strings.Contains(strings.ToLower(a.extra), "auto_increment") {
-			diffs = append(diffs, fmt.Sprintf("column %s is not AUTO_INCREMENT", c.name))
+		if c.Tail == "AUTO_INCREMENT" && !strings.Contains(strings.ToLower(a.extra), "auto_increment") {
+			diffs = append(diffs, fmt.Sprintf("column %s is not AUTO_INCREMENT", c.Name))
 		}
 	}
 	extra := make([]string, 0, len(have))
@@ -211,11 +206,11 @@ func (t table) differences(ctx context.Context, db *sql.DB, f Flavor) ([]string,
 	for _, name := range extra {
 		diffs = append(diffs, fmt.Sprintf("column %s is not one relay writes", name))
 	}
-	unique, err := uniqueKeys(ctx, db, t.name)
+	unique, err := uniqueKeys(ctx, db, t.Name)
 	if err != nil {
 		return nil, err
 	}
-	if got, want := strings.Join(unique["PRIMARY"], ", "), strings.Join(t.primary, ", "); got != want {
+	if got, want := strings.Join(unique["PRIMARY"], ", "), strings.Join(t.Primary, ", "); got != want {
 		if got == "" {
 			got = "none"
 		}
@@ -255,10 +250,14 @@ func uniqueKeys(ctx context.Context, db *sql.DB, name string) (map[string][]stri
 // exclusive lists the tables whose rows name no job, so one job at most may write each; the
 // dead-letter rows carry their job, so jobs may share that table.
 func (s Schema) exclusive() []string {
-	if s.Detail == "" {
-		return []string{s.Table}
+	var out []string
+	for _, t := range s.Aggregates {
+		out = append(out, t.Name)
 	}
-	return []string{s.Table, s.Detail}
+	if s.Detail != "" {
+		out = append(out, s.Detail)
+	}
+	return out
 }
 
 // Claim makes the ledger's job the owner of its exclusive tables in the sink database, refusing

@@ -1,4 +1,4 @@
-package sink
+package sink_test
 
 import (
 	"context"
@@ -8,15 +8,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relay-sh/relay/internal/order"
+	"github.com/relay-sh/relay/internal/sink"
+	"github.com/relay-sh/relay/internal/spec"
 	"github.com/relay-sh/relay/internal/testenv"
 )
 
+// schema is the default pipeline's sink tables with aggregate table name.
+func schema(t *testing.T, name, dlq, detail string) sink.Schema {
+	t.Helper()
+	p, err := spec.Compile(spec.Default(order.DefaultFields(), order.DefaultLimits(), name, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Schema(dlq, detail)
+}
+
 // serverDB is a fresh database of the test server, a context and the server's flavor.
-func serverDB(t *testing.T) (*sql.DB, context.Context, Flavor) {
+func serverDB(t *testing.T) (*sql.DB, context.Context, sink.Flavor) {
 	t.Helper()
 	db := testenv.Open(t, testenv.Database(t))
 	ctx := testenv.Context(t, time.Minute)
-	flavor, _, err := DetectFlavor(ctx, db)
+	flavor, _, err := sink.DetectFlavor(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +40,7 @@ func serverDB(t *testing.T) (*sql.DB, context.Context, Flavor) {
 // what relay writes, naming the table and each difference, and leaves the table as it was.
 func TestCreateRefusesDifferentTable(t *testing.T) {
 	db, ctx, flavor := serverDB(t)
-	coll := BinaryCollation(flavor)
+	coll := sink.BinaryCollation(flavor)
 	cases := []struct {
 		name, ddl string
 		want      []string
@@ -48,9 +61,9 @@ func TestCreateRefusesDifferentTable(t *testing.T) {
 		if _, err := db.ExecContext(ctx, strings.Replace(c.ddl, "%s", table, 1)); err != nil {
 			t.Fatal(err)
 		}
-		err := (Schema{Table: table, DLQ: "relay_dlq"}).Create(ctx, db, flavor)
-		if !errors.Is(err, ErrTableDiffers) || !strings.Contains(err.Error(), "."+table+": ") {
-			t.Fatalf("%s: %v, want ErrTableDiffers naming %s", c.name, err, table)
+		err := schema(t, table, "relay_dlq", "").Create(ctx, db, flavor)
+		if !errors.Is(err, sink.ErrTableDiffers) || !strings.Contains(err.Error(), "."+table+": ") {
+			t.Fatalf("%s: %v, want sink.ErrTableDiffers naming %s", c.name, err, table)
 		}
 		for _, w := range c.want {
 			if !strings.Contains(err.Error(), w) {
@@ -64,7 +77,7 @@ func TestCreateRefusesDifferentTable(t *testing.T) {
 		t.Fatalf("engine of the refused table: %q (%v): relay must not alter it", engine, err)
 	}
 	// What relay creates passes its own check, the append sink included.
-	good := Schema{Table: "order_stats_minute", DLQ: "relay_dlq", Detail: "order_details"}
+	good := schema(t, "order_stats_minute", "relay_dlq", "order_details")
 	if err := good.Create(ctx, db, flavor); err != nil {
 		t.Fatal(err)
 	}
@@ -78,9 +91,9 @@ func TestCreateRefusesDifferentTable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err := (Schema{Table: "order_stats_minute", DLQ: "dlq_myisam", Detail: "details_ci"}).Create(ctx, db, flavor)
+	err := schema(t, "order_stats_minute", "dlq_myisam", "details_ci").Create(ctx, db, flavor)
 	for _, w := range []string{".dlq_myisam: engine MyISAM, not InnoDB", ".details_ci: column order_id has collation utf8mb4_general_ci, want " + coll} {
-		if !errors.Is(err, ErrTableDiffers) || !strings.Contains(err.Error(), w) {
+		if !errors.Is(err, sink.ErrTableDiffers) || !strings.Contains(err.Error(), w) {
 			t.Errorf("dead-letter and append-sink tables that differ: %v, want %q", err, w)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -110,7 +111,14 @@ func Parse(b []byte, l Limits) (*Plan, error) {
 	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
+	return s.Compile(l)
+}
+
+// Compile validates a spec read from YAML (here or as the configuration's pipeline block): its
+// dotted field names become paths and l its limits. s itself is not changed.
+func (s Spec) Compile(l Limits) (*Plan, error) {
 	s.Input.Limits = l
+	s.Input.Fields = slices.Clone(s.Input.Fields)
 	for i := range s.Input.Fields {
 		s.Input.Fields[i].Path = strings.Split(s.Input.Fields[i].Name, ".")
 	}
@@ -133,10 +141,10 @@ func (f *Fields) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// Default is today's hard-wired shape, from the input.* settings: order_id, sku, amount and ts by
-// their configured keys (each one literal top-level key), one aggregate table of (window_start,
-// sku) with order_count and amount_sum. Its DDL, upserts and reasons are byte for byte sink's and
-// order's.
+// Default is the shape relay had before specs, from the input.* settings: order_id, sku, amount and
+// ts by their configured keys (each one literal top-level key), one aggregate table of
+// (window_start, sku) with order_count and amount_sum. Its DDL and upserts are byte for byte the
+// statements relay ran then (default_test.go), its reasons order's.
 func Default(f order.Fields, l order.Limits, table string, window time.Duration) Spec {
 	str := func(name string, max int, invalid, tooLong order.Reason) Field {
 		return Field{Name: name, Path: []string{name}, Type: fmt.Sprintf("string(%d)", max),

@@ -1,7 +1,8 @@
-// SQL of the aggregate tables. Invariant: as in internal/sink, statements carry no placeholders
-// (they run inside XA on a raw connection) and every value is a literal relay formats itself
-// (numbers from exact integers, strings as hex literals); for the default spec the text is byte for
-// byte sink's, so switching the pipeline to it changes no statement.
+// SQL of the aggregate tables. Invariant: as in internal/sink (which renders their CREATE TABLE
+// from SinkTable), statements carry no placeholders (they run inside XA on a raw connection) and
+// every value is a literal relay formats itself (numbers from exact integers, strings as hex
+// literals); for the default spec the text is byte for byte what relay ran before the spec
+// (default_test.go), so switching the pipeline to it changed no statement.
 
 package spec
 
@@ -14,7 +15,7 @@ import (
 	"github.com/relay-sh/relay/internal/sink"
 )
 
-// Tables returns the aggregate table names in spec order (the a of AppendCreate and AppendUpsert).
+// Tables returns the aggregate table names in spec order (the a of SinkTable and AppendUpsert).
 func (p *Plan) Tables() []string {
 	out := make([]string, len(p.aggs))
 	for i := range p.aggs {
@@ -23,36 +24,34 @@ func (p *Plan) Tables() []string {
 	return out
 }
 
-// AppendCreate renders aggregate a's CREATE TABLE IF NOT EXISTS. The layout (tabs included) is
-// sink's, so the default spec's statement equals the one relay always ran.
-func (p *Plan) AppendCreate(dst []byte, a int, f sink.Flavor) []byte {
+// SinkTable is aggregate a's table definition: sink renders its CREATE TABLE and holds an existing
+// table to it (engine, columns, collation, primary key), so what is created and what is accepted
+// come from one description. The default spec's is byte for byte the table relay always created.
+func (p *Plan) SinkTable(a int) sink.Table {
 	ag := &p.aggs[a]
-	dst = append(dst, "CREATE TABLE IF NOT EXISTS `"...)
-	dst = append(dst, ag.table...)
-	dst = append(dst, "` (\n\t"+WindowColumn+" DATETIME NOT NULL,"...)
-	col := func(name, typ string) {
-		dst = append(dst, "\n\t"...)
-		dst = append(dst, name...)
-		dst = append(dst, ' ')
-		dst = append(dst, typ...)
-		dst = append(dst, " NOT NULL,"...)
-	}
+	t := sink.Table{Name: ag.table, Columns: []sink.Column{{Name: WindowColumn, Type: "DATETIME"}}, Primary: []string{WindowColumn}}
 	for _, d := range ag.dims {
-		if fd := &p.fields[d.field]; fd.typ == typeInt {
-			col(d.column, "BIGINT")
-		} else {
-			col(d.column, "VARCHAR("+strconv.Itoa(fd.max)+") CHARACTER SET utf8mb4 COLLATE "+sink.BinaryCollation(f))
+		c := sink.Column{Name: d.column, Type: "BIGINT"}
+		if fd := &p.fields[d.field]; fd.typ == typeString {
+			c = sink.Column{Name: d.column, Type: "VARCHAR(" + strconv.Itoa(fd.max) + ")", Binary: true}
 		}
+		t.Columns = append(t.Columns, c)
+		t.Primary = append(t.Primary, d.column)
 	}
 	for _, m := range ag.measures {
-		col(m.column, p.measureType(m))
+		t.Columns = append(t.Columns, sink.Column{Name: m.column, Type: p.measureType(m)})
 	}
-	dst = append(dst, "\n\tPRIMARY KEY ("+WindowColumn...)
-	for _, d := range ag.dims {
-		dst = append(dst, ", "...)
-		dst = append(dst, d.column...)
+	return t
+}
+
+// Schema is the sink tables of a job: this plan's aggregate tables, then the dead-letter table and
+// the append sink (empty: none).
+func (p *Plan) Schema(dlq, detail string) sink.Schema {
+	s := sink.Schema{DLQ: dlq, Detail: detail}
+	for a := range p.aggs {
+		s.Aggregates = append(s.Aggregates, p.SinkTable(a))
 	}
-	return append(dst, ")\n) ENGINE=InnoDB"...)
+	return s
 }
 
 // measureType is the column type: sums are DECIMAL(38, scale) (exact past int64), min and max of

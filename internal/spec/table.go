@@ -47,6 +47,15 @@ func (p *Plan) NewTables() *Tables {
 // Len is the number of distinct keys of aggregate a.
 func (t *Tables) Len(a int) int { return len(t.aggs[a].index) }
 
+// Keys is the number of distinct keys of all aggregates: what checkpoint.buffer_keys bounds.
+func (t *Tables) Keys() int {
+	n := 0
+	for a := range t.aggs {
+		n += len(t.aggs[a].index)
+	}
+	return n
+}
+
 // Fold adds a decoded, valid record to every aggregate whose filter it passes, each key into the
 // subtask its hash picks among subtasks. It allocates only for a key new to its table.
 func (p *Plan) Fold(rec *Record, subtasks []*Tables) {
@@ -133,5 +142,14 @@ func (t *Tables) Rows(a int) []Row {
 		rows = append(rows, Row{Key: k, Accs: tb.accs[off : off+n : off+n]})
 	}
 	slices.SortFunc(rows, func(x, y Row) int { return strings.Compare(x.Key, y.Key) })
+	return rows
+}
+
+// Drain is Rows that also empties aggregate a's table, so its map can be freed while the rows are
+// written (at a flush of a million keys, map and rows would otherwise be live together). The rows
+// keep the accumulators; the table starts again from nothing.
+func (t *Tables) Drain(a int) []Row {
+	rows := t.Rows(a)
+	t.aggs[a] = table{index: map[string]int{}}
 	return rows
 }

@@ -143,3 +143,26 @@ aggregates:
 		t.Fatalf("windows %v, want %s", got, want)
 	}
 }
+
+// Keys counts every aggregate's keys; Drain returns an aggregate's rows and leaves its table empty
+// (the others untouched), and the table folds again from nothing.
+func TestDrain(t *testing.T) {
+	p := mustParse(t, multi)
+	h := time.Date(2025, 11, 24, 16, 0, 0, 0, time.UTC)
+	st := []*Tables{p.NewTables()}
+	foldAll(t, p, st, record("paid", "eu", 1, "1", h), record("paid", "us", 1, "2", h), record("cancelled", "eu", 1, "3", h))
+	if n := st[0].Keys(); n != 3 { // 2 hourly keys (cancelled is filtered out), 1 daily
+		t.Fatalf("%d keys, want 3", n)
+	}
+	rows := st[0].Drain(0)
+	if len(rows) != 2 || st[0].Len(0) != 0 || st[0].Len(1) != 1 || st[0].Keys() != 1 {
+		t.Fatalf("drained %d rows; left %d and %d keys", len(rows), st[0].Len(0), st[0].Len(1))
+	}
+	if rows[0].Accs[0].N != 1 || rows[1].Accs[0].N != 1 {
+		t.Fatalf("drained rows %+v", rows)
+	}
+	foldAll(t, p, st, record("paid", "eu", 1, "1", h))
+	if r := st[0].Rows(0); len(r) != 1 || r[0].Accs[0].N != 1 || rows[0].Accs[0].N != 1 {
+		t.Fatalf("after drain: %+v, drained %+v", r, rows)
+	}
+}

@@ -70,7 +70,11 @@ func run(cpuPath, allocPath, tracePath string, limit time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if err := (sink.Schema{Table: cfg.MySQL.Table, DLQ: cfg.MySQL.DLQTable, Detail: cfg.MySQL.DetailTable}).Create(ctx, db, flavor); err != nil {
+	plan, err := cfg.Plan()
+	if err != nil {
+		return err
+	}
+	if err := plan.Schema(cfg.MySQL.DLQTable, cfg.MySQL.DetailTable).Create(ctx, db, flavor); err != nil {
 		return err
 	}
 	if err := ledger.EnsureSchema(ctx, db); err != nil {
@@ -79,7 +83,7 @@ func run(cpuPath, allocPath, tracePath string, limit time.Duration) error {
 	led := ledger.New(db, cfg.Job.Name)
 	copts := consumer.Options{Brokers: cfg.Kafka.Brokers, Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
 		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties}
-	p := pipeline.New(pipeline.Deps{Config: cfg, Log: log, Metrics: m, Sink: db, Ledger: led, Fence: ledger.FenceConfig{Owner: "relayprof"},
+	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Log: log, Metrics: m, Sink: db, Ledger: led, Fence: ledger.FenceConfig{Owner: "relayprof"},
 		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log) }})
 	// --- end of runJob's wiring
 

@@ -1,0 +1,402 @@
+package crash
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/crashpoint"
+	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/money"
+	"github.com/relay-sh/relay/internal/spec"
+)
+
+// salesSpec has a base table per minute by (shop, sku), its hourly rollup by region (a function of
+// the shop, loadgen.ShopRegion) and a filtered hourly table with min and max.
+const salesSpec = `
+pipeline:
+  input:
+    fields:
+      shop: string(16)
+      region: string(8)
+      status: string(16)
+      sku: string(64)
+      amount: decimal(4)
+    event_time: {field: ts, format: epoch_ms}
+  aggregates:
+    - table: sales_minute
+      window: 1m
+      dimensions: [{column: shop, field: shop}, {column: sku, field: sku}]
+      measures: [{column: orders, kind: count}, {column: revenue, kind: sum, field: amount}]
+    - table: sales_region_hour
+      window: 1h
+      dimensions: [{column: region, field: region}]
+      measures: [{column: orders, kind: count}, {column: revenue, kind: sum, field: amount}]
+    - table: paid_sku_hour
+      window: 1h
+      dimensions: [{column: sku, field: sku}]
+      measures:
+        - {column: orders, kind: count}
+        - {column: cheapest, kind: min, field: amount}
+        - {column: dearest, kind: max, field: amount}
+        - {column: revenue, kind: sum, field: amount}
+      filter: {field: status, in: [paid, shipped]}
+`
+
+// TestSpecRandomKills runs relay with a three-aggregate pipeline spec, SIGKILLs it at random
+// moments (and at armed crash points) while orders arrive in Kafka transactions (some aborted, some
+// records bad), and requires at the end every table to hold exactly the fold of the committed
+// records, each bad record once in the dead-letter table and no branch in XA RECOVER. Meanwhile a
+// checker reads all tables in one consistent snapshot, again and again, and finds the hourly
+// rollup equal to the sum of its base in every snapshot with no checkpoint half committed. In held
+// mode every snapshot must agree: all of a record's aggregates are written by its partition's
+// subtask, in one local transaction. RELAY_CRASH_KILLS sets the number of kills (default 10),
+// RELAY_CRASH_MODE one mode (xa or held).
+func TestSpecRandomKills(t *testing.T) {
+	kills := 10
+	if v, err := strconv.Atoi(os.Getenv("RELAY_CRASH_KILLS")); err == nil && v > 0 {
+		kills = v
+	}
+	for _, mode := range []struct {
+		name  string
+		extra []string
+	}{
+		{"xa", []string{"RELAY_CHECKPOINT_BUFFER_KEYS=300"}},
+		{"held", []string{"RELAY_MODE=held"}},
+	} {
+		if only := os.Getenv("RELAY_CRASH_MODE"); only != "" && only != mode.name {
+			continue
+		}
+		t.Run(mode.name, func(t *testing.T) { specRandomKills(t, kills, mode.extra...) })
+	}
+}
+
+func specRandomKills(t *testing.T, kills int, extra ...string) {
+	cfgPath := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(cfgPath, []byte(salesSpec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := cfg.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, 3, extra...)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	t.Logf("job %s topic %s, %d kills", e.job, e.topic, kills)
+
+	totals := loadgen.NewTotals()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	produced := make(chan error, 1)
+	go func() {
+		// 90 one-minute windows: two hours of rollup rows.
+		produced <- e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 3000, Batch: 40,
+			AbortRate: 0.1, BadRate: 0.005, SKUs: 40, Shops: 6, Windows: 90, Seed: rng.Uint64()})
+	}()
+	var snapshots, halfCommitted atomic.Int64
+	checked := make(chan error, 1)
+	go func() { checked <- e.checkRollups(ctx, &snapshots, &halfCommitted) }()
+
+	points := []string{crashpoint.AfterFlush, crashpoint.AfterPrepare, crashpoint.AfterDecide,
+		crashpoint.BetweenCommits, crashpoint.AfterCommit, crashpoint.RecoveryBetween}
+	if e.held {
+		// Held mode prepares nothing: its COMMIT is the decision.
+		points = []string{crashpoint.AfterFlush, crashpoint.AfterCommit}
+	}
+	lastMax, progressed := int64(0), 0
+	for k := 1; k <= kills; k++ {
+		var arm []string
+		if k%3 == 0 {
+			arm = append(arm, fmt.Sprintf("RELAY_CRASH_AT=%s:%d", points[rng.IntN(len(points))], 1+rng.IntN(8)))
+		}
+		p := e.start(append(arm, "--config="+cfgPath)...)
+		if k%2 == 0 && len(arm) == 0 {
+			// Killed only once it committed something, so kills land in a working relay.
+			deadline := time.Now().Add(60 * time.Second)
+			for e.maxCheckpoint() <= lastMax && time.Now().Before(deadline) {
+				select {
+				case err := <-p.done:
+					t.Fatalf("run %d exited by itself: %v\n%s", k, err, tail(p.log, 30))
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}
+		time.Sleep(time.Duration(300+rng.IntN(2200)) * time.Millisecond)
+		select {
+		case err := <-p.done:
+			if !(len(arm) > 0 && killedBySIGKILL(err)) {
+				t.Fatalf("run %d exited by itself: %v\n%s", k, err, tail(p.log, 30))
+			}
+		default:
+			p.kill()
+		}
+		if m := e.maxCheckpoint(); m > lastMax {
+			progressed++
+			lastMax = m
+		}
+	}
+	cancel()
+	if err := <-produced; err != nil && ctx.Err() == nil {
+		t.Fatal(err)
+	}
+	if err := <-checked; err != nil {
+		t.Fatal(err)
+	}
+	if progressed < kills/3 {
+		t.Fatalf("only %d of %d killed runs committed anything", progressed, kills)
+	}
+	_, bad, good := totals.Snapshot()
+	t.Logf("%d kills, %d runs advanced the ledger; %d good orders, %d bad, %d aborted; %d consistent snapshots checked, %d skipped (relay's tables missing yet, or a checkpoint half committed)",
+		kills, progressed, good, len(bad), totals.Aborted, snapshots.Load(), halfCommitted.Load())
+	if snapshots.Load() == 0 {
+		t.Fatal("the checker saw no snapshot with every checkpoint whole")
+	}
+
+	// The expected tables: the committed good records folded by the same plan.
+	want := plan.NewTables()
+	dec := plan.NewDecoder()
+	var rec spec.Record
+	for _, b := range totals.CommittedRecords() {
+		if r, f := dec.Decode(b, &rec); r != spec.OK {
+			t.Fatalf("a good record is bad input to the spec (%s, %s): %s", r, f, b)
+		}
+		plan.Fold(&rec, []*spec.Tables{want})
+	}
+	// The bad records, under the reasons this spec's decoder gives them.
+	var wantBad []loadgen.Bad
+	for _, b := range bad {
+		r, _ := dec.Decode([]byte(b.Payload), &rec)
+		wantBad = append(wantBad, loadgen.Bad{Reason: r.String(), Payload: b.Payload})
+	}
+
+	p := e.start("--config=" + cfgPath)
+	deadline := time.Now().Add(90 * time.Second)
+	for e.specDiff(plan, want) != "" && time.Now().Before(deadline) {
+		select {
+		case err := <-p.done:
+			t.Fatalf("relay exited early: %v\n%s", err, tail(p.log, 30))
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	e.stopAll([]*proc{p})
+	if d := e.specDiff(plan, want); d != "" {
+		t.Fatalf("tables differ from the fold of what Kafka committed:\n%s", d)
+	}
+	for a, table := range plan.Tables() {
+		if want.Len(a) == 0 {
+			t.Fatalf("%s: no rows expected: the load does not exercise it", table)
+		}
+	}
+	if bs := e.branches(); len(bs) != 0 {
+		t.Fatalf("XA RECOVER still lists %d branches of the job: %v", len(bs), bs)
+	}
+	e.checkDLQ(wantBad)
+	e.checkOffsetsAtEnd()
+	for id, st := range e.ledgerRows() {
+		if st != string(ledger.Committed) {
+			t.Fatalf("ledger checkpoint %d is %s after a clean stop", id, st)
+		}
+	}
+}
+
+// specDiff describes how the plan's tables differ from want ("" when equal).
+func (e *env) specDiff(plan *spec.Plan, want *spec.Tables) string {
+	var lines []string
+	for a, table := range plan.Tables() {
+		got, err := readSpecTable(e.db, plan, a)
+		if err != nil {
+			if fault.IsMySQL(err, 1146) {
+				return table + " does not exist yet"
+			}
+			e.t.Fatal(err)
+		}
+		rows := want.Rows(a)
+		wantByKey := map[string]spec.Row{}
+		for _, r := range rows {
+			wantByKey[r.Key] = r
+		}
+		for _, g := range got {
+			w, ok := wantByKey[g.Key]
+			if !ok {
+				lines = append(lines, fmt.Sprintf("%s %q: unexpected row %v", table, g.Key, g.Accs))
+			} else if !spec.Same(w, g) {
+				lines = append(lines, fmt.Sprintf("%s %q: want %v, got %v", table, g.Key, w.Accs, g.Accs))
+			}
+			delete(wantByKey, g.Key)
+		}
+		for k, w := range wantByKey {
+			lines = append(lines, fmt.Sprintf("%s %q: missing, want %v", table, k, w.Accs))
+		}
+	}
+	slices.Sort(lines)
+	if len(lines) > 10 {
+		lines = append(lines[:10], fmt.Sprintf("... and %d more", len(lines)-10))
+	}
+	return strings.Join(lines, "\n")
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// readSpecTable reads aggregate a back into rows (encoded key and accumulators).
+func readSpecTable(q querier, plan *spec.Plan, a int) ([]spec.Row, error) {
+	rows, err := q.QueryContext(context.Background(), plan.Select(a))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	cols := make([][]byte, plan.Columns(a))
+	ptrs := make([]any, len(cols))
+	for i := range cols {
+		ptrs[i] = &cols[i]
+	}
+	var out []spec.Row
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		r, err := plan.ParseRow(a, cols)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// checkRollups reads the base table, its rollup and the ledger in one consistent snapshot, again
+// and again until ctx ends, and requires the rollup to be the sum of its base whenever no
+// checkpoint of the job is COMMITTING in that snapshot (a checkpoint commits its branches one
+// after another, after its decision: while one is COMMITTING the snapshot may hold part of it).
+// Snapshots that see relay's tables missing or a checkpoint COMMITTING are skipped, counted.
+func (e *env) checkRollups(ctx context.Context, checked, skipped *atomic.Int64) error {
+	for ctx.Err() == nil {
+		ok, err := e.rollupSnapshot(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !fault.IsMySQL(err, 1146):
+			return err
+		case ok:
+			checked.Add(1)
+		default:
+			skipped.Add(1)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+type rollupKey struct {
+	hour   string
+	region string
+}
+
+type rollupAcc struct {
+	orders  int64
+	revenue money.Sum
+}
+
+// rollupSnapshot is one check; ok is false when the snapshot was skipped.
+func (e *env) rollupSnapshot(ctx context.Context) (ok bool, err error) {
+	conn, err := e.db.Conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	for _, q := range []string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return false, err
+		}
+	}
+	defer func() { _, _ = conn.ExecContext(context.Background(), "ROLLBACK") }()
+	var committing int
+	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM relay_checkpoints WHERE job = ? AND state = ?", e.job, ledger.Committing).
+		Scan(&committing); err != nil {
+		return false, err
+	}
+	if committing > 0 {
+		return false, nil
+	}
+	read := func(q string, key func(ws time.Time, dim string) (rollupKey, error)) (map[rollupKey]rollupAcc, error) {
+		rows, err := conn.QueryContext(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		out := map[rollupKey]rollupAcc{}
+		for rows.Next() {
+			var ws, dim, sum string
+			var n int64
+			if err := rows.Scan(&ws, &dim, &n, &sum); err != nil {
+				return nil, err
+			}
+			t, err := time.Parse("2006-01-02 15:04:05", ws)
+			if err != nil {
+				return nil, err
+			}
+			k, err := key(t, dim)
+			if err != nil {
+				return nil, err
+			}
+			s, err := money.ParseSum(sum)
+			if err != nil {
+				return nil, err
+			}
+			a := out[k]
+			a.orders += n
+			a.revenue.AddSum(s)
+			out[k] = a
+		}
+		return out, rows.Err()
+	}
+	base, err := read("SELECT CAST(window_start AS CHAR), shop, orders, CAST(revenue AS CHAR) FROM sales_minute",
+		func(ws time.Time, shop string) (rollupKey, error) {
+			n, err := strconv.Atoi(strings.TrimPrefix(shop, "shop-"))
+			if err != nil {
+				return rollupKey{}, fmt.Errorf("shop %q: %w", shop, err)
+			}
+			return rollupKey{ws.Truncate(time.Hour).Format(time.DateTime), loadgen.ShopRegion(n)}, nil
+		})
+	if err != nil {
+		return false, err
+	}
+	rollup, err := read("SELECT CAST(window_start AS CHAR), region, orders, CAST(revenue AS CHAR) FROM sales_region_hour",
+		func(ws time.Time, region string) (rollupKey, error) {
+			return rollupKey{ws.Format(time.DateTime), region}, nil
+		})
+	if err != nil {
+		return false, err
+	}
+	for k, b := range base {
+		r, found := rollup[k]
+		if !found || r.orders != b.orders || r.revenue.Cmp(b.revenue) != 0 {
+			return false, fmt.Errorf("in one snapshot, sales_region_hour %v holds %d orders / %s (present %v), its base sales_minute sums to %d / %s",
+				k, r.orders, r.revenue, found, b.orders, b.revenue)
+		}
+	}
+	for k, r := range rollup {
+		if _, found := base[k]; !found {
+			return false, fmt.Errorf("in one snapshot, sales_region_hour %v holds %d orders / %s, and sales_minute has no row for it", k, r.orders, r.revenue)
+		}
+	}
+	return true, nil
+}
