@@ -70,7 +70,7 @@ func TestVerify(t *testing.T) {
 		switch {
 		case changed.SKU == "":
 			changed = k
-		case gone.SKU == "":
+		case gone.SKU == "" && k.SKU != changed.SKU: // the differences are told apart by sku
 			gone = k
 		}
 	}
