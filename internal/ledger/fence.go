@@ -93,11 +93,9 @@ func (c FenceConfig) EffectiveLease() time.Duration {
 	return DefaultLease
 }
 
-func (c FenceConfig) lease() time.Duration { return c.EffectiveLease() }
-
 // renewEvery is how often the owner renews its lease: several renewals fit in one lease, so a
 // slow one does not lose it.
-func (c FenceConfig) renewEvery() time.Duration { return min(time.Second, c.lease()/5) }
+func (c FenceConfig) renewEvery() time.Duration { return min(time.Second, c.EffectiveLease()/5) }
 
 // recorded is what the lease row records of an owner's sessions.
 type recorded struct {
@@ -207,10 +205,19 @@ func (f *Fence) endStaleOwner(ctx context.Context, l *Ledger) error {
 		if h.remaining <= 0 {
 			return f.takeOver(ctx, l, h, time.Since(start))
 		}
-		if err := fault.SleepContext(ctx, min(h.remaining+time.Millisecond, 500*time.Millisecond)); err != nil {
-			return fmt.Errorf("fence %s: %w", l.key, err)
+		if err := waitLease(ctx, l, h); err != nil {
+			return err
 		}
 	}
+}
+
+// waitLease sleeps until the holder's lease may have run out, but looks again within half a
+// second (the holder may renew, or let go).
+func waitLease(ctx context.Context, l *Ledger, h holderRow) error {
+	if err := fault.SleepContext(ctx, min(h.remaining+time.Millisecond, 500*time.Millisecond)); err != nil {
+		return fmt.Errorf("fence %s: %w", l.key, err)
+	}
+	return nil
 }
 
 // holderRow is what the ledger and the server say about the lock's holder.
@@ -313,8 +320,8 @@ func (f *Fence) lock(ctx context.Context, l *Ledger) error {
 		// The holder has not renewed since this process looked: it may have vanished. Its lease
 		// tells how long it may still decide; wait that out (or see it renew).
 		seen = h.lease
-		if err := fault.SleepContext(ctx, min(h.remaining+time.Millisecond, 500*time.Millisecond)); err != nil {
-			return fmt.Errorf("fence %s: %w", l.key, err)
+		if err := waitLease(ctx, l, h); err != nil {
+			return err
 		}
 	}
 }
@@ -399,7 +406,7 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		VALUES (?, ?, ?, CONNECTION_ID(), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?)
 		ON DUPLICATE KEY UPDATE owner_epoch = VALUES(owner_epoch), owner = VALUES(owner), conn_id = VALUES(conn_id),
 			lease_until = VALUES(lease_until), sessions = VALUES(sessions)`,
-		l.key, f.Epoch, owner, f.cfg.lease().Microseconds(), f.sessions()); err != nil {
+		l.key, f.Epoch, owner, f.cfg.EffectiveLease().Microseconds(), f.sessions()); err != nil {
 		return fmt.Errorf("fence %s: lease: %w", l.key, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -499,14 +506,14 @@ func (f *Fence) watch() {
 		case <-f.stop:
 			return
 		case done := <-f.kick:
-			err := f.renew(max(every, f.cfg.lease()/4))
+			err := f.renew(max(every, f.cfg.EffectiveLease()/4))
 			done <- err
 			if err != nil {
 				close(f.lost)
 				return
 			}
 		case <-t.C:
-			if err := f.renew(max(every, f.cfg.lease()/4)); err != nil {
+			if err := f.renew(max(every, f.cfg.EffectiveLease()/4)); err != nil {
 				close(f.lost)
 				return
 			}
@@ -530,7 +537,7 @@ func (f *Fence) renew(timeout time.Duration) error {
 	sent := time.Now()
 	res, err := f.conn.ExecContext(ctx, `UPDATE relay_leases SET lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, sessions = ?
 		WHERE job = ? AND owner_epoch = ? AND conn_id = CONNECTION_ID() AND IS_USED_LOCK(?) = CONNECTION_ID()`,
-		f.cfg.lease().Microseconds(), f.sessions(), f.key, f.Epoch, LockName(f.key))
+		f.cfg.EffectiveLease().Microseconds(), f.sessions(), f.key, f.Epoch, LockName(f.key))
 	if err != nil {
 		return err
 	}
@@ -546,7 +553,7 @@ func (f *Fence) renew(timeout time.Duration) error {
 // as long as the two clocks run at the same rate; a fifth of the lease is kept as a margin for
 // rates that differ and for the decision's own round trip.
 func (f *Fence) renewed(sent time.Time) {
-	lease := f.cfg.lease()
+	lease := f.cfg.EffectiveLease()
 	f.mu.Lock()
 	f.valid = sent.Add(lease - lease/5)
 	f.mu.Unlock()
