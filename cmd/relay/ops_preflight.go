@@ -21,10 +21,12 @@ which setting is wrong, by how much, and what to change; a warn does not fail pr
   xa                 a probe branch (relaypreflight-...) is started, prepared and rolled back, and
                      its row is gone afterwards (nothing is left behind)
   xa_recover         XA RECOVER is allowed (MySQL 8: XA_RECOVER_ADMIN)
-  binlog_format      ROW when the binary log is on (warn otherwise)
+  binlog_format      ROW when the binary log is on (warn for MIXED; FAIL for STATEMENT, which cannot
+                     log the sink's READ COMMITTED writes)
   session_timeout    the wait_timeout relay's sessions really get exceeds checkpoint.interval +
                      checkpoint.timeout + checkpoint.restart_allowance
   lock_wait_timeout  the innodb_lock_wait_timeout they get is below checkpoint.timeout
+  isolation          the sink's sessions really run at READ-COMMITTED
   connections        max_connections has room for the subtasks and relay's own connections
   table_owner        no other job of the ledger owns the aggregate table (or the append sink);
                      warn when an unowned one holds rows although the job never committed

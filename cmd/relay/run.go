@@ -69,10 +69,11 @@ func newLogger(level string) (*zap.Logger, error) {
 // openDBs opens the sink pool and the ledger pool (the same pool when the ledger shares the sink).
 // With track, the pools' server sessions are tracked, one ledger.Pool each.
 func openDBs(cfg config.Config, track bool) (sinkDB, ledgerDB *sql.DB, pools []ledger.Pool, err error) {
-	sess := database.Session{WaitTimeout: cfg.MySQL.SessionTimeout, LockWaitTimeout: cfg.MySQL.LockWait, TLS: cfg.MySQLTLS(),
-		StatementTimeout: cfg.MySQL.StatementTimeout}
 	open := func(name, dsn string) (*sql.DB, error) {
-		s := sess
+		s := cfg.LedgerSession()
+		if name == "sink" {
+			s = cfg.SinkSession()
+		}
 		if track {
 			s.Track = database.NewTracker()
 		}
@@ -186,6 +187,13 @@ func prepareServer(ctx context.Context, cfg config.Config, plan *spec.Plan, sink
 		return fmt.Errorf("connect sink: %w", err)
 	}
 	log.Info("mysql", zap.String("server_version", version))
+	binlog, err := database.ReadBinlog(ctx, sinkDB)
+	if err != nil {
+		return err
+	}
+	if err := binlog.CheckReadCommitted(); err != nil {
+		return err
+	}
 	maxConn, err := database.ServerVar(ctx, sinkDB, "SHOW GLOBAL VARIABLES LIKE 'max_connections'")
 	if err != nil {
 		return fmt.Errorf("read max_connections: %w", err)

@@ -38,6 +38,21 @@ func (c Config) MySQLTLS() database.TLS {
 		KeyFile: c.MySQL.TLSKeyFile, ServerName: c.MySQL.TLSServerName}
 }
 
+// SinkSession is what every connection of the sink pool gets (the ledger's too when it shares the
+// sink): the timeouts, TLS, and READ COMMITTED (see database.Session.ReadCommitted).
+func (c Config) SinkSession() database.Session {
+	s := c.LedgerSession()
+	s.ReadCommitted = true
+	return s
+}
+
+// LedgerSession is what the connections of a separate ledger server (mysql.ledger_dsn) get: the
+// server's default isolation, since the ledger writes a few rows of one job at a time.
+func (c Config) LedgerSession() database.Session {
+	return database.Session{WaitTimeout: c.MySQL.SessionTimeout, LockWaitTimeout: c.MySQL.LockWait, TLS: c.MySQLTLS(),
+		StatementTimeout: c.MySQL.StatementTimeout}
+}
+
 // Config is everything relay run needs. Field docs are in fields.go (and docs/CONFIG.md).
 type Config struct {
 	Job        Job        `yaml:"job"`

@@ -2,12 +2,15 @@
 //
 // Invariant: every connection relay opens runs in UTC, in strict SQL mode (an overflowing sum is an
 // error, never a silent clamp), with a wait_timeout that outlasts the gap between checkpoints and a
-// lock wait shorter than the checkpoint timeout.
+// lock wait shorter than the checkpoint timeout; a pool opened with ReadCommitted runs every
+// session at READ COMMITTED before its first statement.
 package database
 
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -27,7 +30,16 @@ type Session struct {
 	// where no context deadline applies.
 	StatementTimeout time.Duration
 	Track            *Tracker // nil: sessions are not tracked
+	// ReadCommitted runs every session at READ COMMITTED. Under REPEATABLE READ an upsert of an
+	// existing row also locks the gap before it, so one subtask's open branch blocks a peer
+	// inserting a new key just below one of its rows until the whole checkpoint ends. InnoDB logs
+	// READ COMMITTED writes only as rows: see Binlog.CheckReadCommitted.
+	ReadCommitted bool
 }
+
+// readCommitted is portable: MariaDB 10.11 names the variable tx_isolation, MySQL 8
+// transaction_isolation.
+const readCommitted = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 
 // Open returns a pool for dsn with relay's session settings applied to every connection.
 func Open(dsn string, s Session) (*sql.DB, error) {
@@ -66,10 +78,14 @@ func Open(dsn string, s Session) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dsn: %w", err)
 	}
-	if s.Track != nil {
-		conn = trackingConnector{Connector: conn, t: s.Track}
+	var c driver.Connector = conn
+	if s.ReadCommitted {
+		c = initConnector{Connector: c, stmts: []string{readCommitted}}
 	}
-	db := sql.OpenDB(conn)
+	if s.Track != nil {
+		c = trackingConnector{Connector: c, t: s.Track}
+	}
+	db := sql.OpenDB(c)
 	db.SetConnMaxIdleTime(time.Minute)
 	return db, nil
 }
@@ -104,3 +120,65 @@ func SetLogger(log *zap.Logger) {
 type driverLog struct{ l *zap.Logger }
 
 func (d driverLog) Print(v ...any) { d.l.Warn(strings.TrimSpace(fmt.Sprint(v...))) }
+
+// initConnector runs statements on every new session before the pool hands it out.
+type initConnector struct {
+	driver.Connector
+	stmts []string
+}
+
+func (c initConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ex, ok := conn.(driver.ExecerContext)
+	if !ok {
+		_ = conn.Close()
+		return nil, fmt.Errorf("driver connection %T cannot execute", conn)
+	}
+	for _, q := range c.stmts {
+		if _, err := ex.ExecContext(ctx, q, nil); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("session setup %q: %w", q, err)
+		}
+	}
+	return conn, nil
+}
+
+// Isolation reads the isolation level a session of db runs at (READ-COMMITTED, REPEATABLE-READ..).
+func Isolation(ctx context.Context, db *sql.DB) (string, error) {
+	var name, level string
+	// MariaDB 10.11 knows only tx_isolation, MySQL 8 only transaction_isolation.
+	err := db.QueryRowContext(ctx, "SHOW SESSION VARIABLES WHERE Variable_name IN ('transaction_isolation', 'tx_isolation')").Scan(&name, &level)
+	if err != nil {
+		return "", fmt.Errorf("read the isolation level: %w", err)
+	}
+	return level, nil
+}
+
+// Binlog is the binary log as a session of db sees it.
+type Binlog struct {
+	On     bool
+	Format string // ROW, MIXED or STATEMENT: the session's, which may differ from the global one
+}
+
+// ReadBinlog reads log_bin and the session's binlog_format.
+func ReadBinlog(ctx context.Context, db *sql.DB) (Binlog, error) {
+	var on int
+	var b Binlog
+	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.log_bin, @@SESSION.binlog_format").Scan(&on, &b.Format); err != nil {
+		return b, fmt.Errorf("read log_bin, binlog_format: %w", err)
+	}
+	b.On = on != 0
+	return b, nil
+}
+
+// CheckReadCommitted refuses statement format: InnoDB cannot log a READ COMMITTED write as a
+// statement (every upsert would fail with error 1665); MIXED logs such writes as rows.
+func (b Binlog) CheckReadCommitted() error {
+	if b.On && strings.EqualFold(b.Format, "STATEMENT") {
+		return errors.New("binlog_format is STATEMENT: relay's sink sessions run at READ COMMITTED, which InnoDB logs only as rows; set binlog_format=ROW (or MIXED) on the server")
+	}
+	return nil
+}

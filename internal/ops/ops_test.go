@@ -31,7 +31,7 @@ func newEnv(t *testing.T, partitions int, mutate ...func(*config.Config)) (*Env,
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	db, err := database.Open(cfg.MySQL.DSN, database.Session{WaitTimeout: cfg.MySQL.SessionTimeout, LockWaitTimeout: cfg.MySQL.LockWait})
+	db, err := database.Open(cfg.MySQL.DSN, cfg.SinkSession())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -153,17 +153,18 @@ func serverChecks(ctx context.Context, e *Env, cs *checks) bool {
 		}
 	}
 
-	logBin, _, err := serverString(ctx, e.Sink, "SHOW GLOBAL VARIABLES LIKE 'log_bin'")
-	format, _, ferr := serverString(ctx, e.Sink, "SHOW GLOBAL VARIABLES LIKE 'binlog_format'")
+	binlog, err := database.ReadBinlog(ctx, e.Sink)
 	switch {
-	case errors.Join(err, ferr) != nil:
-		cs.add("binlog_format", CheckFail, "reading log_bin/binlog_format: %v", errors.Join(err, ferr))
-	case !strings.EqualFold(logBin, "ON"):
-		cs.add("binlog_format", CheckOK, "binary log is off (binlog_format %s)", format)
-	case strings.EqualFold(format, "ROW"):
+	case err != nil:
+		cs.add("binlog_format", CheckFail, "%v", err)
+	case binlog.CheckReadCommitted() != nil:
+		cs.add("binlog_format", CheckFail, "%v", binlog.CheckReadCommitted())
+	case !binlog.On:
+		cs.add("binlog_format", CheckOK, "binary log is off (binlog_format %s)", binlog.Format)
+	case strings.EqualFold(binlog.Format, "ROW"):
 		cs.add("binlog_format", CheckOK, "ROW")
 	default:
-		cs.add("binlog_format", CheckWarn, "%s: prepared XA transactions replicate safely only with binlog_format=ROW", format)
+		cs.add("binlog_format", CheckWarn, "%s: prepared XA transactions replicate safely only with binlog_format=ROW", binlog.Format)
 	}
 
 	sessionChecks(ctx, e, cs)
@@ -209,6 +210,14 @@ func sessionChecks(ctx context.Context, e *Env, cs *checks) {
 			lw, cp.Timeout)
 	} else {
 		cs.add("lock_wait_timeout", CheckOK, "relay's sessions get innodb_lock_wait_timeout %s < checkpoint.timeout %s", lw, cp.Timeout)
+	}
+	switch level, err := database.Isolation(ctx, e.Sink); {
+	case err != nil:
+		cs.add("isolation", CheckFail, "%v", err)
+	case level != "READ-COMMITTED":
+		cs.add("isolation", CheckFail, "relay's sink sessions run at %s, not READ-COMMITTED: the server did not take SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", level)
+	default:
+		cs.add("isolation", CheckOK, "relay's sink sessions run at READ-COMMITTED (no gap locks between subtasks' branches)")
 	}
 }
 

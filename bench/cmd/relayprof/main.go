@@ -60,8 +60,7 @@ func run(cpuPath, allocPath, tracePath string, limit time.Duration) error {
 
 	// --- as cmd/relay/run.go runJob
 	m := metrics.New(cfg.Job.Name)
-	sess := database.Session{WaitTimeout: cfg.MySQL.SessionTimeout, LockWaitTimeout: cfg.MySQL.LockWait, TLS: cfg.MySQLTLS()}
-	db, err := database.Open(cfg.MySQL.DSN, sess)
+	db, err := database.Open(cfg.MySQL.DSN, cfg.SinkSession())
 	if err != nil {
 		return err
 	}
