@@ -64,12 +64,15 @@ type Config struct {
 	Input      Input      `yaml:"input"`
 	// Pipeline is the shape of records and aggregate tables; nil means spec.Default of input.* and
 	// mysql.table (see Plan).
-	Pipeline   *spec.Spec `yaml:"pipeline"`
-	HTTPAddr   string     `yaml:"http_addr"`
-	HTTPPprof  bool       `yaml:"http_pprof"`
-	LogLevel   string     `yaml:"log_level"`
-	Instance   string     `yaml:"instance"`
-	GCFloorMiB int        `yaml:"gc_heap_floor_mib"`
+	Pipeline *spec.Spec `yaml:"pipeline"`
+	// PipelineFile holds the pipeline block in a file of its own (a mounted ConfigMap), so that a
+	// deployment configured by environment variables alone can run a spec too.
+	PipelineFile string `yaml:"pipeline_file"`
+	HTTPAddr     string `yaml:"http_addr"`
+	HTTPPprof    bool   `yaml:"http_pprof"`
+	LogLevel     string `yaml:"log_level"`
+	Instance     string `yaml:"instance"`
+	GCFloorMiB   int    `yaml:"gc_heap_floor_mib"`
 }
 
 // Job names the pipeline.

@@ -17,6 +17,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/relay-sh/relay/internal/spec"
 )
 
 // Field describes one key.
@@ -75,7 +77,8 @@ var (
 		"input.min_event_time":          "Earliest plausible event time (RFC 3339); older is bad input.",
 		"input.max_event_time":          "Event times at or after this (RFC 3339) are bad input.",
 		"input.dlq_payload_bytes":       "Bytes of a bad record's payload kept in the dead-letter table.",
-		"pipeline":                      "The pipeline spec (YAML only, no environment variable): input fields, event time and aggregate tables, see docs/PIPELINES.md. Absent: today's order_stats_minute shape from input.*_field, input.window and mysql.table, which must then not be set.",
+		"pipeline_file":                 "A YAML file holding the pipeline spec (what the pipeline block holds: input, aggregates), for deployments configured by environment variables (RELAY_PIPELINE_FILE, e.g. a mounted ConfigMap). Not together with pipeline.",
+		"pipeline":                      "The pipeline spec (YAML only; from the environment, name a file with pipeline_file): input fields, event time and aggregate tables, see docs/PIPELINES.md. Absent: today's order_stats_minute shape from input.*_field, input.window and mysql.table, which must then not be set.",
 		"http_addr":                     "Listen address for /metrics, /healthz and /readyz.",
 		"http_pprof":                    "Also serve Go's /debug/pprof profiles on http_addr (off by default: profiles expose internals; enable to diagnose CPU or memory).",
 		"gc_heap_floor_mib":             "Go heap size (MiB) below which relay does not collect garbage: the Kafka client makes a few hundred bytes of garbage per record, and with a small heap the collector would run many times a second. Above the floor Go's default applies. While the floor is in effect the Go memory limit is 3 floors (a lower GOMEMLIMIT is kept), so the raised heap goal never applies to a heap that grew past it. 0 turns this off; a GOGC environment variable also does.",
@@ -164,6 +167,9 @@ func Load(path string, environ []string) (Config, error) {
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
 		set[name] = true
+	}
+	if err := c.readPipelineFile(); err != nil {
+		return c, err
 	}
 	if c.Pipeline != nil {
 		for _, key := range pipelineShape {
@@ -260,6 +266,30 @@ func keyedTypeErrors(path string, b []byte, te *yaml.TypeError) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// readPipelineFile reads pipeline_file into Pipeline: the file holds what the pipeline block
+// would (input, aggregates), with the same strictness about unknown keys.
+func (c *Config) readPipelineFile() error {
+	path := c.PipelineFile
+	if path == "" {
+		return nil
+	}
+	if c.Pipeline != nil {
+		return bad("pipeline_file", "is set together with pipeline: set one of them")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return bad("pipeline_file", "%v", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var s spec.Spec
+	if err := dec.Decode(&s); err != nil {
+		return bad("pipeline_file", "%s: %v", path, err)
+	}
+	c.Pipeline = &s
+	return nil
 }
 
 // readSecretFiles puts the contents of the *_file keys where relay uses them, so a secret can be a

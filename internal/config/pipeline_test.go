@@ -93,3 +93,51 @@ func TestPipelineRefusals(t *testing.T) {
 		t.Fatalf("RELAY_PIPELINE: %v", err)
 	}
 }
+
+// pipeline_file (RELAY_PIPELINE_FILE) holds what the pipeline block would: a deployment set up by
+// environment variables alone runs a spec. It follows the block's rules and names itself in errors.
+func TestPipelineFile(t *testing.T) {
+	block, _, _ := strings.Cut(pipelineYAML, "pipeline:\n")
+	_, specText, _ := strings.Cut(pipelineYAML, "pipeline:\n")
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("spec.yaml", specText)
+	env := []string{"RELAY_JOB_NAME=j", "RELAY_KAFKA_BROKERS=k:9092", "RELAY_KAFKA_TOPICS=t", "RELAY_MYSQL_DSN=u:p@tcp(h:3306)/d"}
+	c, err := Load("", append(env, "RELAY_PIPELINE_FILE="+good))
+	if err == nil {
+		err = c.Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := c.Plan(); err != nil || strings.Join(p.Tables(), ",") != "sales_hour" {
+		t.Fatalf("plan from the file: %v, %v", p, err)
+	}
+	for _, tc := range []struct {
+		name, yaml string
+		env        []string
+		want       string
+	}{
+		{"with the block", pipelineYAML, []string{"RELAY_PIPELINE_FILE=" + good}, "config pipeline_file (RELAY_PIPELINE_FILE): is set together with pipeline"},
+		{"with a shape key", block, []string{"RELAY_PIPELINE_FILE=" + good, "RELAY_INPUT_WINDOW=1m"}, "config input.window (RELAY_INPUT_WINDOW): is set together with pipeline"},
+		{"unknown key", block, []string{"RELAY_PIPELINE_FILE=" + write("typo.yaml", strings.Replace(specText, "measures:", "measure:", 1))}, "config pipeline_file (RELAY_PIPELINE_FILE): " + dir},
+		{"missing file", block, []string{"RELAY_PIPELINE_FILE=" + dir + "/none.yaml"}, "no such file"},
+		{"bad spec", block, []string{"RELAY_PIPELINE_FILE=" + write("bad.yaml", strings.Replace(specText, "window: 1h", "window: 7m", 1))}, "pipeline.aggregates[0].window: 7m0s does not divide a day"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(writeConfig(t, tc.yaml), tc.env)
+			if err == nil {
+				err = c.Validate()
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
