@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench.sh — relay's benchmarks against the local Kafka and MariaDB (scripts/services.sh), written
-# into docs/BENCHMARKS.md (generated section) and bench/results/last-run.json.
+# into docs/BENCHMARKS.md (generated section), docs/benchmarks.svg and bench/results/last-run.json.
 #
 #   make bench                                  # everything, about 20 minutes on 2 cores
 #   BENCH_STEPS=throughput,latency make bench   # some steps; the others keep their last results

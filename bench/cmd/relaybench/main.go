@@ -1,6 +1,6 @@
 // Command relaybench measures relay end to end against the local Kafka and MySQL/MariaDB and
-// writes the results into docs/BENCHMARKS.md (between the generated-results markers) and
-// bench/results/last-run.json. `make bench` (scripts/bench.sh) builds and runs it.
+// writes the results into docs/BENCHMARKS.md (between the generated-results markers), the chart
+// docs/benchmarks.svg and bench/results/last-run.json. `make bench` (scripts/bench.sh) builds and runs it.
 //
 // Steps (BENCH_STEPS, comma-separated; default all): micro, throughput, latency, recovery, rss,
 // profile. A step that is not run keeps its previous results from last-run.json, so one step can be

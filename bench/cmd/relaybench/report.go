@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -16,6 +17,9 @@ const (
 
 // writeReport replaces the generated section of path (appending it when missing).
 func writeReport(res *Results, path string) error {
+	if err := writeChart(res, filepath.Join(filepath.Dir(path), chartFile)); err != nil {
+		return err
+	}
 	gen := beginMark + "\n" + render(res) + endMark
 	old, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
@@ -50,6 +54,7 @@ func kps(r float64) string { return fmt.Sprintf("%.0f k", r/1e3) }
 func render(res *Results) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("![Throughput of the bare consumer and of relay's modes; visibility latency per checkpoint interval](%s)\n\n", chartFile)
 	if m := res.Machine; m != nil {
 		w("### Machine and command\n\n")
 		w("| fact | value |\n|---|---|\n")
