@@ -38,6 +38,7 @@ type Consumer struct {
 	c        *kafka.Consumer
 	opts     Options
 	assigned map[string]map[int32]bool
+	marks    map[string]map[int32][2]int64 // low, high watermark per partition, read by Assign
 	log      *zap.Logger
 }
 
@@ -136,20 +137,30 @@ func (c *Consumer) Partitions(ctx context.Context) (map[string][]int32, error) {
 // Assign starts reading every owned partition: from its offset in from, else from the start
 // position (resolved to a concrete offset so the ledger never stores a logical one). It returns the
 // complete set of starting positions.
+//
+// Every partition's watermarks are read first, while no fetch is in flight, and kept for
+// AssignedWatermarks: once partitions are assigned, a watermark query waits on the broker
+// connection behind the fetch long poll (fetch.wait.max.ms, 500 ms by default), one partition
+// after another (four partitions added 2 s to every start).
 func (c *Consumer) Assign(ctx context.Context, from ledger.Offsets) (ledger.Offsets, error) {
 	parts, err := c.Partitions(ctx)
 	if err != nil {
 		return nil, err
 	}
+	c.marks = map[string]map[int32][2]int64{}
 	start := ledger.Offsets{}
 	var tps []kafka.TopicPartition
 	for t, ps := range parts {
+		c.marks[t] = map[int32][2]int64{}
 		for _, p := range ps {
+			lo, hi, err := c.queryWatermarks(ctx, t, p)
+			if err != nil {
+				return nil, err
+			}
+			c.marks[t][p] = [2]int64{lo, hi}
 			off, ok := from.Get(t, p)
 			if !ok {
-				if off, err = c.resolveStart(ctx, t, p, c.opts.StartOffset); err != nil {
-					return nil, err
-				}
+				off = startOffset(lo, hi, c.opts.StartOffset)
 			}
 			start.Set(t, p, off)
 			topic := t
@@ -215,10 +226,26 @@ func (c *Consumer) resolveStart(ctx context.Context, t string, p int32, where st
 	if err != nil {
 		return 0, err
 	}
+	return startOffset(lo, hi, where), nil
+}
+
+// startOffset is where "earliest" or "latest" starts a partition with these watermarks.
+func startOffset(lo, hi int64, where string) int64 {
 	if where == "latest" {
-		return hi, nil
+		return hi
 	}
-	return lo, nil
+	return lo
+}
+
+// AssignedWatermarks are a partition's watermarks as Assign read them, in ledger.Watermarks'
+// shape: what a session checks its resume offsets against and first exports lag from, without a
+// round trip. A partition Assign did not read is an error.
+func (c *Consumer) AssignedWatermarks(t string, p int32, _ int) (lo, hi int64, err error) {
+	m, ok := c.marks[t][p]
+	if !ok {
+		return 0, 0, fmt.Errorf("watermarks %s/%d: not read at assignment", t, p)
+	}
+	return m[0], m[1], nil
 }
 
 // queryWatermarks asks the partition leader for a partition's low and high watermark.
@@ -278,13 +305,6 @@ func (c *Consumer) HighWatermark(t string, p int32) (int64, bool) {
 		return 0, false
 	}
 	return hi, true
-}
-
-// QueryHighWatermark is a partition's high watermark from its leader (a broker round trip), for the
-// moment before the first fetch, when HighWatermark has nothing cached yet.
-func (c *Consumer) QueryHighWatermark(ctx context.Context, t string, p int32) (int64, bool) {
-	_, hi, err := c.queryWatermarks(ctx, t, p)
-	return hi, err == nil && hi >= 0
 }
 
 // Position is the client's next offset for a partition: past the last record delivered, and past

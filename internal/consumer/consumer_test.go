@@ -86,6 +86,18 @@ func TestReadCommittedSeesOnlyCommitted(t *testing.T) {
 	if st[topic][1] != hi {
 		t.Fatalf("partition 1 without a ledger offset started at %d, want latest (%d)", st[topic][1], hi)
 	}
+	// The watermarks Assign read are the broker's (what the session checks the resume offsets
+	// against without a round trip behind the fetch); a partition it did not read is an error.
+	for p := int32(0); p < 2; p++ {
+		lo, hi, err := c2.Kafka().QueryWatermarkOffsets(topic, p, 5000)
+		alo, ahi, aerr := c2.AssignedWatermarks(topic, p, 0)
+		if err != nil || aerr != nil || alo != lo || ahi != hi {
+			t.Fatalf("partition %d: assigned watermarks %d..%d (%v), broker %d..%d (%v)", p, alo, ahi, aerr, lo, hi, err)
+		}
+	}
+	if _, _, err := c2.AssignedWatermarks(topic, 2, 0); err == nil {
+		t.Fatal("watermarks of a partition Assign never read")
+	}
 	got2 := readAll(t, c2, wantP0)
 	if len(got2) != wantP0 {
 		t.Fatalf("from offset 0 of partition 0 read %d records, want the %d committed there", len(got2), wantP0)

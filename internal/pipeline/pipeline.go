@@ -353,7 +353,7 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence, serial b
 	}
 	start, err := cons.Assign(rctx, from)
 	if err == nil {
-		err = ledger.CheckRange(rctx, start, cons.Kafka().QueryWatermarkOffsets)
+		err = ledger.CheckRange(rctx, start, cons.AssignedWatermarks)
 	}
 	if err != nil {
 		cons.Close()
@@ -406,10 +406,11 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence, serial b
 		zap.Int("rolled_back", rec.RolledBack), zap.Int("left_to_resolver", rec.Skipped), zap.Any("offsets", start))
 	// Lag is exported before readiness flips, so a ready process never lacks the series dashboards
 	// and alerts read: the loop refreshes it only every 5 s, and from librdkafka's cache, which is
-	// empty until the first fetch. Bounded: a slow broker must not hold the session back for it.
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	s.exportLag(func(t string, part int32) (int64, bool) { return cons.QueryHighWatermark(lctx, t, part) })
-	cancel()
+	// empty until the first fetch. The watermarks are those Assign read (no round trip).
+	s.exportLag(func(t string, part int32) (int64, bool) {
+		_, hi, err := cons.AssignedWatermarks(t, part, 0)
+		return hi, err == nil
+	})
 	p.lastOK.Store(time.Now().UnixNano())
 	p.recovered.Store(true)
 	p.setState(Running)

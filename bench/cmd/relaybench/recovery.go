@@ -13,15 +13,20 @@ import (
 	"github.com/relay-sh/relay/internal/xa"
 )
 
-// RecoveryResult is start-up time with in-doubt branches to resolve, and without (control).
+// RecoveryResult is start-up time with in-doubt branches to resolve, and without (control), and a
+// restart of a job with a long history in its ledger.
 type RecoveryResult struct {
-	Branches int           `json:"branches"`
-	Decided  int           `json:"decided"` // branches whose checkpoint has a ledger row (committed by recovery)
-	Interval string        `json:"interval"`
-	Runs     []RecoveryRun `json:"runs"`
-	Median   RecoveryRun   `json:"median"`
-	Control  RecoveryRun   `json:"control"` // the same start with no in-doubt branch
-	RelayEnv string        `json:"relay_env"`
+	Branches int `json:"branches"`
+	// History is the number of committed checkpoint rows of the LargeLedger start (a job whose
+	// ledger was never pruned), resuming from its last offsets.
+	History     int           `json:"history"`
+	LargeLedger RecoveryRun   `json:"large_ledger"`
+	Decided     int           `json:"decided"` // branches whose checkpoint has a ledger row (committed by recovery)
+	Interval    string        `json:"interval"`
+	Runs        []RecoveryRun `json:"runs"`
+	Median      RecoveryRun   `json:"median"`
+	Control     RecoveryRun   `json:"control"` // the same start with no in-doubt branch
+	RelayEnv    string        `json:"relay_env"`
 }
 
 // RecoveryRun is one start.
@@ -36,7 +41,7 @@ type RecoveryRun struct {
 func runRecovery(e *kit.Env) (*RecoveryResult, error) {
 	branches := kit.EnvInt("BENCH_RECOVERY_BRANCHES", 100)
 	reps := kit.EnvInt("BENCH_REPS", 3)
-	r := &RecoveryResult{Branches: branches, Decided: branches / 2, Interval: "200ms"}
+	r := &RecoveryResult{Branches: branches, Decided: branches / 2, Interval: "200ms", History: kit.EnvInt("BENCH_RECOVERY_HISTORY", 200000)}
 	topic, err := e.CreateTopic("bench_rec", 4)
 	if err != nil {
 		return nil, err
@@ -46,12 +51,17 @@ func runRecovery(e *kit.Env) (*RecoveryResult, error) {
 		return nil, err
 	}
 	var toRec, toRun, toCommit []float64
+	large, _, err := recoveryRun(e, topic, 0, r.History, -1)
+	if err != nil {
+		return nil, fmt.Errorf("large ledger: %w", err)
+	}
+	r.LargeLedger = large
 	for rep := 0; rep <= reps; rep++ {
 		n := branches
 		if rep == 0 {
 			n = 0 // control first: same start, nothing in doubt
 		}
-		run, env, err := recoveryRun(e, topic, n, rep)
+		run, env, err := recoveryRun(e, topic, n, 0, rep)
 		if err != nil {
 			return nil, fmt.Errorf("rep %d: %w", rep, err)
 		}
@@ -142,7 +152,35 @@ func prepareInDoubt(ctx context.Context, db *sql.DB, job, topic string, n int) (
 	return maxID, nil
 }
 
-func recoveryRun(e *kit.Env, topic string, n, rep int) (RecoveryRun, string, error) {
+// fillHistory gives job a ledger of history committed checkpoints (ids 1..history) and its
+// partitions' offsets as of the last one, as a long-running job whose ledger was never pruned.
+func fillHistory(ctx context.Context, db *sql.DB, job, topic string, history int) (int64, error) {
+	const batch = 5000
+	for first := 1; first <= history; first += batch {
+		var q strings.Builder
+		q.WriteString(`INSERT INTO relay_checkpoints (job, checkpoint_id, state, owner_epoch, tags, offsets, records, instance, decided_at, committed_at) VALUES `)
+		for id := first; id < first+batch && id <= history; id++ {
+			if id > first {
+				q.WriteByte(',')
+			}
+			fmt.Fprintf(&q, "('%s', %d, 'COMMITTED', 1, '%s-%d-0,%s-%d-1', '{}', 0, '0', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))", job, id, job, id, job, id)
+		}
+		if _, err := db.ExecContext(ctx, q.String()); err != nil {
+			return 0, fmt.Errorf("fill history: %w", err)
+		}
+	}
+	for p := 0; p < 4; p++ {
+		if _, err := db.ExecContext(ctx, `INSERT INTO relay_offsets (job, topic, kpartition, next_offset, checkpoint_id, owner_key, updated_at)
+			VALUES (?, ?, ?, 0, ?, '0', UTC_TIMESTAMP(6))`, job, topic, p, history); err != nil {
+			return 0, err
+		}
+	}
+	return int64(history), nil
+}
+
+// recoveryRun times one start of a fresh job with n prepared branches in doubt and history
+// committed checkpoints in its ledger.
+func recoveryRun(e *kit.Env, topic string, n, history, rep int) (RecoveryRun, string, error) {
 	var run RecoveryRun
 	job := "bench_" + kit.Suffix()
 	dsn, db, err := e.CreateDatabase(job)
@@ -156,24 +194,22 @@ func recoveryRun(e *kit.Env, topic string, n, rep int) (RecoveryRun, string, err
 	if err != nil {
 		return run, "", err
 	}
+	if history > 0 {
+		if maxID, err = fillHistory(ctx, db, job, topic, history); err != nil {
+			return run, "", err
+		}
+	}
 	o := kit.RelayOpts{Job: job, Topic: topic, DSN: dsn, Mode: "xa", Subtasks: 2, Interval: 200 * time.Millisecond, LogLevel: "info"}
 	p, err := e.StartRelay(o, fmt.Sprintf("recovery-%d.log", rep))
 	if err != nil {
 		return run, "", err
 	}
 	defer p.Kill()
-	var first kit.LedgerCheckpoint
+	var firstAt time.Time
 	for deadline := time.Now().Add(2 * time.Minute); ; {
-		cps, err := kit.Checkpoints(ctx, db, job, topic)
-		if err == nil {
-			for _, c := range cps {
-				if c.ID > maxID && c.Records > 0 {
-					first = c
-					break
-				}
-			}
-		}
-		if first.ID > 0 {
+		_, at, ok, err := kit.FirstCommitted(ctx, db, job, maxID)
+		if err == nil && ok {
+			firstAt = at
 			break
 		}
 		if !p.Alive() || time.Now().After(deadline) {
@@ -193,11 +229,11 @@ func recoveryRun(e *kit.Env, topic string, n, rep int) (RecoveryRun, string, err
 		return run, "", err
 	}
 	run = RecoveryRun{ToRecovered: rec.TS.Sub(p.Start).Seconds(), ToRunning: running.TS.Sub(p.Start).Seconds(),
-		ToFirstCommit: first.CommittedAt.Sub(p.Start).Seconds(), Committed: int(rec.Num("committed")), RolledBack: int(rec.Num("rolled_back"))}
+		ToFirstCommit: firstAt.Sub(p.Start).Seconds(), Committed: int(rec.Num("committed")), RolledBack: int(rec.Num("rolled_back"))}
 	if run.Committed+run.RolledBack != n {
 		return run, "", fmt.Errorf("recovery resolved %d+%d branches, want %d (log %s)", run.Committed, run.RolledBack, n, p.LogPath)
 	}
-	kit.Logf("recovery with %d in-doubt branches: recovered after %.3fs (%d committed, %d rolled back), running %.3fs, first commit %.3fs",
-		n, run.ToRecovered, run.Committed, run.RolledBack, run.ToRunning, run.ToFirstCommit)
+	kit.Logf("recovery with %d in-doubt branches, %d checkpoints of history: recovered after %.3fs (%d committed, %d rolled back), running %.3fs, first commit %.3fs",
+		n, history, run.ToRecovered, run.Committed, run.RolledBack, run.ToRunning, run.ToFirstCommit)
 	return run, strings.Join(o.Vars(), " "), nil
 }

@@ -217,6 +217,18 @@ func Checkpoints(ctx context.Context, db *sql.DB, job, topic string) ([]LedgerCh
 	return out, rows.Err()
 }
 
+// FirstCommitted returns the job's first committed checkpoint with records above id after (ok
+// false while there is none): one indexed row, so polling it does not slow a start being timed.
+func FirstCommitted(ctx context.Context, db *sql.DB, job string, after int64) (id int64, at time.Time, ok bool, err error) {
+	var com string
+	err = db.QueryRowContext(ctx, `SELECT checkpoint_id, CAST(UNIX_TIMESTAMP(committed_at) AS CHAR) FROM relay_checkpoints
+		WHERE job = ? AND checkpoint_id > ? AND state = 'COMMITTED' AND records > 0 ORDER BY checkpoint_id LIMIT 1`, job, after).Scan(&id, &com)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, time.Time{}, false, nil
+	}
+	return id, unixString(com), err == nil, err
+}
+
 func unixString(s string) time.Time {
 	f, _ := strconv.ParseFloat(s, 64)
 	sec := int64(f)
