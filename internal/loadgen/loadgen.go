@@ -176,7 +176,7 @@ func (t *Totals) Summary() string {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return fmt.Sprintf("%d records sent: %d good records committed (keys: %s), %d bad records, %d records in aborted transactions",
+	return fmt.Sprintf("%d records sent: %d good orders committed (keys: %s), %d bad records, %d records in aborted transactions",
 		t.Produced, good, strings.Join(keys, ", "), len(bad), t.Aborted)
 }
 

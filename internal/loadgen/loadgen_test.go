@@ -85,7 +85,7 @@ func TestTotalsSummary(t *testing.T) {
 	if err := tot.record([]pendingRec{a}, false); err != nil {
 		t.Fatal(err)
 	}
-	want := "4 records sent: 2 good records committed (keys: order_stats_minute 2), 1 bad records, 1 records in aborted transactions"
+	want := "4 records sent: 2 good orders committed (keys: order_stats_minute 2), 1 bad records, 1 records in aborted transactions"
 	if got := tot.Summary(); got != want {
 		t.Fatalf("summary %q, want %q", got, want)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/spec"
+	"github.com/relay-sh/relay/internal/testenv"
 )
 
 // committedLoad produces o into the job's topic (retrying a producer the broker made fatal: a new
@@ -167,55 +168,26 @@ func TestVerify(t *testing.T) {
 	}
 }
 
-// salesSpec has a base table per minute by (shop, sku), its hourly rollup by region (a nested
-// field) and a filtered hourly table with min and max, the event time in RFC 3339.
-const salesSpec = `
-input:
-  fields:
-    shop: string(16)
-    customer.region: string(8)
-    status: string(16)
-    sku: string(64)
-    qty: int
-    amount: decimal(2)
-  event_time: {field: at, format: rfc3339}
-aggregates:
-  - table: sales_minute
-    window: 1m
-    dimensions: [{column: shop, field: shop}, {column: sku, field: sku}]
-    measures: [{column: orders, kind: count}, {column: revenue, kind: sum, field: amount}]
-  - table: sales_region_hour
-    window: 1h
-    dimensions: [{column: region, field: customer.region}]
-    measures: [{column: orders, kind: count}, {column: units, kind: sum, field: qty}]
-  - table: paid_sku_hour
-    window: 1h
-    dimensions: [{column: sku, field: sku}]
-    measures:
-      - {column: orders, kind: count}
-      - {column: cheapest, kind: min, field: amount}
-      - {column: most_qty, kind: max, field: qty}
-      - {column: revenue, kind: sum, field: amount}
-    filter: {field: status, in: [paid, shipped]}
-`
-
-// verify recounts a job with a pipeline block by its own spec and compares every table: clean when
+// verify recounts a job with a pipeline block (testenv.SalesSpec) by its own spec and compares
+// every table: clean when
 // they hold the fold of what committed, and a difference in the second and in the third table is
 // reported there, by column, both recounting and against the totals file.
 func TestVerifySpec(t *testing.T) {
-	var s spec.Spec
-	if err := yaml.Unmarshal([]byte(salesSpec), &s); err != nil {
+	var file struct {
+		Pipeline spec.Spec
+	}
+	if err := yaml.Unmarshal([]byte(testenv.SalesSpec), &file); err != nil {
 		t.Fatal(err)
 	}
-	e, ctx := newEnv(t, 2, func(c *config.Config) { c.Pipeline = &s })
+	e, ctx := newEnv(t, 2, func(c *config.Config) { c.Pipeline = &file.Pipeline })
 	plan, err := e.Config.Plan()
 	if err != nil {
 		t.Fatal(err)
 	}
-	totals, want, file := committedLoad(t, ctx, e, loadgen.Options{Plan: plan, Orders: 800, Batch: 50, AbortRate: 0.3, SKUs: 12,
-		Distinct: map[string]int{"shop": 4, "customer.region": 3}, Windows: 90, Seed: 9})
+	totals, want, totalsFile := committedLoad(t, ctx, e, loadgen.Options{Plan: plan, Orders: 800, Batch: 50, AbortRate: 0.3, SKUs: 12,
+		Distinct: map[string]int{"shop": 4, "region": 3}, Windows: 90, Seed: 9})
 	_, _, good := totals.Snapshot()
-	for _, o := range []VerifyOptions{{From: "earliest"}, {Expected: file}} {
+	for _, o := range []VerifyOptions{{From: "earliest"}, {Expected: totalsFile}} {
 		r, err := Verify(ctx, e, o)
 		if err != nil {
 			t.Fatal(err)
@@ -230,10 +202,10 @@ func TestVerifySpec(t *testing.T) {
 		}
 	}
 
-	// The filtered table's min lowered by a cent; a rollup row gone.
+	// The filtered table's min lowered by the smallest unit; a rollup row gone.
 	paid, region := row(t, want, 2, 0), row(t, want, 1, 0)
 	for _, q := range []string{
-		fmt.Sprintf(`UPDATE paid_sku_hour SET cheapest = cheapest - 0.01 WHERE window_start = '%s' AND sku = '%s'`, paid[0], paid[1]),
+		fmt.Sprintf(`UPDATE paid_sku_hour SET cheapest = cheapest - 0.0001 WHERE window_start = '%s' AND sku = '%s'`, paid[0], paid[1]),
 		fmt.Sprintf(`DELETE FROM sales_region_hour WHERE window_start = '%s' AND region = '%s'`, region[0], region[1]),
 	} {
 		if _, err := e.Sink.ExecContext(ctx, q); err != nil {
@@ -248,13 +220,13 @@ func TestVerifySpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	paidMeasures := func(c []string) map[string]string {
-		return map[string]string{"orders": c[2], "cheapest": c[3], "most_qty": c[4], "revenue": c[5]}
+		return map[string]string{"orders": c[2], "cheapest": c[3], "dearest": c[4], "revenue": c[5]}
 	}
-	requireDiffs(t, ctx, e, file, []int{0, 1, 1},
+	requireDiffs(t, ctx, e, totalsFile, []int{0, 1, 1},
 		KeyDiff{Table: "paid_sku_hour", Kind: DiffDiffers, Key: map[string]string{"window_start": paid[0], "sku": paid[1]},
 			Expected: paidMeasures(paid), Actual: paidMeasures(cheaper)},
 		KeyDiff{Table: "sales_region_hour", Kind: DiffMissing, Key: map[string]string{"window_start": region[0], "region": region[1]},
-			Expected: map[string]string{"orders": region[2], "units": region[3]}})
+			Expected: map[string]string{"orders": region[2], "revenue": region[3]}})
 
 	var out strings.Builder
 	r, err := Verify(ctx, e, VerifyOptions{})
@@ -264,7 +236,7 @@ func TestVerifySpec(t *testing.T) {
 	if err := r.WriteText(&out); err != nil {
 		t.Fatal(err)
 	}
-	wantLine := fmt.Sprintf("differs  paid_sku_hour %s %q: expected orders %s, cheapest %s, most_qty %s, revenue %s; MySQL has orders %s, cheapest %s, most_qty %s, revenue %s\n",
+	wantLine := fmt.Sprintf("differs  paid_sku_hour %s %q: expected orders %s, cheapest %s, dearest %s, revenue %s; MySQL has orders %s, cheapest %s, dearest %s, revenue %s\n",
 		paid[0], paid[1], paid[2], paid[3], paid[4], paid[5], paid[2], cheaper[3], paid[4], paid[5])
 	if !strings.Contains(out.String(), wantLine) || !strings.Contains(out.String(), "table sales_region_hour (window_start, region): ") {
 		t.Fatalf("text report\n%s\nwant the line\n%s", out.String(), wantLine)

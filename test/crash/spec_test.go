@@ -17,39 +17,8 @@ import (
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/money"
+	"github.com/relay-sh/relay/internal/testenv"
 )
-
-// salesSpec has a base table per minute by (region, shop, sku), its hourly rollup by region and a
-// filtered hourly table with min and max.
-const salesSpec = `
-pipeline:
-  input:
-    fields:
-      shop: string(16)
-      region: string(8)
-      status: string(16)
-      sku: string(64)
-      amount: decimal(4)
-    event_time: {field: ts, format: epoch_ms}
-  aggregates:
-    - table: sales_minute
-      window: 1m
-      dimensions: [{column: region, field: region}, {column: shop, field: shop}, {column: sku, field: sku}]
-      measures: [{column: orders, kind: count}, {column: revenue, kind: sum, field: amount}]
-    - table: sales_region_hour
-      window: 1h
-      dimensions: [{column: region, field: region}]
-      measures: [{column: orders, kind: count}, {column: revenue, kind: sum, field: amount}]
-    - table: paid_sku_hour
-      window: 1h
-      dimensions: [{column: sku, field: sku}]
-      measures:
-        - {column: orders, kind: count}
-        - {column: cheapest, kind: min, field: amount}
-        - {column: dearest, kind: max, field: amount}
-        - {column: revenue, kind: sum, field: amount}
-      filter: {field: status, in: [paid, shipped]}
-`
 
 // TestSpecRandomKills runs relay with a three-aggregate pipeline spec, SIGKILLs it at random
 // moments (and at armed crash points) while orders arrive in Kafka transactions (some aborted, some
@@ -81,7 +50,7 @@ func TestSpecRandomKills(t *testing.T) {
 
 func specRandomKills(t *testing.T, kills int, extra ...string) {
 	cfgPath := filepath.Join(t.TempDir(), "relay.yaml")
-	if err := os.WriteFile(cfgPath, []byte(salesSpec), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(testenv.SalesSpec), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load(cfgPath, nil)
