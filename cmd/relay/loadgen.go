@@ -1,7 +1,9 @@
-// relay loadgen: synthetic orders with known totals, only where the operator names it.
+// relay loadgen: synthetic records of the configured spec with known totals, only where the
+// operator names it.
 //
 // Invariant: loadgen writes only to the brokers and topic given on its command line, never into a
-// topic that a job's ledger (as far as the named MySQL shows) reads, unless told it is live.
+// topic that a job's ledger (as far as the named MySQL shows) reads, unless told it is live; its
+// records and totals are those of the spec relay run would run with the same configuration.
 package main
 
 import (
@@ -11,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/metrics"
@@ -24,7 +27,8 @@ func cmdVersion(context.Context, []string) error {
 
 // cmdLoadgen produces only where it is told to: --brokers and --topic are required (every relay pod
 // has RELAY_KAFKA_* set, so a default from them would write into a job's input), and a topic that
-// a job's ledger reads is refused unless --i-know-this-is-live.
+// a job's ledger reads is refused unless --i-know-this-is-live. The records are of the
+// configuration's spec (its pipeline block, or the default spec from input.*).
 func cmdLoadgen(ctx context.Context, args []string) error {
 	fs, src := flagSet("loadgen", "--brokers HOST:PORT,... --topic TOPIC [flags]")
 	o := loadgen.Options{}
@@ -35,11 +39,11 @@ func cmdLoadgen(ctx context.Context, args []string) error {
 	fs.IntVar(&o.Batch, "batch", 500, "records per Kafka transaction")
 	fs.Float64Var(&o.AbortRate, "abort-rate", 0, "fraction of transactions to abort on purpose")
 	fs.Float64Var(&o.BadRate, "bad-rate", 0, "fraction of records that are bad input")
-	fs.IntVar(&o.SKUs, "skus", 100, "distinct skus")
-	fs.IntVar(&o.Windows, "windows", 10, "distinct one-minute windows")
+	fs.IntVar(&o.SKUs, "skus", 100, "distinct values of each field an aggregate groups by (skus, for the default spec)")
+	fs.IntVar(&o.Windows, "windows", 10, "event times spread over this many minutes")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "random seed (same seed, same stream)")
 	txn := fs.String("transactional-id", "relay-loadgen", "transactional.id (empty: no transactions)")
-	out := fs.String("totals", "", "write the expected totals to this JSON file")
+	out := fs.String("totals", "", "write the expected totals (every aggregate table of the spec) to this JSON file")
 	partitions := fs.Int("create-partitions", 0, "create the topic with this many partitions if it is missing")
 	ledgerDSN := fs.String("ledger-dsn", "", "MySQL whose ledgers must not read --topic (every ledger database the user can see on that server is searched; default: relay's mysql.dsn and mysql.ledger_dsn from --config / RELAY_MYSQL_DSN / RELAY_LEDGER_DSN)")
 	live := fs.Bool("i-know-this-is-live", false, "produce even into a topic a job's ledger reads: its synthetic orders become that job's totals")
@@ -50,8 +54,15 @@ func cmdLoadgen(ctx context.Context, args []string) error {
 	if o.Brokers == "" || o.Topic == "" {
 		return usageError{"loadgen: --brokers and --topic are required (they are never taken from RELAY_KAFKA_*, which name a job's input)"}
 	}
+	cfg, err := src.load()
+	if err != nil {
+		return fmt.Errorf("loadgen: reading relay's configuration: %w", err)
+	}
+	if o.Plan, err = cfg.Plan(); err != nil {
+		return fmt.Errorf("loadgen: %w", err)
+	}
 	if !*live {
-		if err := notReadByAJob(ctx, src, *ledgerDSN, o.Topic); err != nil {
+		if err := notReadByAJob(ctx, cfg, *ledgerDSN, o.Topic); err != nil {
 			return err
 		}
 	}
@@ -62,7 +73,7 @@ func cmdLoadgen(ctx context.Context, args []string) error {
 	}
 	totals := loadgen.NewTotals()
 	start := time.Now()
-	err := loadgen.Run(ctx, o, totals)
+	err = loadgen.Run(ctx, o, totals)
 	fmt.Printf("loadgen: topic %s on %s, %s: %s\n", o.Topic, o.Brokers, time.Since(start).Round(time.Millisecond), totals.Summary())
 	if *out != "" {
 		if werr := totals.WriteFile(*out); werr != nil && err == nil {
@@ -78,11 +89,7 @@ func cmdLoadgen(ctx context.Context, args []string) error {
 // notReadByAJob refuses topic when a job's ledger has resume offsets of it, searching the ledgers
 // on the server of dsn, or else of relay's configured DSNs (in a relay pod: the job's own). With no
 // MySQL named there is nothing to search, and it says so.
-func notReadByAJob(ctx context.Context, src *source, dsn, topic string) error {
-	cfg, err := src.load()
-	if err != nil {
-		return fmt.Errorf("loadgen: reading relay's configuration to find the ledgers: %w", err)
-	}
+func notReadByAJob(ctx context.Context, cfg config.Config, dsn, topic string) error {
 	dsns := []string{dsn}
 	if dsn == "" {
 		dsns = []string{cfg.MySQL.DSN, cfg.MySQL.LedgerDSN}

@@ -8,17 +8,18 @@ import (
 	"github.com/relay-sh/relay/internal/ops"
 )
 
-const verifyAbout = `Recounts the topic the way relay counts it (read_committed, the same decoder, field names, limits
-and window, exact sums) from --from up to the offsets of the job's last commit (mode xa: the last
-committed checkpoint; mode held: each partition's offset row), and diffs the result against the
-aggregate table, key by key: "missing" (counted, no row in MySQL), "extra" (a row nothing accounts
-for), "differs" (order_count or amount_sum differ). It also checks that every bad record in the
+const verifyAbout = `Recounts the topic the way relay counts it (read_committed, the configuration's spec: its decoder,
+limits and fold, exact sums) from --from up to the offsets of the job's last commit (mode xa: the
+last committed checkpoint; mode held: each partition's offset row), and diffs the result against
+every aggregate table of the spec, key by key: "missing" (counted, no row in MySQL), "extra" (a row
+nothing accounts for), "differs" (a measure differs). It also checks that every bad record in the
 range has exactly one dead-letter row of the job (bad_input_policy dlq) and, with the append sink
 (mysql.detail_table), one detail row per good record and no source offset twice. MySQL is read in
 one consistent snapshot of that commit, so verify may run while relay runs.
 
-With --expected FILE (a loadgen --totals file) it compares the table with that file instead, the
-dead-letter rows by reason with the file's bad_records, and the detail rows with good_orders.
+With --expected FILE (a loadgen --totals file of the same spec) it compares the tables with that
+file instead, the dead-letter rows by reason with the file's bad_records, and the detail rows with
+good_orders.
 
 While it reads, it logs "verify progress" lines on stderr every 5 seconds (records_read,
 offsets_done of offsets_total). A range the topic does not hold (recreated or truncated topic,
@@ -31,10 +32,11 @@ holds what relay wrote after it (e.g. emptied when the offsets were reset to tha
 xa only).
 
 --json prints {job, source, checkpoint, ranges: [{topic, partition, from, to, good}], records,
-good, bad, keys_expected, keys_actual, difference_count, differences: [{window_start, sku, kind,
-expected_count, expected_sum, actual_count, actual_sum}], dead_letter: {expected, actual, missing,
-extra, missing_count, extra_count}, detail: {table, expected, rows, duplicates} | null, notes,
-clean}.
+good, bad, keys_expected, keys_actual, difference_count (over all tables), tables: [{table,
+key_columns, measure_columns, keys_expected, keys_actual, difference_count}], differences: [{table,
+kind, key: {window_start, <dimension column>: value...}, expected: {<measure column>: value...} |
+null, actual: {...} | null}], dead_letter: {expected, actual, missing, extra, missing_count,
+extra_count}, detail: {table, expected, rows, duplicates} | null, notes, clean}.
 `
 
 func cmdVerify(ctx context.Context, args []string) error {

@@ -1,8 +1,10 @@
-// Package loadgen produces synthetic orders whose exact totals are known.
+// Package loadgen produces synthetic records of a pipeline spec whose exact totals are known.
 //
-// Invariant: Totals counts only records of Kafka transactions that committed (an aborted
-// transaction's orders must never reach MySQL), with amounts kept as exact fixed-point; each bad
-// record produced is remembered with the reason relay must give it.
+// Invariant: Totals is the spec's own fold (spec.Plan.Fold, the pipeline's) of exactly the records
+// of Kafka transactions that committed (an aborted transaction's records must never reach MySQL),
+// decoded by the spec's decoder, so it holds what every aggregate table must; each bad record is
+// remembered with the reason that decoder gives it. A good record the generator made that the
+// decoder refuses is an error, never a silent miscount.
 package loadgen
 
 import (
@@ -10,9 +12,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,140 +23,169 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
-	"github.com/relay-sh/relay/internal/money"
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/spec"
 )
 
 // Options shape the load.
 type Options struct {
 	Brokers   string
 	Topic     string
-	Orders    int           // orders to produce (good + bad)
-	Rate      float64       // orders per second; 0 means as fast as possible
-	Batch     int           // orders per Kafka transaction (or per flush when not transactional)
-	AbortRate float64       // fraction of transactions aborted on purpose
-	BadRate   float64       // fraction of records that are bad input
-	SKUs      int           // distinct skus
-	Windows   int           // distinct one-minute windows the event times fall in
-	Seed      uint64        // makes the stream reproducible
-	StartTS   int64         // event time of the first window (epoch ms)
-	Window    time.Duration // window size (for the expected keys)
-	TxnID     string        // transactional.id; empty means a non-transactional producer
-	// Shops, above 0, gives every good record a shop (shop-0 ..), the shop's region (ShopRegion)
-	// and a status (paid, shipped or cancelled), for pipeline specs that group or filter by them,
-	// and keeps the committed good records in Totals.Records: a spec's totals are their fold
-	// (spec.Plan.Fold). 0 makes the default records, byte for byte.
-	Shops int
+	Orders    int     // records to produce (good + bad)
+	Rate      float64 // records per second; 0 means as fast as possible
+	Batch     int     // records per Kafka transaction (or per flush when not transactional)
+	AbortRate float64 // fraction of transactions aborted on purpose
+	BadRate   float64 // fraction of records that are bad input
+	// SKUs is the number of distinct values of each field an aggregate groups by (default 100);
+	// Distinct overrides it per field, by its name in the spec.
+	SKUs     int
+	Distinct map[string]int
+	Windows  int           // event times fall in this many spans of Window after StartTS
+	Window   time.Duration // default one minute
+	Seed     uint64        // makes the stream reproducible
+	StartTS  int64         // event time of the first span (epoch ms)
+	TxnID    string        // transactional.id; empty means a non-transactional producer
+	// Plan is the spec the records are made for; nil is the default spec (relay's defaults, as
+	// config.Default), whose records are the ones loadgen always made, byte for byte.
+	Plan *spec.Plan
 }
 
-// Key is one aggregate row.
-type Key struct {
-	WindowMS int64
-	SKU      string
-}
+// DefaultPlan is the default spec's plan (config.Default's), compiled once.
+var DefaultPlan = sync.OnceValue(func() *spec.Plan {
+	c := config.Default()
+	p, err := c.Plan()
+	if err != nil {
+		panic("loadgen: the default spec does not compile: " + err.Error())
+	}
+	return p
+})
 
-// Acc is its expected value.
-type Acc struct {
-	Count int64
-	Sum   money.Sum
-}
-
-// Bad is one bad record with the reason relay must file it under.
+// Bad is one bad record with the reason relay files it under.
 type Bad struct {
 	Reason  string
 	Payload string
 }
 
+// Tables is what the aggregate tables of Plan hold: Rows[a] are aggregate a's rows, sorted by key.
+type Tables struct {
+	Plan *spec.Plan
+	Rows [][]spec.Row
+}
+
+// Keys is the number of rows of all tables.
+func (x Tables) Keys() int {
+	n := 0
+	for _, rs := range x.Rows {
+		n += len(rs)
+	}
+	return n
+}
+
 // Totals is what relay must produce from what was committed to Kafka.
 type Totals struct {
-	mu       sync.Mutex
-	Keys     map[Key]*Acc
-	Bad      []Bad
-	Good     int64 // committed good orders
-	Aborted  int64 // orders in aborted transactions
-	Produced int64 // every record sent, committed or not
-	// Records are the committed good records, in no particular order (only with Options.Shops).
-	Records [][]byte
+	mu     sync.Mutex
+	plan   *spec.Plan // set by the first Run
+	dec    *spec.Decoder
+	rec    spec.Record
+	tables *spec.Tables // the fold of the committed good records
+	Bad    []Bad
+	// Good counts committed good records, Aborted the records of aborted transactions, Produced
+	// every record sent.
+	Good, Aborted, Produced int64
 }
 
-// NewTotals returns empty totals.
-func NewTotals() *Totals { return &Totals{Keys: map[Key]*Acc{}} }
+// NewTotals returns empty totals; the first Run fixes their spec.
+func NewTotals() *Totals { return &Totals{} }
+
+// use fixes the totals' plan, refusing a second one: one fold cannot hold two specs' tables.
+func (t *Totals) use(p *spec.Plan) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.plan == nil {
+		t.plan, t.dec, t.tables = p, p.NewDecoder(), p.NewTables()
+	} else if t.plan != p {
+		return errors.New("loadgen: these totals hold another spec's records")
+	}
+	return nil
+}
+
+// planLocked is the totals' plan, the default one before any Run (nothing is folded then).
+func (t *Totals) planLocked() *spec.Plan {
+	if t.plan == nil {
+		return DefaultPlan()
+	}
+	return t.plan
+}
 
 type pendingRec struct {
-	key    Key
-	amount int64
-	bad    *Bad
-	record []byte // kept for Totals.Records (Options.Shops)
+	payload []byte
+	bad     *Bad // a bad kind, with the reason the default spec gives it; nil for a good record
 }
 
-// record adds a batch's orders: to the totals when committed, to the aborted count otherwise.
-func (t *Totals) record(recs []pendingRec, committed bool) {
+// record adds a batch: to the totals when committed (decoded and folded as relay does), to the
+// aborted count otherwise.
+func (t *Totals) record(recs []pendingRec, committed bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.Produced += int64(len(recs))
 	if !committed {
 		t.Aborted += int64(len(recs))
-		return
+		return nil
 	}
 	for _, r := range recs {
-		if r.bad != nil {
-			t.Bad = append(t.Bad, *r.bad)
+		reason, field := t.dec.Decode(r.payload, &t.rec)
+		switch {
+		case reason != spec.OK && r.bad == nil:
+			return fmt.Errorf("loadgen: a generated good record is bad input to the spec (%s, field %q): %s", reason, field, r.payload)
+		case reason != spec.OK:
+			t.Bad = append(t.Bad, Bad{Reason: reason.String(), Payload: r.bad.Payload})
+		default:
+			// A bad kind that this spec accepts (it declares none of the fields the kind breaks)
+			// is a good record of it.
+			t.plan.Fold(&t.rec, []*spec.Tables{t.tables})
+			t.Good++
+		}
+	}
+	return nil
+}
+
+// Snapshot copies the totals under the lock: every table's expected rows, the bad records and the
+// number of committed good records.
+func (t *Totals) Snapshot() (Tables, []Bad, int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.planLocked()
+	x := Tables{Plan: p, Rows: make([][]spec.Row, len(p.Tables()))}
+	for a := range x.Rows {
+		if t.tables == nil {
 			continue
 		}
-		a := t.Keys[r.key]
-		if a == nil {
-			a = &Acc{}
-			t.Keys[r.key] = a
-		}
-		a.Count++
-		a.Sum.Add(r.amount)
-		t.Good++
-		if r.record != nil {
-			t.Records = append(t.Records, r.record)
+		for _, r := range t.tables.Rows(a) {
+			x.Rows[a] = append(x.Rows[a], spec.Row{Key: r.Key, Accs: slices.Clone(r.Accs)})
 		}
 	}
+	return x, append([]Bad(nil), t.Bad...), t.Good
 }
-
-// Snapshot copies the totals under the lock.
-func (t *Totals) Snapshot() (map[Key]Acc, []Bad, int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := make(map[Key]Acc, len(t.Keys))
-	for k, v := range t.Keys {
-		m[k] = *v
-	}
-	return m, append([]Bad(nil), t.Bad...), t.Good
-}
-
-// CommittedRecords copies Records under the lock.
-func (t *Totals) CommittedRecords() [][]byte {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return append([][]byte(nil), t.Records...)
-}
-
-// ShopRegion is the region of a shop of Options.Shops: every shop lies in one region, so totals
-// by region are sums of totals by shop.
-func ShopRegion(shop int) string { return "r" + strconv.Itoa(shop%3) }
-
-var statuses = []string{"paid", "shipped", "cancelled"}
 
 // Summary says what was produced, for the operator who ran it.
 func (t *Totals) Summary() string {
-	keys, bad, good := t.Snapshot()
-	var sum money.Sum
-	for _, a := range keys {
-		sum.AddSum(a.Sum)
+	x, bad, good := t.Snapshot()
+	var keys []string
+	for a, table := range x.Plan.Tables() {
+		keys = append(keys, fmt.Sprintf("%s %d", table, len(x.Rows[a])))
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return fmt.Sprintf("%d records sent: %d good orders committed (%d (window, sku) keys, amounts summing to %s), %d bad records, %d records in aborted transactions",
-		t.Produced, good, len(keys), sum, len(bad), t.Aborted)
+	return fmt.Sprintf("%d records sent: %d good orders committed (keys: %s), %d bad records, %d records in aborted transactions",
+		t.Produced, good, strings.Join(keys, ", "), len(bad), t.Aborted)
 }
 
-// amounts mixes edge values (exactness: 0.1, 0.0001, the largest 8.4 value, negatives) with ordinary ones.
+// amounts mixes edge values (exactness: 0.1, 0.0001, the largest 8.4 value, negatives) with
+// ordinary ones; a decimal(S) field takes them cut to S fractional digits.
 var amounts = []string{"0.1", "0.0001", "99999999.9999", "12.34", "-5.5", "1", "0.3333", "250.00", "7.77"}
 
-// badRecords are the bad-input kinds with the reason relay gives each.
+// badRecords are the bad-input kinds with the reason the default spec gives each; another spec's
+// decoder may file them under another reason (Totals asks it).
 var badRecords = []Bad{
 	{"not_json", `{"order_id": "x", "sku": `},
 	{"not_object", `[1,2,3]`},
@@ -182,12 +214,25 @@ func BadReasons() []string {
 	return out
 }
 
-// Generator makes the deterministic stream.
+// Generator makes the deterministic stream of one spec's records.
 type Generator struct {
-	o   Options
-	rng *rand.Rand
-	seq int64
-	bad int // bad records made so far
+	o      Options
+	plan   *spec.Plan
+	fields []spec.InputField
+	values [][]string // per field: the JSON literals it is drawn from (nil: see value)
+	draw   []int      // the fields in the order values are drawn: grouped or filtered, the event time, the rest
+	layout []node     // the record's top-level keys
+	rng    *rand.Rand
+	seq    int64
+	bad    int // bad records made so far
+	lits   []string
+}
+
+// node is one key of the record: a field's value, or an object of fields sharing a path prefix.
+type node struct {
+	key   string
+	field int // -1: an object of kids
+	kids  []node
 }
 
 // NewGenerator seeds a stream.
@@ -204,7 +249,104 @@ func NewGenerator(o Options) *Generator {
 	if o.StartTS == 0 {
 		o.StartTS = 1764000000000 - 1764000000000%60000
 	}
-	return &Generator{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))}
+	g := &Generator{o: o, plan: o.Plan, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))}
+	if g.plan == nil {
+		g.plan = DefaultPlan()
+	}
+	g.fields = g.plan.InputFields()
+	g.values = make([][]string, len(g.fields))
+	g.lits = make([]string, len(g.fields))
+	et := len(g.fields) - 1
+	var rest []int
+	for i, f := range g.fields[:et] {
+		g.values[i] = choices(f, o)
+		g.layout = place(g.layout, f.Path, i)
+		if f.Grouped || f.Filter != nil {
+			g.draw = append(g.draw, i)
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	g.layout = place(g.layout, g.fields[et].Path, et)
+	g.draw = append(append(g.draw, et), rest...)
+	return g
+}
+
+// choices are the literals a field is drawn from: a filter's values and one it drops, a small
+// vocabulary for a grouped field (so keys collide), the edge amounts for a decimal. An ungrouped
+// string is an order id and an ungrouped int any small number (nil: value makes them).
+func choices(f spec.InputField, o Options) []string {
+	n := o.SKUs
+	if d, ok := o.Distinct[f.Name]; ok && d > 0 {
+		n = d
+	}
+	quote := f.Kind == spec.KindString
+	var out []string
+	add := func(v string) {
+		if quote {
+			v = strconv.Quote(v)
+		}
+		out = append(out, v)
+	}
+	switch {
+	case f.Filter != nil:
+		for _, v := range f.Filter {
+			add(v)
+		}
+		// One value the filters drop, so records both reach and miss the filtered aggregates.
+		for k := 0; ; k++ {
+			v := vocabulary(f, k)
+			if !slices.Contains(f.Filter, v) {
+				add(v)
+				return out
+			}
+		}
+	case f.Kind == spec.KindDecimal:
+		for _, a := range amounts {
+			out = append(out, strconv.Quote(cut(a, f.Scale)))
+		}
+	case f.Grouped:
+		for k := range n {
+			add(vocabulary(f, k))
+		}
+	}
+	return out
+}
+
+// vocabulary is a grouped field's k-th value: SKU-k for a field sku, k for an int, within the
+// field's byte bound.
+func vocabulary(f spec.InputField, k int) string {
+	if f.Kind == spec.KindInt {
+		return strconv.Itoa(k)
+	}
+	v := strings.ToUpper(f.Path[len(f.Path)-1]) + "-" + strconv.Itoa(k)
+	return v[max(0, len(v)-f.Max):]
+}
+
+// cut drops the fractional digits of a past scale (an amount for a decimal(scale) field).
+func cut(a string, scale int) string {
+	i := strings.IndexByte(a, '.')
+	switch {
+	case i < 0 || len(a)-i-1 <= scale:
+		return a
+	case scale == 0:
+		return a[:i]
+	}
+	return a[:i+1+scale]
+}
+
+// place adds field at path to the layout, inside the objects of its leading keys.
+func place(layout []node, path []string, field int) []node {
+	if len(path) == 1 {
+		return append(layout, node{key: path[0], field: field})
+	}
+	for i := range layout {
+		if layout[i].key == path[0] && layout[i].field < 0 {
+			layout[i].kids = place(layout[i].kids, path[1:], field)
+			return layout
+		}
+	}
+	return append(layout, node{key: path[0], field: -1, kids: place(nil, path[1:], field)})
 }
 
 // Next returns one record and what it must become.
@@ -214,25 +356,50 @@ func (g *Generator) Next() ([]byte, pendingRec) {
 		// In turn, not at random: every kind appears once there are as many bad records as kinds.
 		b := badRecords[g.bad%len(badRecords)]
 		g.bad++
-		return []byte(b.Payload), pendingRec{bad: &b}
+		return []byte(b.Payload), pendingRec{payload: []byte(b.Payload), bad: &b}
 	}
-	sku := "SKU-" + strconv.Itoa(g.rng.IntN(g.o.SKUs))
-	ts := g.o.StartTS + g.rng.Int64N(int64(g.o.Windows)*g.o.Window.Milliseconds())
-	amt := amounts[g.rng.IntN(len(amounts))]
-	units, err := money.Parse([]byte(amt))
-	if err != nil {
-		panic(err)
+	for _, i := range g.draw {
+		g.lits[i] = g.value(i)
 	}
-	w := g.o.Window.Milliseconds()
-	key := Key{WindowMS: ts - ts%w, SKU: sku}
-	if g.o.Shops > 0 {
-		shop := g.rng.IntN(g.o.Shops)
-		rec := []byte(fmt.Sprintf(`{"order_id":"o-%d-%d","shop":"shop-%d","region":%q,"status":%q,"sku":%q,"amount":%q,"ts":%d}`,
-			g.o.Seed, g.seq, shop, ShopRegion(shop), statuses[g.rng.IntN(len(statuses))], sku, amt, ts))
-		return rec, pendingRec{key: key, amount: units, record: rec}
+	rec := appendObject(nil, g.layout, g.lits)
+	return rec, pendingRec{payload: rec}
+}
+
+// value draws field i's JSON literal.
+func (g *Generator) value(i int) string {
+	f := &g.fields[i]
+	if vs := g.values[i]; vs != nil {
+		return vs[g.rng.IntN(len(vs))]
 	}
-	rec := fmt.Sprintf(`{"order_id":"o-%d-%d","sku":%q,"amount":%q,"ts":%d}`, g.o.Seed, g.seq, sku, amt, ts)
-	return []byte(rec), pendingRec{key: key, amount: units}
+	switch f.Kind {
+	case spec.KindEpochMS, spec.KindRFC3339:
+		ts := g.o.StartTS + g.rng.Int64N(int64(g.o.Windows)*g.o.Window.Milliseconds())
+		if f.Kind == spec.KindEpochMS {
+			return strconv.FormatInt(ts, 10)
+		}
+		return strconv.Quote(time.UnixMilli(ts).UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	case spec.KindInt:
+		return strconv.Itoa(g.rng.IntN(1000) - 100)
+	}
+	id := fmt.Sprintf("o-%d-%d", g.o.Seed, g.seq)
+	return strconv.Quote(id[:min(len(id), f.Max)])
+}
+
+func appendObject(dst []byte, layout []node, lits []string) []byte {
+	dst = append(dst, '{')
+	for i, n := range layout {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendQuote(dst, n.key)
+		dst = append(dst, ':')
+		if n.field >= 0 {
+			dst = append(dst, lits[n.field]...)
+		} else {
+			dst = appendObject(dst, n.kids, lits)
+		}
+	}
+	return append(dst, '}')
 }
 
 // reopens bounds how often one Run replaces a producer that failed fatally.
@@ -246,6 +413,9 @@ func Run(ctx context.Context, o Options, totals *Totals) error {
 	}
 	defer func() { p.Close() }()
 	g := NewGenerator(o)
+	if err := totals.use(g.plan); err != nil {
+		return err
+	}
 	batch := max(o.Batch, 1)
 	start := time.Now()
 	reopened := 0
@@ -269,7 +439,9 @@ func Run(ctx context.Context, o Options, totals *Totals) error {
 		} else if err != nil {
 			return err
 		}
-		totals.record(recs, committed)
+		if err := totals.record(recs, committed); err != nil {
+			return err
+		}
 		sent += n
 		if err := pace(ctx, start, o.Rate, sent); err != nil {
 			return err
@@ -381,23 +553,31 @@ func sendBatch(ctx context.Context, p *kafka.Producer, o Options, g *Generator, 
 
 // File is a totals file read back: what relay verify --expected compares MySQL against.
 type File struct {
-	Keys          map[Key]Acc
+	Tables        Tables
 	BadRecords    map[string]int // bad records by the reason relay must give them
 	GoodOrders    int64
 	AbortedOrders int64
 }
 
+// The totals file: counts, then every aggregate table of the spec with its columns (as
+// spec.Plan.ColumnNames) and its rows, each the columns' values as MySQL prints them
+// (spec.Plan.Format), sorted by primary key.
 type fileJSON struct {
 	GoodOrders    int64          `json:"good_orders"`
 	AbortedOrders int64          `json:"aborted_orders"`
 	BadRecords    map[string]int `json:"bad_records"`
-	Totals        []fileRow      `json:"totals"`
+	Tables        []fileTable    `json:"tables"`
 }
 
-const fileWindowLayout = "2006-01-02 15:04:05"
+type fileTable struct {
+	Table   string     `json:"table"`
+	Columns []string   `json:"columns"`
+	Rows    [][]string `json:"rows"`
+}
 
-// ReadFile reads a totals file written by WriteFile.
-func ReadFile(path string) (*File, error) {
+// ReadFile reads a totals file written by WriteFile for plan's spec: it must hold every table of
+// plan, with plan's columns, and nothing else.
+func ReadFile(path string, plan *spec.Plan) (*File, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -406,17 +586,50 @@ func ReadFile(path string) (*File, error) {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	f := &File{Keys: map[Key]Acc{}, BadRecords: j.BadRecords, GoodOrders: j.GoodOrders, AbortedOrders: j.AbortedOrders}
-	for _, r := range j.Totals {
-		w, err := time.Parse(fileWindowLayout, r.WindowStart)
-		if err != nil {
-			return nil, fmt.Errorf("%s: window_start %q: %w", path, r.WindowStart, err)
+	f := &File{Tables: Tables{Plan: plan, Rows: make([][]spec.Row, len(plan.Tables()))}, BadRecords: j.BadRecords,
+		GoodOrders: j.GoodOrders, AbortedOrders: j.AbortedOrders}
+	byName := map[string]fileTable{}
+	for _, t := range j.Tables {
+		if _, dup := byName[t.Table]; dup {
+			return nil, fmt.Errorf("%s: table %s appears twice", path, t.Table)
 		}
-		sum, err := money.ParseSum(r.AmountSum)
-		if err != nil {
-			return nil, fmt.Errorf("%s: amount_sum %q: %w", path, r.AmountSum, err)
+		byName[t.Table] = t
+	}
+	for a, table := range plan.Tables() {
+		t, ok := byName[table]
+		if !ok {
+			return nil, fmt.Errorf("%s: no table %s: the file was written for another spec", path, table)
 		}
-		f.Keys[Key{WindowMS: w.UnixMilli(), SKU: r.SKU}] = Acc{Count: r.OrderCount, Sum: sum}
+		delete(byName, table)
+		key, measures := plan.ColumnNames(a)
+		if cols := append(key, measures...); !slices.Equal(t.Columns, cols) {
+			return nil, fmt.Errorf("%s: table %s has columns %v, the spec %v", path, table, t.Columns, cols)
+		}
+		cols := make([][]byte, plan.Columns(a))
+		for _, row := range t.Rows {
+			if len(row) != len(cols) {
+				return nil, fmt.Errorf("%s: table %s: a row of %d columns, want %d", path, table, len(row), len(cols))
+			}
+			for i, v := range row {
+				cols[i] = []byte(v)
+			}
+			r, err := plan.ParseRow(a, cols)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			f.Tables.Rows[a] = append(f.Tables.Rows[a], r)
+		}
+		rows := f.Tables.Rows[a]
+		slices.SortFunc(rows, func(x, y spec.Row) int { return strings.Compare(x.Key, y.Key) })
+		for i := 1; i < len(rows); i++ {
+			if rows[i].Key == rows[i-1].Key {
+				return nil, fmt.Errorf("%s: table %s lists one key twice", path, table)
+			}
+		}
+	}
+	if len(byName) > 0 {
+		return nil, fmt.Errorf("%s: tables %s are not in the spec: the file was written for another spec",
+			path, strings.Join(slices.Sorted(maps.Keys(byName)), ", "))
 	}
 	return f, nil
 }
@@ -434,33 +647,30 @@ func endTxn(ctx context.Context, op func(context.Context) error) error {
 	}
 }
 
-// fileRow is one expected total in the totals file.
-type fileRow struct {
-	WindowStart string `json:"window_start"`
-	SKU         string `json:"sku"`
-	OrderCount  int64  `json:"order_count"`
-	AmountSum   string `json:"amount_sum"`
-}
-
-// WriteFile stores the expected totals as JSON, sorted, for `relay verify` and people.
+// WriteFile stores the expected totals as JSON, every table sorted by key, for `relay verify
+// --expected` and people.
 func (t *Totals) WriteFile(path string) error {
-	keys, bad, good := t.Snapshot()
-	rows := make([]fileRow, 0, len(keys))
-	for k, a := range keys {
-		rows = append(rows, fileRow{WindowStart: time.UnixMilli(k.WindowMS).UTC().Format(fileWindowLayout),
-			SKU: k.SKU, OrderCount: a.Count, AmountSum: a.Sum.String()})
-	}
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].WindowStart != rows[j].WindowStart {
-			return rows[i].WindowStart < rows[j].WindowStart
-		}
-		return rows[i].SKU < rows[j].SKU
-	})
-	reasons := map[string]int{}
+	x, bad, good := t.Snapshot()
+	j := fileJSON{GoodOrders: good, BadRecords: map[string]int{}, Tables: []fileTable{}}
 	for _, b := range bad {
-		reasons[b.Reason]++
+		j.BadRecords[b.Reason]++
 	}
-	b, err := json.MarshalIndent(fileJSON{GoodOrders: good, AbortedOrders: t.Aborted, BadRecords: reasons, Totals: rows}, "", "  ")
+	for a, table := range x.Plan.Tables() {
+		key, measures := x.Plan.ColumnNames(a)
+		ft := fileTable{Table: table, Columns: append(key, measures...), Rows: [][]string{}}
+		for _, r := range x.Rows[a] {
+			cols, err := x.Plan.Format(a, r)
+			if err != nil {
+				return err
+			}
+			ft.Rows = append(ft.Rows, cols)
+		}
+		j.Tables = append(j.Tables, ft)
+	}
+	t.mu.Lock()
+	j.AbortedOrders = t.Aborted
+	t.mu.Unlock()
+	b, err := json.MarshalIndent(j, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,19 @@
 package loadgen
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math/big"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/relay-sh/relay/internal/order"
+	"github.com/relay-sh/relay/internal/spec"
 )
 
 // Each bad kind the generator makes is filed by relay's decoder under the reason the totals
@@ -44,43 +52,208 @@ func TestGeneratorCyclesBadKinds(t *testing.T) {
 	}
 }
 
-// The summary loadgen prints counts what was sent and sums exactly what committed.
-func TestTotalsSummary(t *testing.T) {
-	tot := NewTotals()
-	k1, k2 := Key{WindowMS: 0, SKU: "a"}, Key{WindowMS: 60000, SKU: "a"}
-	tot.record([]pendingRec{{key: k1, amount: 1}, {key: k2, amount: 99999}, {bad: &badRecords[0]}}, true) // 0.0001 + 9.9999
-	tot.record([]pendingRec{{key: k1, amount: 5}}, false)
-	want := "4 records sent: 2 good orders committed (2 (window, sku) keys, amounts summing to 10.0000), 1 bad records, 1 records in aborted transactions"
-	if got := tot.Summary(); got != want {
-		t.Fatalf("summary %q, want %q", got, want)
+// The default spec's stream is the one loadgen made before it generated for any spec, byte for
+// byte: the hash is of 2000 records (seed 5, a fifth bad) as that generator wrote them.
+func TestDefaultRecordsUnchanged(t *testing.T) {
+	g := NewGenerator(Options{Seed: 5, BadRate: 0.2})
+	h := sha256.New()
+	for i := range 2000 {
+		b, _ := g.Next()
+		if i == 0 && string(b) != `{"order_id":"o-5-1","sku":"SKU-38","amount":"7.77","ts":1764000151098}` {
+			t.Fatalf("first record %s", b)
+		}
+		h.Write(b)
+		h.Write([]byte{'\n'})
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != "650222e2cf0bb6d3334fde288f652672549dad33d4213d6aafd629ab7382f449" {
+		t.Fatalf("the default stream changed: sha256 %s", got)
 	}
 }
 
-// With Options.Shops, good records carry a shop, its region and a status and are kept once
-// committed; the default stream is unchanged by the option's existence (same seed, same bytes).
-func TestShopRecords(t *testing.T) {
-	plain, shops := NewGenerator(Options{Seed: 5}), NewGenerator(Options{Seed: 5, Shops: 4})
-	p, _ := plain.Next()
-	if want := `{"order_id":"o-5-1","sku":"SKU-`; string(p[:len(want)]) != want {
-		t.Fatalf("default record %s", p)
-	}
+// The summary loadgen prints counts what was sent and the keys of each table that committed.
+func TestTotalsSummary(t *testing.T) {
 	tot := NewTotals()
-	var recs []pendingRec
-	for range 50 {
-		b, r := shops.Next()
-		var v struct{ Shop, Region, Status string }
-		if err := json.Unmarshal(b, &v); err != nil {
-			t.Fatal(err)
-		}
-		var n int
-		if _, err := fmt.Sscanf(v.Shop, "shop-%d", &n); err != nil || n >= 4 || v.Region != ShopRegion(n) || v.Status == "" {
-			t.Fatalf("record %s", b)
-		}
-		recs = append(recs, r)
+	if err := tot.use(DefaultPlan()); err != nil {
+		t.Fatal(err)
 	}
-	tot.record(recs[:20], false)
-	tot.record(recs[20:], true)
-	if got := len(tot.CommittedRecords()); got != 30 {
-		t.Fatalf("%d records kept, want the 30 committed", got)
+	rec := func(s string) pendingRec { return pendingRec{payload: []byte(s)} }
+	a := rec(`{"order_id":"1","sku":"a","amount":"0.0001","ts":1764000000000}`)
+	b := rec(`{"order_id":"2","sku":"a","amount":"9.9999","ts":1764000060000}`)
+	if err := tot.record([]pendingRec{a, b, {payload: []byte(badRecords[0].Payload), bad: &badRecords[0]}}, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := tot.record([]pendingRec{a}, false); err != nil {
+		t.Fatal(err)
+	}
+	want := "4 records sent: 2 good orders committed (keys: order_stats_minute 2), 1 bad records, 1 records in aborted transactions"
+	if got := tot.Summary(); got != want {
+		t.Fatalf("summary %q, want %q", got, want)
+	}
+	// A good record the spec refuses is the generator's bug, never a miscount.
+	if err := tot.record([]pendingRec{rec(`{"sku":"a"}`)}, true); err == nil {
+		t.Fatal("a refused good record was accepted")
+	}
+}
+
+// randomSpec is a spec drawn from seed: a nested string dimension, an int dimension, a decimal of a
+// random scale, an event time in a random format, windows of random sizes, and a filtered
+// aggregate with min and max.
+func randomSpec(t *testing.T, seed int) (*spec.Plan, int, string) {
+	scale := seed % 5
+	format := [...]string{"epoch_ms", "rfc3339"}[seed%2]
+	window := [...]string{"1m", "15m", "1h"}[seed%3]
+	y := fmt.Sprintf(`
+input:
+  fields:
+    id: string(12)
+    customer.region: string(6)
+    customer.tier: int
+    status: string(9)
+    qty: int
+    price: decimal(%d)
+  event_time: {field: meta.at, format: %s}
+aggregates:
+  - table: by_region
+    window: %s
+    dimensions: [{column: region, field: customer.region}, {column: tier, field: customer.tier}]
+    measures: [{column: n, kind: count}, {column: units, kind: sum, field: qty}]
+  - table: paid
+    window: 1h
+    dimensions: [{column: region, field: customer.region}]
+    measures:
+      - {column: n, kind: count}
+      - {column: revenue, kind: sum, field: price}
+      - {column: cheapest, kind: min, field: price}
+      - {column: most, kind: max, field: qty}
+    filter: {field: status, in: [paid, shipped]}
+`, scale, format, window)
+	p, err := spec.Parse([]byte(y), spec.Limits{MaxPayloadBytes: 65536, MinTS: 946684800000, MaxTS: 4102444800000, MaxUnits: 999999999999999999})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, scale, format
+}
+
+// Records generated for any spec decode OK through its decoder, and the totals (the spec's fold)
+// equal an independent recount of the filtered table: encoding/json, exact rationals, windows by
+// hand. The totals file reads back to the same rows.
+func TestGeneratorAnySpec(t *testing.T) {
+	for seed := range 6 {
+		plan, scale, format := randomSpec(t, seed)
+		t.Run(fmt.Sprintf("decimal(%d)/%s", scale, format), func(t *testing.T) {
+			g := NewGenerator(Options{Plan: plan, Seed: uint64(seed), SKUs: 4, Distinct: map[string]int{"customer.tier": 3}, Windows: 150})
+			tot := NewTotals()
+			if err := tot.use(plan); err != nil {
+				t.Fatal(err)
+			}
+			type acc struct {
+				n, most        int64
+				revenue, cheap *big.Rat
+			}
+			recount := map[string]*acc{} // hour | region
+			var recs []pendingRec
+			statuses := map[string]int{}
+			for range 3000 {
+				b, r := g.Next()
+				recs = append(recs, r)
+				var v struct {
+					Customer struct {
+						Region string
+						Tier   json.Number
+					}
+					Status string
+					Qty    json.Number
+					Price  string
+					Meta   struct{ At json.RawMessage }
+				}
+				dec := json.NewDecoder(bytes.NewReader(b))
+				dec.UseNumber()
+				if err := dec.Decode(&v); err != nil {
+					t.Fatalf("%s: %v", b, err)
+				}
+				statuses[v.Status]++
+				if v.Status != "paid" && v.Status != "shipped" {
+					continue
+				}
+				var at time.Time
+				if format == "epoch_ms" {
+					var ms int64
+					if err := json.Unmarshal(v.Meta.At, &ms); err != nil {
+						t.Fatal(err)
+					}
+					at = time.UnixMilli(ms)
+				} else {
+					var s string
+					_ = json.Unmarshal(v.Meta.At, &s)
+					var err error
+					if at, err = time.Parse(time.RFC3339Nano, s); err != nil {
+						t.Fatal(err)
+					}
+				}
+				k := at.UTC().Truncate(time.Hour).Format(time.DateTime) + "|" + v.Customer.Region
+				price, ok := new(big.Rat).SetString(v.Price)
+				qty, err := v.Qty.Int64()
+				if !ok || err != nil || len(v.Customer.Region) == 0 || len(v.Customer.Region) > 6 {
+					t.Fatalf("record %s", b)
+				}
+				if frac := strings.SplitN(v.Price, ".", 2); len(frac) == 2 && len(frac[1]) > scale {
+					t.Fatalf("price %s of a decimal(%d)", v.Price, scale)
+				}
+				a := recount[k]
+				if a == nil {
+					a = &acc{revenue: new(big.Rat), cheap: price, most: qty}
+					recount[k] = a
+				}
+				a.n++
+				a.revenue.Add(a.revenue, price)
+				if price.Cmp(a.cheap) < 0 {
+					a.cheap = price
+				}
+				a.most = max(a.most, qty)
+			}
+			if len(statuses) != 3 || statuses["paid"] == 0 || statuses["shipped"] == 0 {
+				t.Fatalf("statuses %v: the filter must both keep and drop records", statuses)
+			}
+			if err := tot.record(recs, true); err != nil {
+				t.Fatal(err) // a generated record the spec's decoder refuses
+			}
+			x, _, good := tot.Snapshot()
+			if good != 3000 || len(x.Rows[0]) >= 3000 || len(x.Rows[0]) == 0 {
+				t.Fatalf("%d good, %d keys in by_region: want every record good and keys that collide", good, len(x.Rows[0]))
+			}
+			if len(x.Rows[1]) != len(recount) {
+				t.Fatalf("paid: %d keys, the recount %d", len(x.Rows[1]), len(recount))
+			}
+			for _, r := range x.Rows[1] {
+				cols, err := plan.Format(1, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a := recount[cols[0]+"|"+cols[1]]
+				revenue, _ := new(big.Rat).SetString(cols[3])
+				cheap, _ := new(big.Rat).SetString(cols[4])
+				if a == nil || cols[2] != fmt.Sprint(a.n) || revenue.Cmp(a.revenue) != 0 || cheap.Cmp(a.cheap) != 0 || cols[5] != fmt.Sprint(a.most) {
+					t.Fatalf("paid row %q, the recount %+v", cols, a)
+				}
+			}
+			file := filepath.Join(t.TempDir(), "totals.json")
+			if err := tot.WriteFile(file); err != nil {
+				t.Fatal(err)
+			}
+			f, err := ReadFile(file, plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for a := range x.Rows {
+				n := 0
+				spec.Compare(x.Rows[a], f.Tables.Rows[a], func(_, _ *spec.Row) { n++ })
+				if n != 0 || f.GoodOrders != 3000 {
+					t.Fatalf("table %d: the file read back differs in %d keys", a, n)
+				}
+			}
+			if _, err := ReadFile(file, DefaultPlan()); err == nil {
+				t.Fatal("a totals file read for another spec")
+			}
+		})
 	}
 }

@@ -1,7 +1,9 @@
 // Verify: recount a range of the topic the way the pipeline counts it and diff it against MySQL.
 //
-// Invariants: the recount uses the pipeline's decoder limits, field names, window and exact sums,
-// and reads read_committed, so a clean job shows no difference at all, to the last 0.0001. MySQL is
+// Invariants: the recount decodes and folds with the job's own spec (config.Config.Plan: the
+// pipeline's decoder and its one Plan.Fold, exact sums) and reads read_committed, and every
+// aggregate table of the spec is compared key for key (spec.Plan.Read, spec.Compare), so a clean
+// job shows no difference at all, to the last fractional digit. MySQL is
 // read in one consistent snapshot taken between two equal reads of the partitions' offset rows (in
 // XA mode with no checkpoint COMMITTING), so it holds exactly what those offsets cover (an XA
 // decision, with its offsets, lands before any of its branches commits; a held offset row commits
@@ -10,12 +12,11 @@
 package ops
 
 import (
+	"cmp"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -23,14 +24,12 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"go.uber.org/zap"
 
-	"github.com/relay-sh/relay/internal/aggregate"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
-	"github.com/relay-sh/relay/internal/money"
-	"github.com/relay-sh/relay/internal/order"
+	"github.com/relay-sh/relay/internal/spec"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
@@ -47,17 +46,19 @@ type VerifyOptions struct {
 
 // VerifyReport is `relay verify`; its JSON field names are part of the operator interface.
 type VerifyReport struct {
-	Job          string         `json:"job"`
-	Source       string         `json:"source"`     // recount | expected_file
-	Checkpoint   *int64         `json:"checkpoint"` // recount: the checkpoint whose offsets end the range
-	Ranges       []Range        `json:"ranges"`
-	Records      int64          `json:"records"` // records recounted (good + bad)
-	Good         int64          `json:"good"`
-	Bad          int64          `json:"bad"`
+	Job        string  `json:"job"`
+	Source     string  `json:"source"`     // recount | expected_file
+	Checkpoint *int64  `json:"checkpoint"` // recount: the checkpoint whose offsets end the range
+	Ranges     []Range `json:"ranges"`
+	Records    int64   `json:"records"` // records recounted (good + bad)
+	Good       int64   `json:"good"`
+	Bad        int64   `json:"bad"`
+	// KeysExpected, KeysActual and DiffCount are over all aggregate tables; Tables breaks them down.
 	KeysExpected int            `json:"keys_expected"`
 	KeysActual   int            `json:"keys_actual"`
 	DiffCount    int            `json:"difference_count"`
-	Differences  []KeyDiff      `json:"differences"` // at most Limit of them, in key order
+	Tables       []TableReport  `json:"tables"`      // in spec order
+	Differences  []KeyDiff      `json:"differences"` // at most Limit of them, by table in spec order, then key
 	DeadLetter   DeadLetterDiff `json:"dead_letter"`
 	Detail       *DetailDiff    `json:"detail"` // null without an append sink (mysql.detail_table)
 	Notes        []string       `json:"notes"`
@@ -83,22 +84,32 @@ type DetailDiff struct {
 
 func (d *DetailDiff) clean() bool { return d == nil || d.Rows == d.Expected && d.Duplicates == 0 }
 
+// TableReport is one aggregate table compared.
+type TableReport struct {
+	Table          string   `json:"table"`
+	KeyColumns     []string `json:"key_columns"` // window_start, then the dimensions
+	MeasureColumns []string `json:"measure_columns"`
+	KeysExpected   int      `json:"keys_expected"`
+	KeysActual     int      `json:"keys_actual"`
+	DiffCount      int      `json:"difference_count"`
+}
+
 // Kinds of a key difference.
 const (
 	DiffMissing = "missing" // expected, not in MySQL
 	DiffExtra   = "extra"   // in MySQL, not expected
-	DiffDiffers = "differs" // in both, count or sum differs
+	DiffDiffers = "differs" // in both, a measure differs
 )
 
-// KeyDiff is one (window_start, sku) whose MySQL row differs from what was expected.
+// KeyDiff is one primary key of one table whose MySQL row differs from what was expected. Values
+// are as MySQL prints them (window_start UTC, 2006-01-02 15:04:05; decimals with the column's
+// fractional digits), by column name.
 type KeyDiff struct {
-	WindowStart   string `json:"window_start"` // UTC, 2006-01-02 15:04:05
-	SKU           string `json:"sku"`
-	Kind          string `json:"kind"`
-	ExpectedCount int64  `json:"expected_count"`
-	ExpectedSum   string `json:"expected_sum"`
-	ActualCount   int64  `json:"actual_count"`
-	ActualSum     string `json:"actual_sum"`
+	Table    string            `json:"table"`
+	Kind     string            `json:"kind"`
+	Key      map[string]string `json:"key"`      // window_start and each dimension column
+	Expected map[string]string `json:"expected"` // each measure column; null when extra
+	Actual   map[string]string `json:"actual"`   // null when missing
 }
 
 // DeadLetterDiff compares bad records with the job's dead-letter rows.
@@ -120,32 +131,27 @@ type BadRecord struct {
 	Reason    string `json:"reason"`
 }
 
-type key struct {
-	windowMS int64
-	sku      string
-}
-
-const windowLayout = "2006-01-02 15:04:05"
-
 // Verify compares MySQL with a recount of the topic, or with an expected totals file.
 func Verify(ctx context.Context, e *Env, o VerifyOptions) (*VerifyReport, error) {
-	if e.Config.Pipeline != nil {
-		return nil, errVerifySpec
+	plan, err := e.Config.Plan()
+	if err != nil {
+		return nil, err
 	}
-	r := &VerifyReport{Job: e.Config.Job.Name, Ranges: []Range{}, Notes: []string{}}
-	var want map[key]aggregate.Acc
-	var err error
+	r := &VerifyReport{Job: e.Config.Job.Name, Ranges: []Range{}, Notes: []string{}, Tables: []TableReport{}, Differences: []KeyDiff{}}
+	var want, got [][]spec.Row
 	if o.Expected != "" {
 		r.Source = "expected_file"
-		want, err = e.compareFile(ctx, r, o.Expected)
+		want, got, err = e.compareFile(ctx, r, plan, o.Expected)
 	} else {
 		r.Source = "recount"
-		want, err = e.recount(ctx, r, o.From)
+		want, got, err = e.recount(ctx, r, plan, o.From)
+	}
+	if err == nil {
+		err = r.compare(plan, want, got)
 	}
 	if err != nil {
 		return nil, err
 	}
-	r.KeysExpected = len(want)
 	dl := &r.DeadLetter
 	dl.MissingCount, dl.ExtraCount = len(dl.Missing), len(dl.Extra)
 	r.Clean = r.DiffCount == 0 && dl.MissingCount == 0 && dl.ExtraCount == 0 && equalCounts(dl.Expected, dl.Actual) && r.Detail.clean()
@@ -157,13 +163,13 @@ func Verify(ctx context.Context, e *Env, o VerifyOptions) (*VerifyReport, error)
 	return r, nil
 }
 
-// snapshot is MySQL as of the job's last commit: the aggregate table and the job's dead-letter
+// snapshot is MySQL as of the job's last commit: every aggregate table and the job's dead-letter
 // and append-sink rows within the ranges that commit covers.
 type snapshot struct {
 	checkpoint int64
 	ranges     []Range
 	notes      []string
-	rows       map[key]aggregate.Acc
+	tables     [][]spec.Row // by aggregate, sorted by key
 	dlq        []BadRecord
 	detail     *DetailDiff // Rows and Duplicates; Expected comes from the recount
 }
@@ -173,11 +179,11 @@ var snapshotRetry = fault.Policy{Attempts: 10, Initial: 200 * time.Millisecond, 
 var errNoCheckpoint = errors.New("the job has no decided checkpoint: nothing was committed to verify")
 
 // snapshot reads MySQL as of the job's last commit, the ranges starting at begin.
-func (e *Env) snapshot(ctx context.Context, begin ledger.Offsets) (*snapshot, error) {
+func (e *Env) snapshot(ctx context.Context, plan *spec.Plan, begin ledger.Offsets) (*snapshot, error) {
 	var s *snapshot
 	err := fault.Do(ctx, snapshotRetry, func(ctx context.Context) error {
 		var err error
-		s, err = e.trySnapshot(ctx, begin)
+		s, err = e.trySnapshot(ctx, plan, begin)
 		return err
 	}, nil)
 	return s, err
@@ -212,7 +218,7 @@ func (e *Env) resumePoint(ctx context.Context) (int64, ledger.Offsets, error) {
 
 // trySnapshot takes the snapshot between two reads of the resume point; when both agree, no commit
 // happened in between, so the snapshot holds exactly what that resume point covers.
-func (e *Env) trySnapshot(ctx context.Context, begin ledger.Offsets) (*snapshot, error) {
+func (e *Env) trySnapshot(ctx context.Context, plan *spec.Plan, begin ledger.Offsets) (*snapshot, error) {
 	id, offs, err := e.resumePoint(ctx)
 	if err != nil {
 		return nil, err
@@ -245,7 +251,7 @@ func (e *Env) trySnapshot(ctx context.Context, begin ledger.Offsets) (*snapshot,
 	s := &snapshot{checkpoint: id}
 	s.ranges, s.notes = rangesOf(begin, offs)
 	cfg := e.Config.MySQL
-	if s.rows, err = readTable(ctx, conn, cfg.Table); err != nil {
+	if s.tables, err = readTables(ctx, conn, plan); err != nil {
 		return nil, err
 	}
 	if s.dlq, err = readDeadLetters(ctx, conn, cfg.DLQTable, e.Ledger.Job()); err != nil {
@@ -294,33 +300,19 @@ func rangesOf(begin, to ledger.Offsets) ([]Range, []string) {
 	return out, notes
 }
 
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+// readTables reads every aggregate table of plan.
+func readTables(ctx context.Context, q spec.Querier, plan *spec.Plan) ([][]spec.Row, error) {
+	out := make([][]spec.Row, len(plan.Tables()))
+	for a := range out {
+		var err error
+		if out[a], err = plan.Read(ctx, q, a); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
-func readTable(ctx context.Context, q querier, table string) (map[key]aggregate.Acc, error) {
-	rows, err := q.QueryContext(ctx, "SELECT window_start, sku, order_count, CAST(amount_sum AS CHAR) FROM `"+table+"`")
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", table, err)
-	}
-	defer rows.Close()
-	out := map[key]aggregate.Acc{}
-	for rows.Next() {
-		var w time.Time
-		var sku, sum string
-		var a aggregate.Acc
-		if err := rows.Scan(&w, &sku, &a.Count, &sum); err != nil {
-			return nil, fmt.Errorf("read %s: %w", table, err)
-		}
-		if a.Sum, err = money.ParseSum(sum); err != nil {
-			return nil, fmt.Errorf("read %s: amount_sum %q: %w", table, sum, err)
-		}
-		out[key{w.UnixMilli(), sku}] = a
-	}
-	return out, rows.Err()
-}
-
-func readDeadLetters(ctx context.Context, q querier, table, job string) ([]BadRecord, error) {
+func readDeadLetters(ctx context.Context, q spec.Querier, table, job string) ([]BadRecord, error) {
 	rows, err := q.QueryContext(ctx, "SELECT topic, kpartition, koffset, reason FROM `"+table+"` WHERE job = ?", job)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", table, err)
@@ -337,35 +329,36 @@ func readDeadLetters(ctx context.Context, q querier, table, job string) ([]BadRe
 	return out, rows.Err()
 }
 
-// recount reads [from, committed offsets) of every partition and diffs it against the snapshot.
-func (e *Env) recount(ctx context.Context, r *VerifyReport, from string) (map[key]aggregate.Acc, error) {
+// recount reads [from, committed offsets) of every partition: it returns the fold of its good
+// records and the snapshot's tables.
+func (e *Env) recount(ctx context.Context, r *VerifyReport, plan *spec.Plan, from string) (want, got [][]spec.Row, err error) {
 	start := ledger.Offsets{}
 	if from != "" && from != "earliest" {
 		id, err := strconv.ParseInt(from, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("--from %q is neither earliest nor a checkpoint id", from)
+			return nil, nil, fmt.Errorf("--from %q is neither earliest nor a checkpoint id", from)
 		}
 		if e.Config.Mode != config.ModeXA {
-			return nil, fmt.Errorf("--from %d: mode %s keeps no checkpoint rows; use --from earliest", id, e.Config.Mode)
+			return nil, nil, fmt.Errorf("--from %d: mode %s keeps no checkpoint rows; use --from earliest", id, e.Config.Mode)
 		}
 		rows, err := e.Ledger.Lookup(ctx, []int64{id})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		c, ok := rows[id]
 		if !ok {
-			return nil, fmt.Errorf("--from %d: no such checkpoint in the ledger (relay keeps the newest 1000)", id)
+			return nil, nil, fmt.Errorf("--from %d: no such checkpoint in the ledger (relay keeps the newest 1000)", id)
 		}
 		start = c.Offsets
 	}
 	c, err := e.consumer()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer c.Close()
 	begin, err := c.Assign(ctx, start)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	parts := partitionsOf(begin)
 	for _, t := range sortedTopics(parts) {
@@ -377,9 +370,9 @@ func (e *Env) recount(ctx context.Context, r *VerifyReport, from string) (map[ke
 			}
 		}
 	}
-	snap, err := e.snapshot(ctx, begin)
+	snap, err := e.snapshot(ctx, plan, begin)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// A range the topic does not hold (recreated, truncated, records deleted) would be waited for
 	// forever: fail now, saying which and why.
@@ -390,7 +383,7 @@ func (e *Env) recount(ctx context.Context, r *VerifyReport, from string) (map[ke
 	}
 	q := c.Kafka().QueryWatermarkOffsets
 	if err := errors.Join(ledger.CheckRange(ctx, firsts, q), ledger.CheckRange(ctx, ends, q)); err != nil {
-		return nil, fmt.Errorf("verify: the range to recount is not in the topic: %w", err)
+		return nil, nil, fmt.Errorf("verify: the range to recount is not in the topic: %w", err)
 	}
 	r.Checkpoint = &snap.checkpoint
 	r.Ranges = snap.ranges
@@ -403,16 +396,14 @@ func (e *Env) recount(ctx context.Context, r *VerifyReport, from string) (map[ke
 		}
 		ranges[rg.Topic][rg.Partition] = rg
 	}
-	table, bad, err := e.count(ctx, c, r, ranges)
+	tables, bad, err := e.count(ctx, c, r, plan, ranges)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	want := map[key]aggregate.Acc{}
-	for _, row := range table.Rows() {
-		want[key{row.WindowMS, row.SKU}] = row.Acc
+	want = make([][]spec.Row, len(snap.tables))
+	for a := range want {
+		want[a] = tables.Rows(a)
 	}
-	r.KeysActual = len(snap.rows)
-	r.DiffCount, r.Differences = diffKeys(want, snap.rows)
 	var rows []BadRecord
 	for _, b := range snap.dlq {
 		if rg := ranges[b.Topic][b.Partition]; rg != nil && b.Offset >= rg.From {
@@ -426,35 +417,20 @@ func (e *Env) recount(ctx context.Context, r *VerifyReport, from string) (map[ke
 	if r.Detail = snap.detail; r.Detail != nil {
 		r.Detail.Expected = r.Good
 	}
-	return want, nil
+	return want, snap.tables, nil
 }
-
-// defaultDecoder is the decoder of the default spec (config.Config.Plan without a pipeline block):
-// the fields input.*_field names, within input.*'s limits. The spec decoder the pipeline runs is
-// this one, reason for reason and value for value (internal/spec's fuzz test holds them equal).
-func defaultDecoder(c config.Config) *order.Decoder {
-	lim := order.DefaultLimits()
-	lim.MaxPayloadBytes = c.Input.MaxPayloadBytes
-	lim.MinTS = c.Input.MinEventTime.UnixMilli()
-	lim.MaxTS = c.Input.MaxEventTime.UnixMilli()
-	return order.NewDecoder(order.Fields{OrderID: c.Input.OrderIDField, SKU: c.Input.SKUField,
-		Amount: c.Input.AmountField, TS: c.Input.TSField}, lim)
-}
-
-// errVerifySpec: verify recounts the default shape only, so far.
-var errVerifySpec = errors.New("relay verify does not support a pipeline block yet: it recounts the default spec (order_stats_minute) only")
 
 // progressEvery paces a recount's progress lines.
 const progressEvery = 5 * time.Second
 
-// count folds every record of the ranges exactly as the pipeline does, logging its progress. When
+// count folds every record of the ranges exactly as the pipeline does (the plan's decoder and
+// Plan.Fold, into one Tables: routing does not change a total), logging its progress. When
 // ctx ends first, the error names where each unfinished partition stood. (A range out of the topic
 // was refused before it started; a topic recreated shorter meanwhile ends it with the consumer's
 // out-of-range error.)
-func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, ranges map[string]map[int32]*Range) (*aggregate.Table, []BadRecord, error) {
-	dec := defaultDecoder(e.Config)
-	windowMS := e.Config.Input.Window.Milliseconds()
-	table := aggregate.NewTable()
+func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, plan *spec.Plan, ranges map[string]map[int32]*Range) (*spec.Tables, []BadRecord, error) {
+	dec := plan.NewDecoder()
+	tables := plan.NewTables()
 	var bad []BadRecord
 	open := map[string]map[int32]bool{}
 	next := map[*Range]int64{} // the next offset to cover in each range
@@ -507,7 +483,7 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 	}
 	// The first line comes at once: it tells the operator how much there is to read.
 	progress()
-	var o order.Order
+	var rec spec.Record
 	for nextLog := time.Now().Add(progressEvery); left > 0; {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, fmt.Errorf("recount: %s: %w", unfinished(), err)
@@ -536,8 +512,8 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 			if open[t][p] && off < rg.To {
 				advance(rg, off+1)
 				r.Records++
-				if reason := dec.Decode(msg.Value, &o); reason == order.OK {
-					table.Add(aggregate.Window(o.TS, windowMS), o.SKU, o.Amount)
+				if reason, _ := dec.Decode(msg.Value, &rec); reason == spec.OK {
+					plan.Fold(&rec, []*spec.Tables{tables})
 					r.Good++
 					rg.Good++
 				} else {
@@ -557,7 +533,7 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 			done = done[:0]
 		}
 	}
-	return table, bad, nil
+	return tables, bad, nil
 }
 
 // openEnds is the end offset of every range still open.
@@ -591,26 +567,20 @@ func positionsDone(c *kafka.Consumer, open map[string]map[int32]bool, ranges map
 	return nil
 }
 
-// compareFile diffs MySQL against a loadgen totals file: keys exactly, dead letters by reason.
-func (e *Env) compareFile(ctx context.Context, r *VerifyReport, path string) (map[key]aggregate.Acc, error) {
-	f, err := loadgen.ReadFile(path)
+// compareFile reads a loadgen totals file of the job's spec and the tables it is compared with;
+// dead letters are compared by reason.
+func (e *Env) compareFile(ctx context.Context, r *VerifyReport, plan *spec.Plan, path string) (want, got [][]spec.Row, err error) {
+	f, err := loadgen.ReadFile(path, plan)
 	if err != nil {
-		return nil, fmt.Errorf("--expected: %w", err)
+		return nil, nil, fmt.Errorf("--expected: %w", err)
 	}
-	want := map[key]aggregate.Acc{}
-	for k, a := range f.Keys {
-		want[key{k.WindowMS, k.SKU}] = aggregate.Acc{Count: a.Count, Sum: a.Sum}
-	}
-	got, err := readTable(ctx, e.Sink, e.Config.MySQL.Table)
-	if err != nil {
-		return nil, err
+	if got, err = readTables(ctx, e.Sink, plan); err != nil {
+		return nil, nil, err
 	}
 	rows, err := readDeadLetters(ctx, e.Sink, e.Config.MySQL.DLQTable, e.Config.Job.Name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	r.KeysActual = len(got)
-	r.DiffCount, r.Differences = diffKeys(want, got)
 	r.DeadLetter = DeadLetterDiff{Expected: f.BadRecords, Actual: byReason(rows), Missing: []BadRecord{}, Extra: []BadRecord{}}
 	if r.DeadLetter.Expected == nil {
 		r.DeadLetter.Expected = map[string]int{}
@@ -624,49 +594,58 @@ func (e *Env) compareFile(ctx context.Context, r *VerifyReport, path string) (ma
 		var distinct int64
 		if err := e.Sink.QueryRowContext(ctx, "SELECT COUNT(*), COUNT(DISTINCT src_topic, src_partition, src_offset) FROM `"+t+"`").
 			Scan(&r.Detail.Rows, &distinct); err != nil {
-			return nil, fmt.Errorf("read %s: %w", t, err)
+			return nil, nil, fmt.Errorf("read %s: %w", t, err)
 		}
 		r.Detail.Duplicates = r.Detail.Rows - distinct
 	}
-	return want, nil
+	return f.Tables.Rows, got, nil
 }
 
-// diffKeys lists every key whose MySQL row differs from the expected one, in key order.
-func diffKeys(want, got map[key]aggregate.Acc) (int, []KeyDiff) {
-	keys := make([]key, 0, len(want)+len(got))
-	for k := range want {
-		keys = append(keys, k)
-	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			keys = append(keys, k)
+// compare lists, table by table, every key whose MySQL row (got) differs from the expected one.
+func (r *VerifyReport) compare(plan *spec.Plan, want, got [][]spec.Row) error {
+	var err error
+	for a, table := range plan.Tables() {
+		key, measures := plan.ColumnNames(a)
+		t := TableReport{Table: table, KeyColumns: key, MeasureColumns: measures, KeysExpected: len(want[a]), KeysActual: len(got[a])}
+		// values is a row's key and measures by column name.
+		values := func(row *spec.Row) (k, m map[string]string) {
+			cols, ferr := plan.Format(a, *row)
+			if ferr != nil {
+				err = cmp.Or(err, ferr)
+				return nil, nil
+			}
+			k, m = map[string]string{}, map[string]string{}
+			for i, c := range key {
+				k[c] = cols[i]
+			}
+			for i, c := range measures {
+				m[c] = cols[len(key)+i]
+			}
+			return k, m
 		}
+		spec.Compare(want[a], got[a], func(w, g *spec.Row) {
+			d := KeyDiff{Table: table, Kind: DiffDiffers}
+			if w != nil {
+				d.Key, d.Expected = values(w)
+			}
+			if g != nil {
+				d.Key, d.Actual = values(g)
+			}
+			switch {
+			case g == nil:
+				d.Kind = DiffMissing
+			case w == nil:
+				d.Kind = DiffExtra
+			}
+			r.Differences = append(r.Differences, d)
+			t.DiffCount++
+		})
+		r.Tables = append(r.Tables, t)
+		r.KeysExpected += t.KeysExpected
+		r.KeysActual += t.KeysActual
+		r.DiffCount += t.DiffCount
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].windowMS != keys[j].windowMS {
-			return keys[i].windowMS < keys[j].windowMS
-		}
-		return keys[i].sku < keys[j].sku
-	})
-	out := []KeyDiff{}
-	for _, k := range keys {
-		w, inWant := want[k]
-		g, inGot := got[k]
-		d := KeyDiff{WindowStart: time.UnixMilli(k.windowMS).UTC().Format(windowLayout), SKU: k.sku,
-			ExpectedCount: w.Count, ExpectedSum: w.Sum.String(), ActualCount: g.Count, ActualSum: g.Sum.String()}
-		switch {
-		case !inGot:
-			d.Kind = DiffMissing
-		case !inWant:
-			d.Kind = DiffExtra
-		case w.Count != g.Count || w.Sum.Cmp(g.Sum) != 0:
-			d.Kind = DiffDiffers
-		default:
-			continue
-		}
-		out = append(out, d)
-	}
-	return len(out), out
+	return err
 }
 
 // diffDeadLetters pairs bad records with dead-letter rows by source position and reason.
@@ -728,6 +707,12 @@ func (r *VerifyReport) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "  keys: %d expected, %d in MySQL; dead-letter rows: %d expected, %d found\n",
 		r.KeysExpected, r.KeysActual, total(r.DeadLetter.Expected), total(r.DeadLetter.Actual))
+	tables := map[string]TableReport{}
+	for _, t := range r.Tables {
+		tables[t.Table] = t
+		fmt.Fprintf(w, "  table %s (%s): %d keys expected, %d in MySQL, %d differ\n",
+			t.Table, strings.Join(t.KeyColumns, ", "), t.KeysExpected, t.KeysActual, t.DiffCount)
+	}
 	if d := r.Detail; d != nil {
 		fmt.Fprintf(w, "  append sink %s: %d rows expected, %d found, %d duplicated\n", d.Table, d.Expected, d.Rows, d.Duplicates)
 	}
@@ -735,13 +720,26 @@ func (r *VerifyReport) WriteText(w io.Writer) error {
 		fmt.Fprintf(w, "  note: %s\n", n)
 	}
 	for _, d := range r.Differences {
+		t := tables[d.Table]
+		// The key as window_start "dim" "dim", the measures as column value, in column order.
+		key := d.Key[spec.WindowColumn]
+		for _, c := range t.KeyColumns[1:] {
+			key += fmt.Sprintf(" %q", d.Key[c])
+		}
+		measures := func(m map[string]string) string {
+			var s []string
+			for _, c := range t.MeasureColumns {
+				s = append(s, c+" "+m[c])
+			}
+			return strings.Join(s, ", ")
+		}
 		switch d.Kind {
 		case DiffMissing:
-			fmt.Fprintf(w, "missing  %s %q: expected %d orders / %s, MySQL has no row\n", d.WindowStart, d.SKU, d.ExpectedCount, d.ExpectedSum)
+			fmt.Fprintf(w, "missing  %s %s: expected %s; MySQL has no row\n", d.Table, key, measures(d.Expected))
 		case DiffExtra:
-			fmt.Fprintf(w, "extra    %s %q: MySQL has %d orders / %s, none expected\n", d.WindowStart, d.SKU, d.ActualCount, d.ActualSum)
+			fmt.Fprintf(w, "extra    %s %s: MySQL has %s; none expected\n", d.Table, key, measures(d.Actual))
 		default:
-			fmt.Fprintf(w, "differs  %s %q: expected %d orders / %s, MySQL has %d / %s\n", d.WindowStart, d.SKU, d.ExpectedCount, d.ExpectedSum, d.ActualCount, d.ActualSum)
+			fmt.Fprintf(w, "differs  %s %s: expected %s; MySQL has %s\n", d.Table, key, measures(d.Expected), measures(d.Actual))
 		}
 	}
 	if n := r.DiffCount - len(r.Differences); n > 0 {

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/relay-sh/relay/internal/loadgen"
 )
 
 // threeByThree has 3 dimensions (one nested) and 3 measures.
@@ -32,6 +30,20 @@ aggregates:
       - {column: qty_max, kind: max, field: qty}
 `
 
+// defaultRecords are records of the default spec with the key space of the end-to-end benchmark
+// (1000 skus over 10 one-minute windows), shaped as relay loadgen writes them (loadgen, which
+// generates from a Plan, cannot be imported here).
+func defaultRecords(n int) [][]byte {
+	rng := rand.New(rand.NewPCG(7, 9))
+	const start = 1764000000000
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = fmt.Appendf(nil, `{"order_id":"o-7-%d","sku":"SKU-%d","amount":"%d.%02d","ts":%d}`,
+			i, rng.IntN(1000), rng.IntN(300), rng.IntN(100), start+rng.Int64N(10*60000))
+	}
+	return out
+}
+
 func threeByThreeRecords(n int) [][]byte {
 	rng := rand.New(rand.NewPCG(7, 8))
 	regions, channels := []string{"eu", "us", "apac", "latam"}, []string{"web", "app", "store"}
@@ -49,11 +61,7 @@ func threeByThreeRecords(n int) [][]byte {
 // validate, then fold into one of 2 subtasks' tables (window, key, route, accumulate). Tables are
 // warm: every key is present, the steady state inside an epoch.
 func BenchmarkDecodeFold(b *testing.B) {
-	g := loadgen.NewGenerator(loadgen.Options{Seed: 7, SKUs: 1000, Windows: 10})
-	def := make([][]byte, 1<<16)
-	for i := range def {
-		def[i], _ = g.Next()
-	}
+	def := defaultRecords(1 << 16)
 	for _, c := range []struct {
 		name string
 		p    *Plan

@@ -1,12 +1,16 @@
-// Reading an aggregate table back, for `relay verify` and the tests. Invariant: ParseRow of what
-// Select returns gives the Row that Fold would have made for the same totals (the same encoded key,
-// the same accumulators), so a table and a recount are compared key for key, exactly.
+// Reading an aggregate table back, for `relay verify`, loadgen's totals file and the tests.
+// Invariant: ParseRow of what Select returns gives the Row that Fold would have made for the same
+// totals (the same encoded key, the same accumulators), and Format is its inverse (the columns as
+// MySQL prints them), so a table, a recount and a totals file are compared key for key, exactly.
 
 package spec
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +41,79 @@ func (p *Plan) Select(a int) string {
 
 // Columns is the number of columns Select reads for aggregate a.
 func (p *Plan) Columns(a int) int { return 1 + len(p.aggs[a].dims) + len(p.aggs[a].measures) }
+
+// ColumnNames are aggregate a's columns in Select's order, split into the primary key (window_start,
+// then the dimensions) and the measures.
+func (p *Plan) ColumnNames(a int) (key, measures []string) {
+	ag := &p.aggs[a]
+	key = []string{WindowColumn}
+	for _, d := range ag.dims {
+		key = append(key, d.column)
+	}
+	for _, m := range ag.measures {
+		measures = append(measures, m.column)
+	}
+	return key, measures
+}
+
+// Format renders a row of aggregate a as the columns Select reads, as MySQL prints them:
+// ParseRow(a, Format(a, r)) is r. It fails on a key the codec did not make.
+func (p *Plan) Format(a int, r Row) ([]string, error) {
+	ag := &p.aggs[a]
+	window, dims, err := ag.codec.Decode([]byte(r.Key), nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ag.table, err)
+	}
+	out := make([]string, 0, p.Columns(a))
+	out = append(out, time.UnixMilli(window).UTC().Format("2006-01-02 15:04:05"))
+	for i, v := range dims {
+		if ag.codec.ints[i] {
+			out = append(out, strconv.FormatInt(v.Int, 10))
+		} else {
+			out = append(out, string(v.Bytes))
+		}
+	}
+	for j, m := range ag.measures {
+		out = append(out, string(p.appendMeasure(nil, m, r.Accs[j])))
+	}
+	return out, nil
+}
+
+// Querier runs a query: a *sql.DB, *sql.Conn or *sql.Tx (verify reads in its snapshot's connection).
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// Read reads every row of aggregate a's table, sorted by key as Rows returns a fold's.
+func (p *Plan) Read(ctx context.Context, q Querier, a int) ([]Row, error) {
+	table := p.aggs[a].table
+	rows, err := q.QueryContext(ctx, p.Select(a))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", table, err)
+	}
+	defer rows.Close()
+	cols := make([][]byte, p.Columns(a))
+	ptrs := make([]any, len(cols))
+	for i := range cols {
+		ptrs[i] = &cols[i]
+	}
+	var out []Row
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, fmt.Errorf("read %s: %w", table, err)
+		}
+		r, err := p.ParseRow(a, cols)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", table, err)
+	}
+	slices.SortFunc(out, func(x, y Row) int { return strings.Compare(x.Key, y.Key) })
+	return out, nil
+}
 
 // ParseRow turns one row of Select(a) into its Row.
 func (p *Plan) ParseRow(a int, cols [][]byte) (Row, error) {
@@ -120,4 +197,26 @@ func Same(x, y Row) bool {
 		}
 	}
 	return true
+}
+
+// Compare calls each, in key order, for every key of want or got whose rows are not Same; the side
+// that lacks the key is nil. want and got must be sorted by key (as Rows and Read return them).
+func Compare(want, got []Row, each func(want, got *Row)) {
+	i, j := 0, 0
+	for i < len(want) || j < len(got) {
+		switch {
+		case j == len(got) || i < len(want) && want[i].Key < got[j].Key:
+			each(&want[i], nil)
+			i++
+		case i == len(want) || got[j].Key < want[i].Key:
+			each(nil, &got[j])
+			j++
+		default:
+			if !Same(want[i], got[j]) {
+				each(&want[i], &got[j])
+			}
+			i++
+			j++
+		}
+	}
 }

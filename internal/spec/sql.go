@@ -107,15 +107,7 @@ func (p *Plan) AppendUpsert(dst []byte, a int, rows []Row) []byte {
 		}
 		for j, m := range ag.measures {
 			dst = append(dst, ',')
-			acc := r.Accs[j]
-			switch {
-			case m.kind == kindSum:
-				dst = appendScaled(dst, acc.Sum, m.scale)
-			case m.kind == kindCount || p.fields[m.field].typ == typeInt:
-				dst = strconv.AppendInt(dst, acc.N, 10)
-			default:
-				dst = appendScaled(dst, money.SumOf(acc.N), m.scale)
-			}
+			dst = p.appendMeasure(dst, m, r.Accs[j])
 		}
 		dst = append(dst, ')')
 	}
@@ -135,6 +127,19 @@ func (p *Plan) AppendUpsert(dst []byte, a int, rows []Row) []byte {
 		}
 	}
 	return dst
+}
+
+// appendMeasure renders one accumulator as its column's literal, which is also how MySQL prints the
+// column (CAST AS CHAR): an integer, or a decimal with exactly the column's fractional digits.
+func (p *Plan) appendMeasure(dst []byte, m measure, acc Acc) []byte {
+	switch {
+	case m.kind == kindSum:
+		return appendScaled(dst, acc.Sum, m.scale)
+	case m.kind == kindCount || p.fields[m.field].typ == typeInt:
+		return strconv.AppendInt(dst, acc.N, 10)
+	default:
+		return appendScaled(dst, money.SumOf(acc.N), m.scale)
+	}
 }
 
 // appendScaled renders s, a count of 10^-scale units, with exactly scale fractional digits.

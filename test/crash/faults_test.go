@@ -290,14 +290,14 @@ func TestServerRestarts(t *testing.T) {
 		}
 		want, _, _ := totals.Snapshot()
 		deadline := time.Now().Add(90 * time.Second)
-		for diff(want, e.actual()) != "" {
+		for diff(want, e.actual(want.Plan)) != "" {
 			select {
 			case err := <-p.done:
 				t.Fatalf("relay exited: %v\n%s", err, tail(p.log, 30))
 			case <-time.After(200 * time.Millisecond):
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("totals not reached after seed %d:\n%s\n%s", seed, diff(want, e.actual()), tail(p.log, 30))
+				t.Fatalf("totals not reached after seed %d:\n%s\n%s", seed, diff(want, e.actual(want.Plan)), tail(p.log, 30))
 			}
 		}
 	}

@@ -16,7 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,8 +29,8 @@ import (
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
-	"github.com/relay-sh/relay/internal/money"
 	"github.com/relay-sh/relay/internal/pipeline"
+	"github.com/relay-sh/relay/internal/spec"
 	"github.com/relay-sh/relay/internal/testenv"
 	"github.com/relay-sh/relay/internal/xa"
 )
@@ -349,49 +349,48 @@ func (e *env) ledgerRows() map[int64]string {
 	return out
 }
 
-// actual reads the aggregate table.
-func (e *env) actual() map[loadgen.Key]loadgen.Acc {
-	rows, err := e.db.Query(`SELECT UNIX_TIMESTAMP(window_start) * 1000, sku, order_count, CAST(amount_sum AS CHAR) FROM order_stats_minute`)
-	if err != nil {
-		if fault.IsMySQL(err, 1146) { // no table yet: relay has not started once
-			return map[loadgen.Key]loadgen.Acc{}
-		}
-		e.t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[loadgen.Key]loadgen.Acc{}
-	for rows.Next() {
-		var k loadgen.Key
-		var a loadgen.Acc
-		var sum string
-		if err := rows.Scan(&k.WindowMS, &k.SKU, &a.Count, &sum); err != nil {
+// actual reads every aggregate table of plan (a table not created yet is empty).
+func (e *env) actual(plan *spec.Plan) loadgen.Tables {
+	got := loadgen.Tables{Plan: plan, Rows: make([][]spec.Row, len(plan.Tables()))}
+	for a := range got.Rows {
+		rows, err := plan.Read(context.Background(), e.db, a)
+		if err != nil && !fault.IsMySQL(err, 1146) { // 1146: no table yet, relay has not started once
 			e.t.Fatal(err)
 		}
-		s, err := money.ParseSum(sum)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		a.Sum = s
-		out[k] = a
+		got.Rows[a] = rows
 	}
-	return out
+	return got
 }
 
-// diff describes how actual differs from expected ("" when equal).
-func diff(want, got map[loadgen.Key]loadgen.Acc) string {
+// diff describes how got differs from want, table by table ("" when equal).
+func diff(want, got loadgen.Tables) string {
 	var lines []string
-	for k, w := range want {
-		g, ok := got[k]
-		if !ok || g.Count != w.Count || g.Sum.Cmp(w.Sum) != 0 {
-			lines = append(lines, fmt.Sprintf("%d %q: want %d/%s, got %d/%s", k.WindowMS, k.SKU, w.Count, w.Sum, g.Count, g.Sum))
+	p := want.Plan
+	for a, table := range p.Tables() {
+		key, _ := p.ColumnNames(a)
+		// show is a row as its key columns and its measures, as MySQL prints them.
+		show := func(r *spec.Row) (string, string) {
+			cols, err := p.Format(a, *r)
+			if err != nil {
+				return fmt.Sprintf("%q", r.Key), err.Error()
+			}
+			return fmt.Sprintf("%s %q", table, cols[:len(key)]), fmt.Sprint(cols[len(key):])
 		}
+		spec.Compare(want.Rows[a], got.Rows[a], func(w, g *spec.Row) {
+			switch {
+			case g == nil:
+				k, m := show(w)
+				lines = append(lines, fmt.Sprintf("%s: missing, want %s", k, m))
+			case w == nil:
+				k, m := show(g)
+				lines = append(lines, fmt.Sprintf("%s: unexpected row %s", k, m))
+			default:
+				k, wm := show(w)
+				_, gm := show(g)
+				lines = append(lines, fmt.Sprintf("%s: want %s, got %s", k, wm, gm))
+			}
+		})
 	}
-	for k, g := range got {
-		if _, ok := want[k]; !ok {
-			lines = append(lines, fmt.Sprintf("%d %q: unexpected row %d/%s", k.WindowMS, k.SKU, g.Count, g.Sum))
-		}
-	}
-	sort.Strings(lines)
 	if len(lines) > 10 {
 		lines = append(lines[:10], fmt.Sprintf("... and %d more", len(lines)-10))
 	}
@@ -450,7 +449,7 @@ func (e *env) finishInstances(totals *loadgen.Totals, m int) {
 	want, bad, _ := totals.Snapshot()
 	ps := e.startLayout(m)
 	deadline := time.Now().Add(90 * time.Second)
-	for diff(want, e.actual()) != "" && time.Now().Before(deadline) {
+	for diff(want, e.actual(want.Plan)) != "" && time.Now().Before(deadline) {
 		for _, p := range ps {
 			select {
 			case err := <-p.done:
@@ -461,7 +460,7 @@ func (e *env) finishInstances(totals *loadgen.Totals, m int) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	e.stopAll(ps)
-	if d := diff(want, e.actual()); d != "" {
+	if d := diff(want, e.actual(want.Plan)); d != "" {
 		t.Fatalf("totals differ from what Kafka committed:\n%s", d)
 	}
 	if bs := e.branches(); len(bs) != 0 {
@@ -479,8 +478,10 @@ func (e *env) finishInstances(totals *loadgen.Totals, m int) {
 	}
 }
 
-// checkDetails requires the append sink to hold each source offset once, and to add up to the totals.
-func (e *env) checkDetails(want map[loadgen.Key]loadgen.Acc) {
+// checkDetails requires the append sink to hold each source offset once, and to add up to the
+// totals of the default spec's table in every (window, sku): its rows, grouped by the default
+// plan's one-minute window and sku, read as that table's columns (spec.Plan.ParseRow).
+func (e *env) checkDetails(want loadgen.Tables) {
 	t := e.t
 	var dups int
 	if err := e.db.QueryRow(`SELECT COUNT(*) FROM (SELECT 1 FROM order_details GROUP BY src_topic, src_partition, src_offset HAVING COUNT(*) > 1) d`).Scan(&dups); err != nil {
@@ -489,23 +490,29 @@ func (e *env) checkDetails(want map[loadgen.Key]loadgen.Acc) {
 	if dups != 0 {
 		t.Fatalf("%d source offsets appear more than once in the detail table", dups)
 	}
-	var n int64
-	var sum string
-	if err := e.db.QueryRow(`SELECT COUNT(*), CAST(COALESCE(SUM(amount), 0) AS CHAR) FROM order_details`).Scan(&n, &sum); err != nil {
-		t.Fatal(err)
-	}
-	var wantN int64
-	var wantSum money.Sum
-	for _, a := range want {
-		wantN += a.Count
-		wantSum.AddSum(a.Sum)
-	}
-	got, err := money.ParseSum(sum)
+	rows, err := e.db.Query(`SELECT DATE_FORMAT(event_time, '%Y-%m-%d %H:%i:00'), sku, COUNT(*), CAST(SUM(amount) AS CHAR) FROM order_details GROUP BY 1, 2`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != wantN || got.Cmp(wantSum) != 0 {
-		t.Fatalf("detail table: %d rows summing to %s, want %d orders summing to %s", n, got, wantN, wantSum)
+	defer rows.Close()
+	got := loadgen.Tables{Plan: want.Plan, Rows: make([][]spec.Row, 1)}
+	cols := make([][]byte, 4)
+	for rows.Next() {
+		if err := rows.Scan(&cols[0], &cols[1], &cols[2], &cols[3]); err != nil {
+			t.Fatal(err)
+		}
+		r, err := want.Plan.ParseRow(0, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Rows[0] = append(got.Rows[0], r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(got.Rows[0], func(x, y spec.Row) int { return strings.Compare(x.Key, y.Key) })
+	if d := diff(want, got); d != "" {
+		t.Fatalf("the detail table does not add up to the totals:\n%s", d)
 	}
 }
 

@@ -102,7 +102,7 @@ func TestBadInputPolicies(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := e.start()
-		waitFor(t, 60*time.Second, func() bool { return len(e.actual()) > 0 }, "the good records to commit")
+		waitFor(t, 60*time.Second, func() bool { return e.actual(loadgen.DefaultPlan()).Keys() > 0 }, "the good records to commit")
 		badTotals := loadgen.NewTotals()
 		if err := e.produce(ctx, badTotals, loadgen.Options{Orders: 50, Batch: 50, BadRate: 1, Seed: 43, TxnID: "bad-" + e.topic}); err != nil {
 			t.Fatal(err)
@@ -116,7 +116,7 @@ func TestBadInputPolicies(t *testing.T) {
 			t.Fatalf("exit does not name the bad record:\n%s", out)
 		}
 		want, _, _ := totals.Snapshot()
-		if d := diff(want, e.actual()); d != "" {
+		if d := diff(want, e.actual(want.Plan)); d != "" {
 			t.Fatalf("totals after the stop:\n%s", d)
 		}
 		if bs := e.branches(); len(bs) != 0 {

@@ -194,7 +194,7 @@ func TestOpsVerify(t *testing.T) {
 	if _, err := e.db.Exec(`UPDATE order_stats_minute SET amount_sum = amount_sum - 1 WHERE window_start = ? AND sku = ?`, w, sku); err != nil {
 		t.Fatal(err)
 	}
-	key := fmt.Sprintf("%s %q", w.UTC().Format("2006-01-02 15:04:05"), sku)
+	key := fmt.Sprintf("order_stats_minute %s %q", w.UTC().Format("2006-01-02 15:04:05"), sku)
 	for _, args := range [][]string{{"verify"}, {"verify", "--expected", file}} {
 		stdout, stderr, code = e.cli(nil, args...)
 		if code != 4 || !strings.Contains(stdout, "differs  "+key) || strings.Count(stdout, "differs ") != 1 {
@@ -205,13 +205,13 @@ func TestOpsVerify(t *testing.T) {
 	var r struct {
 		Clean       bool
 		Differences []struct {
-			WindowStart string `json:"window_start"`
-			SKU         string `json:"sku"`
-			Kind        string `json:"kind"`
+			Table string
+			Key   map[string]string
+			Kind  string
 		}
 	}
-	if err := json.Unmarshal([]byte(stdout), &r); err != nil || code != 4 || r.Clean || len(r.Differences) != 1 ||
-		r.Differences[0].SKU != sku || r.Differences[0].Kind != "differs" || r.Differences[0].WindowStart != w.UTC().Format("2006-01-02 15:04:05") {
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil || code != 4 || r.Clean || len(r.Differences) != 1 || r.Differences[0].Table != "order_stats_minute" ||
+		r.Differences[0].Key["sku"] != sku || r.Differences[0].Kind != "differs" || r.Differences[0].Key["window_start"] != w.UTC().Format("2006-01-02 15:04:05") {
 		t.Fatalf("verify --json: exit %d, %+v (%v)\n%s", code, r, err, stdout)
 	}
 }

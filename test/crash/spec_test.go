@@ -2,14 +2,11 @@ package crash
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,40 +17,8 @@ import (
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/money"
-	"github.com/relay-sh/relay/internal/spec"
+	"github.com/relay-sh/relay/internal/testenv"
 )
-
-// salesSpec has a base table per minute by (shop, sku), its hourly rollup by region (a function of
-// the shop, loadgen.ShopRegion) and a filtered hourly table with min and max.
-const salesSpec = `
-pipeline:
-  input:
-    fields:
-      shop: string(16)
-      region: string(8)
-      status: string(16)
-      sku: string(64)
-      amount: decimal(4)
-    event_time: {field: ts, format: epoch_ms}
-  aggregates:
-    - table: sales_minute
-      window: 1m
-      dimensions: [{column: shop, field: shop}, {column: sku, field: sku}]
-      measures: [{column: orders, kind: count}, {column: revenue, kind: sum, field: amount}]
-    - table: sales_region_hour
-      window: 1h
-      dimensions: [{column: region, field: region}]
-      measures: [{column: orders, kind: count}, {column: revenue, kind: sum, field: amount}]
-    - table: paid_sku_hour
-      window: 1h
-      dimensions: [{column: sku, field: sku}]
-      measures:
-        - {column: orders, kind: count}
-        - {column: cheapest, kind: min, field: amount}
-        - {column: dearest, kind: max, field: amount}
-        - {column: revenue, kind: sum, field: amount}
-      filter: {field: status, in: [paid, shipped]}
-`
 
 // TestSpecRandomKills runs relay with a three-aggregate pipeline spec, SIGKILLs it at random
 // moments (and at armed crash points) while orders arrive in Kafka transactions (some aborted, some
@@ -85,7 +50,7 @@ func TestSpecRandomKills(t *testing.T) {
 
 func specRandomKills(t *testing.T, kills int, extra ...string) {
 	cfgPath := filepath.Join(t.TempDir(), "relay.yaml")
-	if err := os.WriteFile(cfgPath, []byte(salesSpec), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(testenv.SalesSpec), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load(cfgPath, nil)
@@ -106,8 +71,8 @@ func specRandomKills(t *testing.T, kills int, extra ...string) {
 	produced := make(chan error, 1)
 	go func() {
 		// 90 one-minute windows: two hours of rollup rows.
-		produced <- e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 3000, Batch: 40,
-			AbortRate: 0.1, BadRate: 0.005, SKUs: 40, Shops: 6, Windows: 90, Seed: rng.Uint64()})
+		produced <- e.produce(ctx, totals, loadgen.Options{Plan: plan, Orders: 1 << 30, Rate: 3000, Batch: 40,
+			AbortRate: 0.1, BadRate: 0.005, SKUs: 40, Distinct: map[string]int{"shop": 6, "region": 3}, Windows: 90, Seed: rng.Uint64()})
 	}()
 	var snapshots, halfCommitted atomic.Int64
 	checked := make(chan error, 1)
@@ -168,26 +133,12 @@ func specRandomKills(t *testing.T, kills int, extra ...string) {
 		t.Fatal("the checker saw no snapshot with every checkpoint whole")
 	}
 
-	// The expected tables: the committed good records folded by the same plan.
-	want := plan.NewTables()
-	dec := plan.NewDecoder()
-	var rec spec.Record
-	for _, b := range totals.CommittedRecords() {
-		if r, f := dec.Decode(b, &rec); r != spec.OK {
-			t.Fatalf("a good record is bad input to the spec (%s, %s): %s", r, f, b)
-		}
-		plan.Fold(&rec, []*spec.Tables{want})
-	}
-	// The bad records, under the reasons this spec's decoder gives them.
-	var wantBad []loadgen.Bad
-	for _, b := range bad {
-		r, _ := dec.Decode([]byte(b.Payload), &rec)
-		wantBad = append(wantBad, loadgen.Bad{Reason: r.String(), Payload: b.Payload})
-	}
-
+	// The expected tables are the committed good records folded by the same plan, the bad records
+	// under the reasons this spec's decoder gives them (loadgen.Totals).
+	want, _, _ := totals.Snapshot()
 	p := e.start("--config=" + cfgPath)
 	deadline := time.Now().Add(90 * time.Second)
-	for e.specDiff(plan, want) != "" && time.Now().Before(deadline) {
+	for diff(want, e.actual(plan)) != "" && time.Now().Before(deadline) {
 		select {
 		case err := <-p.done:
 			t.Fatalf("relay exited early: %v\n%s", err, tail(p.log, 30))
@@ -195,90 +146,24 @@ func specRandomKills(t *testing.T, kills int, extra ...string) {
 		}
 	}
 	e.stopAll([]*proc{p})
-	if d := e.specDiff(plan, want); d != "" {
+	if d := diff(want, e.actual(plan)); d != "" {
 		t.Fatalf("tables differ from the fold of what Kafka committed:\n%s", d)
 	}
 	for a, table := range plan.Tables() {
-		if want.Len(a) == 0 {
+		if len(want.Rows[a]) == 0 {
 			t.Fatalf("%s: no rows expected: the load does not exercise it", table)
 		}
 	}
 	if bs := e.branches(); len(bs) != 0 {
 		t.Fatalf("XA RECOVER still lists %d branches of the job: %v", len(bs), bs)
 	}
-	e.checkDLQ(wantBad)
+	e.checkDLQ(bad)
 	e.checkOffsetsAtEnd()
 	for id, st := range e.ledgerRows() {
 		if st != string(ledger.Committed) {
 			t.Fatalf("ledger checkpoint %d is %s after a clean stop", id, st)
 		}
 	}
-}
-
-// specDiff describes how the plan's tables differ from want ("" when equal).
-func (e *env) specDiff(plan *spec.Plan, want *spec.Tables) string {
-	var lines []string
-	for a, table := range plan.Tables() {
-		got, err := readSpecTable(e.db, plan, a)
-		if err != nil {
-			if fault.IsMySQL(err, 1146) {
-				return table + " does not exist yet"
-			}
-			e.t.Fatal(err)
-		}
-		rows := want.Rows(a)
-		wantByKey := map[string]spec.Row{}
-		for _, r := range rows {
-			wantByKey[r.Key] = r
-		}
-		for _, g := range got {
-			w, ok := wantByKey[g.Key]
-			if !ok {
-				lines = append(lines, fmt.Sprintf("%s %q: unexpected row %v", table, g.Key, g.Accs))
-			} else if !spec.Same(w, g) {
-				lines = append(lines, fmt.Sprintf("%s %q: want %v, got %v", table, g.Key, w.Accs, g.Accs))
-			}
-			delete(wantByKey, g.Key)
-		}
-		for k, w := range wantByKey {
-			lines = append(lines, fmt.Sprintf("%s %q: missing, want %v", table, k, w.Accs))
-		}
-	}
-	slices.Sort(lines)
-	if len(lines) > 10 {
-		lines = append(lines[:10], fmt.Sprintf("... and %d more", len(lines)-10))
-	}
-	return strings.Join(lines, "\n")
-}
-
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-// readSpecTable reads aggregate a back into rows (encoded key and accumulators).
-func readSpecTable(q querier, plan *spec.Plan, a int) ([]spec.Row, error) {
-	rows, err := q.QueryContext(context.Background(), plan.Select(a))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	cols := make([][]byte, plan.Columns(a))
-	ptrs := make([]any, len(cols))
-	for i := range cols {
-		ptrs[i] = &cols[i]
-	}
-	var out []spec.Row
-	for rows.Next() {
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, err
-		}
-		r, err := plan.ParseRow(a, cols)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
 }
 
 // checkRollups reads the base table, its rollup and the ledger in one consistent snapshot, again
@@ -336,7 +221,7 @@ func (e *env) rollupSnapshot(ctx context.Context) (ok bool, err error) {
 	if committing > 0 {
 		return false, nil
 	}
-	read := func(q string, key func(ws time.Time, dim string) (rollupKey, error)) (map[rollupKey]rollupAcc, error) {
+	read := func(q string, key func(ws time.Time, dim string) rollupKey) (map[rollupKey]rollupAcc, error) {
 		rows, err := conn.QueryContext(ctx, q)
 		if err != nil {
 			return nil, err
@@ -353,10 +238,7 @@ func (e *env) rollupSnapshot(ctx context.Context) (ok bool, err error) {
 			if err != nil {
 				return nil, err
 			}
-			k, err := key(t, dim)
-			if err != nil {
-				return nil, err
-			}
+			k := key(t, dim)
 			s, err := money.ParseSum(sum)
 			if err != nil {
 				return nil, err
@@ -368,20 +250,16 @@ func (e *env) rollupSnapshot(ctx context.Context) (ok bool, err error) {
 		}
 		return out, rows.Err()
 	}
-	base, err := read("SELECT CAST(window_start AS CHAR), shop, orders, CAST(revenue AS CHAR) FROM sales_minute",
-		func(ws time.Time, shop string) (rollupKey, error) {
-			n, err := strconv.Atoi(strings.TrimPrefix(shop, "shop-"))
-			if err != nil {
-				return rollupKey{}, fmt.Errorf("shop %q: %w", shop, err)
-			}
-			return rollupKey{ws.Truncate(time.Hour).Format(time.DateTime), loadgen.ShopRegion(n)}, nil
+	base, err := read("SELECT CAST(window_start AS CHAR), region, orders, CAST(revenue AS CHAR) FROM sales_minute",
+		func(ws time.Time, region string) rollupKey {
+			return rollupKey{ws.Truncate(time.Hour).Format(time.DateTime), region}
 		})
 	if err != nil {
 		return false, err
 	}
 	rollup, err := read("SELECT CAST(window_start AS CHAR), region, orders, CAST(revenue AS CHAR) FROM sales_region_hour",
-		func(ws time.Time, region string) (rollupKey, error) {
-			return rollupKey{ws.Format(time.DateTime), region}, nil
+		func(ws time.Time, region string) rollupKey {
+			return rollupKey{ws.Format(time.DateTime), region}
 		})
 	if err != nil {
 		return false, err
