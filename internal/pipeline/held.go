@@ -164,18 +164,6 @@ func (h *heldTxn) Commit(ctx context.Context) error {
 	return nil
 }
 
-func (h *heldTxn) Rollback(ctx context.Context) error {
-	if h.state != xa.Active {
-		return nil
-	}
-	if _, err := h.conn.ExecContext(ctx, "ROLLBACK"); err != nil {
-		h.fail()
-		return fmt.Errorf("rollback %s: %w", h.tag, err)
-	}
-	h.state = xa.Idle
-	return nil
-}
-
 func (h *heldTxn) Close() {
 	if h.conn == nil {
 		return

@@ -65,13 +65,12 @@ type txn interface {
 	Exec(ctx context.Context, q string, args ...any) error
 	Prepare(ctx context.Context) error
 	Commit(ctx context.Context) error
-	Rollback(ctx context.Context) error
 	Close()
 }
 
-// decision resolves the prepared branch on its own connection.
+// decision commits the prepared branch on its own connection. (An undecided branch is never
+// rolled back here: the session fails, drops the connection and recovery rolls it back.)
 type decision struct {
-	commit   bool
 	done     chan<- error
 	deadline time.Time // the statement's; zero: none
 }
@@ -111,7 +110,7 @@ func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, pla
 
 // commit is the coordinator's order, once the checkpoint is decided, to commit the prepared branch.
 func (s *subtask) commit(deadline time.Time, done chan<- error) {
-	s.ctrl <- decision{commit: true, done: done, deadline: deadline}
+	s.ctrl <- decision{done: done, deadline: deadline}
 }
 
 // errPeerLock: a subtask's statement waited for a row lock held by another subtask of the same
@@ -201,7 +200,7 @@ func (s *subtask) run(ctx context.Context) error {
 		if !d.deadline.IsZero() {
 			dctx, cancel = context.WithDeadline(ctx, d.deadline)
 		}
-		err = s.resolve(dctx, d.commit, b.epoch)
+		err = s.commitBranch(dctx, b.epoch)
 		cancel()
 		d.done <- err
 		if err != nil {
@@ -210,25 +209,18 @@ func (s *subtask) run(ctx context.Context) error {
 	}
 }
 
-func (s *subtask) resolve(ctx context.Context, commit bool, epoch int64) error {
+// commitBranch commits the prepared branch of epoch, as the decision says.
+func (s *subtask) commitBranch(ctx context.Context, epoch int64) error {
 	tag := s.branch.Tag()
-	action := "rollback"
-	var err error
-	if commit {
-		action = "commit"
-		err = s.branch.Commit(ctx)
-	} else {
-		err = s.branch.Rollback(ctx)
-	}
-	if err != nil {
+	if err := s.branch.Commit(ctx); err != nil {
 		s.log.Warn("branch resolution failed; recovery will finish it", zap.String("tag", tag),
-			zap.Int64("checkpoint", epoch), zap.String("action", action), zap.Error(err))
+			zap.Int64("checkpoint", epoch), zap.String("action", "commit"), zap.Error(err))
 		return err
 	}
 	s.peer.epoch.Store(0)
 	s.m.PendingTransactions.Dec()
-	s.m.Transactions.WithLabelValues(action, metrics.OriginNormal).Inc()
-	s.log.Debug(action, zap.String("tag", tag), zap.Int64("checkpoint", epoch))
+	s.m.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
+	s.log.Debug("commit", zap.String("tag", tag), zap.Int64("checkpoint", epoch))
 	return nil
 }
 
