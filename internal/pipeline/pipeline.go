@@ -229,7 +229,8 @@ var errFenceLost = fault.Classed("fence_lost", "fence lock session lost")
 // fatal reports whether err ends the process: a Fatal sentinel always; a Permanent condition
 // (a topic missing, a resume offset outside the topic) at start, before any session committed.
 // Once the job ran, such a condition may be a broker that just restarted answering too early, so
-// it is restarted like any failure, within the same bound.
+// it is restarted like any failure, within the same bound. This is the restart policy over
+// fault's classes, not a class of its own: what is Fatal or Permanent is fault's to say.
 func fatal(err error, ran bool) bool {
 	return fault.IsFatal(err) || (fault.IsPermanent(err) && !ran)
 }
