@@ -1,18 +1,101 @@
-// Held mode's transaction: an ordinary local transaction per subtask per epoch (DESIGN §5).
+// Held mode: partition-affine subtasks, one ordinary local transaction per subtask per epoch,
+// whose COMMIT carries the subtask's partition offsets with its rows (DESIGN §5).
 //
-// Invariant: like an XA branch, a connection with an open held transaction is never returned to
-// the pool; on any error it is discarded and the server rolls the transaction back, which is the
-// whole of held mode's abort.
+// Invariants: the offsets a subtask commits are exactly those of the partitions it owns, so each
+// COMMIT is a whole decision for its partitions and nothing is ever in doubt; it is issued only
+// before the fence's lease deadline, under the owner epoch. Like an XA branch, a connection with
+// an open held transaction is never returned to the pool; on any error it is discarded and the
+// server rolls the transaction back, which is the whole of held mode's abort.
 package pipeline
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/xa"
 )
+
+// heldProtocol writes offsets through led, in each subtask's own transaction.
+type heldProtocol struct{ led *ledger.Ledger }
+
+// recover: nothing is in doubt; each partition's committed offset is exactly what its committed
+// data covers.
+func (heldProtocol) recover(context.Context, *Pipeline, *ledger.Fence) (Recovered, error) {
+	return Recovered{}, nil
+}
+
+// decided: only what the ledger holds. A partition started from the configured position must get
+// its offset row at the first checkpoint, or a restart would re-resolve "latest".
+func (heldProtocol) decided(_, from ledger.Offsets) ledger.Offsets { return from.Clone() }
+
+func (heldProtocol) partitionAffine() bool { return true }
+
+// peers: none; a peer's lock is released by its own COMMIT at the barrier.
+func (heldProtocol) peers() *peerConns { return nil }
+
+func (heldProtocol) newTxn(ctx context.Context, db *sql.DB) (txn, error) { return newHeldTxn(ctx, db) }
+
+// barrierOffsets returns the offsets of subtask i's partitions that moved since the last decision.
+func (heldProtocol) barrierOffsets(decided, cut ledger.Offsets, i, n int) ledger.Offsets {
+	out := ledger.Offsets{}
+	for t, ps := range cut {
+		for part, off := range ps {
+			if int(part)%n != i {
+				continue
+			}
+			if old, ok := decided.Get(t, part); !ok || old != off {
+				out.Set(t, part, off)
+			}
+		}
+	}
+	return out
+}
+
+// barrier ends a held epoch: the subtask's offsets join its data in one transaction, and the
+// COMMIT decides both. r's tag stays empty when the epoch left nothing to commit. Nothing is left
+// waiting for the coordinator.
+func (h heldProtocol) barrier(ctx context.Context, s *subtask, b batch, r *prepared) (bool, error) {
+	if len(b.offsets) == 0 && (s.branch == nil || s.branch.State() != xa.Active) {
+		return false, nil
+	}
+	if err := s.begin(ctx, b.epoch); err != nil {
+		return false, err
+	}
+	crashpoint.Hit(crashpoint.AfterFlush)
+	tx := s.branch.(*heldTxn)
+	// The COMMIT below is the decision: like XA mode's ledger write, only before the lease deadline.
+	deadline := s.fence.Deadline()
+	if !time.Now().Before(deadline) {
+		tx.fail()
+		return false, fmt.Errorf("subtask %d: %w: lease not renewed since %s", s.global, errFenceLost, deadline.Format(time.RFC3339Nano))
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if err := h.led.WriteHeldOffsets(ctx, tx.Conn(), s.fence.Epoch, b.epoch, b.offsets); err != nil {
+		tx.fail()
+		return false, fmt.Errorf("subtask %d: %w", s.global, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("subtask %d: %w", s.global, err)
+	}
+	s.m.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
+	s.log.Debug("committed", zap.String("tag", tx.Tag()), zap.Int64("checkpoint", b.epoch))
+	r.tag = tx.Tag()
+	return false, nil
+}
+
+// complete: each subtask's COMMIT was its own decision; the coordinator only collects them.
+func (heldProtocol) complete(ctx context.Context, c *coordinator, cp *pending) error {
+	return c.onePhase(ctx, cp)
+}
 
 // heldTxn is one subtask's local transaction.
 type heldTxn struct {
@@ -76,18 +159,6 @@ func (h *heldTxn) Commit(ctx context.Context) error {
 		// The reply may be lost after the server committed: the offsets row says which on restart.
 		h.fail()
 		return fmt.Errorf("commit %s: %w", h.tag, err)
-	}
-	h.state = xa.Idle
-	return nil
-}
-
-func (h *heldTxn) Rollback(ctx context.Context) error {
-	if h.state != xa.Active {
-		return nil
-	}
-	if _, err := h.conn.ExecContext(ctx, "ROLLBACK"); err != nil {
-		h.fail()
-		return fmt.Errorf("rollback %s: %w", h.tag, err)
 	}
 	h.state = xa.Idle
 	return nil

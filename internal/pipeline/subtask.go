@@ -1,12 +1,12 @@
-// Subtask: one sink writer, its connection and its transaction per epoch (an XA branch, or in held
-// mode a local transaction).
+// Subtask: one sink writer, its connection and its transaction per epoch (the protocol's: an XA
+// branch, or in held mode a local transaction).
 //
 // Invariants: a subtask opens its transaction lazily, on the first write of an epoch, so an epoch
-// with nothing to write leaves no branch; writes, prepare and the decision for one epoch arrive in
-// order on one goroutine; while a branch is prepared the subtask takes nothing but the decision
-// (MariaDB cannot start another transaction on a connection holding a prepared one, and must
-// commit it on that same connection). In held mode the barrier writes the subtask's partition
-// offsets into the same transaction and commits it: that COMMIT is the decision.
+// with nothing to write leaves no branch; writes, the barrier and the decision for one epoch
+// arrive in order on one goroutine; while a branch is prepared the subtask takes nothing but the
+// decision (MariaDB cannot start another transaction on a connection holding a prepared one, and
+// must commit it on that same connection). What the barrier does is the protocol's (xa.go,
+// held.go).
 //
 // Subtasks write disjoint rows, yet InnoDB can make one wait for another: when a page splits, the
 // record locks on the first row of the new right page are inherited as a gap lock on the left
@@ -28,7 +28,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relay-sh/relay/internal/config"
-	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
@@ -44,7 +43,7 @@ type batch struct {
 	table   *spec.Tables
 	dlq     []sink.DLQRow
 	details []sink.DetailRow
-	offsets ledger.Offsets  // held mode, at the barrier: this subtask's partitions that advanced
+	offsets ledger.Offsets  // at the barrier: what the subtask commits with its rows (protocol.barrierOffsets)
 	prepare chan<- prepared // non-nil at the barrier
 }
 
@@ -66,13 +65,12 @@ type txn interface {
 	Exec(ctx context.Context, q string, args ...any) error
 	Prepare(ctx context.Context) error
 	Commit(ctx context.Context) error
-	Rollback(ctx context.Context) error
 	Close()
 }
 
-// decision resolves the prepared branch on its own connection.
+// decision commits the prepared branch on its own connection. (An undecided branch is never
+// rolled back here: the session fails, drops the connection and recovery rolls it back.)
 type decision struct {
-	commit   bool
 	done     chan<- error
 	deadline time.Time // the statement's; zero: none
 }
@@ -98,16 +96,21 @@ type subtask struct {
 	// branch belongs to: a lock held by a peer's branch of the same epoch can never be granted
 	// before that epoch ends (a peer's branch of an earlier epoch commits without waiting for us).
 	peers *peerConns
-	peer  *peerState // this subtask's entry in peers
-	// held mode only: the ledger the barrier writes offsets to, under this fence's owner epoch.
-	held  *ledger.Ledger
-	fence *ledger.Fence
+	peer  *peerState    // this subtask's entry in peers
+	proto protocol      // opens the transaction and ends it at the barrier
+	fence *ledger.Fence // the session's: a barrier that decides (held mode's COMMIT) does so under it
 }
 
-func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, plan *spec.Plan, rows int, lockReport time.Duration, peers *peerConns, log *zap.Logger, m *metrics.Metrics) *subtask {
+func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, plan *spec.Plan, rows int, lockReport time.Duration,
+	proto protocol, peers *peerConns, fence *ledger.Fence, log *zap.Logger, m *metrics.Metrics) *subtask {
 	return &subtask{idx: idx, global: global, job: job, db: db, schema: schema, plan: plan, rows: rows,
-		data: make(chan batch, 4), ctrl: make(chan decision, 1), lockReport: lockReport, peers: peers,
-		log: log.With(zap.Int("subtask", global)), m: m}
+		data: make(chan batch, 4), ctrl: make(chan decision, 1), lockReport: lockReport, proto: proto, peers: peers,
+		fence: fence, log: log.With(zap.Int("subtask", global)), m: m}
+}
+
+// commit is the coordinator's order, once the checkpoint is decided, to commit the prepared branch.
+func (s *subtask) commit(deadline time.Time, done chan<- error) {
+	s.ctrl <- decision{done: done, deadline: deadline}
 }
 
 // errPeerLock: a subtask's statement waited for a row lock held by another subtask of the same
@@ -123,8 +126,8 @@ type peerState struct {
 	epoch   atomic.Int64
 }
 
-// add records a subtask's connection; a nil set (held mode, where a peer's lock is released by its
-// own COMMIT at the barrier) records nothing and returns a state nobody reads.
+// add records a subtask's connection; a nil set (a protocol whose peers' locks are released by
+// their own COMMIT at the barrier) records nothing and returns a state nobody reads.
 func (p *peerConns) add(conn int64, subtask int) *peerState {
 	st := &peerState{subtask: subtask}
 	if p != nil {
@@ -146,13 +149,6 @@ func (p *peerConns) lookup(conn int64) (*peerState, bool) {
 
 // peerCheck is how long a statement runs before the subtask looks at what it waits for.
 const peerCheck = time.Second
-
-func (s *subtask) newTxn(ctx context.Context) (txn, error) {
-	if s.held != nil {
-		return newHeldTxn(ctx, s.db)
-	}
-	return xa.NewBranch(ctx, s.db)
-}
 
 // run serves batches until ctx ends or a write fails. On return the connection is released, and
 // discarded if it holds a transaction: the server then rolls back an active branch and keeps a
@@ -181,35 +177,17 @@ func (s *subtask) run(ctx context.Context) error {
 			}
 			continue
 		}
-		p := prepared{subtask: s.idx, flush: time.Since(start)}
-		if s.held != nil {
-			if err == nil {
-				p.tag, err = s.commitHeld(ctx, b)
-			}
-			p.err = err
-			b.prepare <- p
-			if err != nil {
-				return err
-			}
-			continue
+		r := prepared{subtask: s.idx, flush: time.Since(start)}
+		waits := false
+		if err == nil {
+			waits, err = s.proto.barrier(ctx, s, b, &r)
 		}
-		if err == nil && s.branch != nil && s.branch.State() == xa.Active {
-			crashpoint.Hit(crashpoint.AfterFlush)
-			t := time.Now()
-			if err = s.branch.Prepare(ctx); err == nil {
-				p.tag = s.branch.Tag()
-				s.m.PendingTransactions.Inc()
-				s.m.Transactions.WithLabelValues("prepare", metrics.OriginNormal).Inc()
-				s.log.Debug("prepared", zap.String("tag", p.tag), zap.Int64("checkpoint", b.epoch))
-			}
-			p.prep = time.Since(t)
-		}
-		p.err = err
-		b.prepare <- p
+		r.err = err
+		b.prepare <- r
 		if err != nil {
 			return err
 		}
-		if p.tag == "" {
+		if !waits {
 			continue
 		}
 		var d decision
@@ -222,7 +200,7 @@ func (s *subtask) run(ctx context.Context) error {
 		if !d.deadline.IsZero() {
 			dctx, cancel = context.WithDeadline(ctx, d.deadline)
 		}
-		err = s.resolve(dctx, d.commit, b.epoch)
+		err = s.commitBranch(dctx, b.epoch)
 		cancel()
 		d.done <- err
 		if err != nil {
@@ -231,57 +209,19 @@ func (s *subtask) run(ctx context.Context) error {
 	}
 }
 
-func (s *subtask) resolve(ctx context.Context, commit bool, epoch int64) error {
+// commitBranch commits the prepared branch of epoch, as the decision says.
+func (s *subtask) commitBranch(ctx context.Context, epoch int64) error {
 	tag := s.branch.Tag()
-	action := "rollback"
-	var err error
-	if commit {
-		action = "commit"
-		err = s.branch.Commit(ctx)
-	} else {
-		err = s.branch.Rollback(ctx)
-	}
-	if err != nil {
+	if err := s.branch.Commit(ctx); err != nil {
 		s.log.Warn("branch resolution failed; recovery will finish it", zap.String("tag", tag),
-			zap.Int64("checkpoint", epoch), zap.String("action", action), zap.Error(err))
+			zap.Int64("checkpoint", epoch), zap.String("action", "commit"), zap.Error(err))
 		return err
 	}
 	s.peer.epoch.Store(0)
 	s.m.PendingTransactions.Dec()
-	s.m.Transactions.WithLabelValues(action, metrics.OriginNormal).Inc()
-	s.log.Debug(action, zap.String("tag", tag), zap.Int64("checkpoint", epoch))
-	return nil
-}
-
-// commitHeld ends a held epoch: the subtask's offsets join its data in one transaction, and the
-// COMMIT decides both. It returns the tag, or "" when the epoch left nothing to commit.
-func (s *subtask) commitHeld(ctx context.Context, b batch) (string, error) {
-	if len(b.offsets) == 0 && (s.branch == nil || s.branch.State() != xa.Active) {
-		return "", nil
-	}
-	if err := s.begin(ctx, b.epoch); err != nil {
-		return "", err
-	}
-	crashpoint.Hit(crashpoint.AfterFlush)
-	h := s.branch.(*heldTxn)
-	// The COMMIT below is the decision: like XA mode's ledger write, only before the lease deadline.
-	deadline := s.fence.Deadline()
-	if !time.Now().Before(deadline) {
-		h.fail()
-		return "", fmt.Errorf("subtask %d: %w: lease not renewed since %s", s.global, errFenceLost, deadline.Format(time.RFC3339Nano))
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	if err := s.held.WriteHeldOffsets(ctx, h.Conn(), s.fence.Epoch, b.epoch, b.offsets); err != nil {
-		h.fail()
-		return "", fmt.Errorf("subtask %d: %w", s.global, err)
-	}
-	if err := h.Commit(ctx); err != nil {
-		return "", fmt.Errorf("subtask %d: %w", s.global, err)
-	}
 	s.m.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
-	s.log.Debug("committed", zap.String("tag", h.Tag()), zap.Int64("checkpoint", b.epoch))
-	return h.Tag(), nil
+	s.log.Debug("commit", zap.String("tag", tag), zap.Int64("checkpoint", epoch))
+	return nil
 }
 
 // write flushes one batch into the epoch's transaction, opening it on first use.
@@ -409,7 +349,7 @@ func (s *subtask) begin(ctx context.Context, epoch int64) error {
 		return fmt.Errorf("subtask %d: branch %s still active at epoch %d", s.global, s.branch.Tag(), epoch)
 	}
 	if s.branch == nil || s.branch.State() == xa.Broken {
-		b, err := s.newTxn(ctx)
+		b, err := s.proto.newTxn(ctx, s.db)
 		if err != nil {
 			return fmt.Errorf("subtask %d: connect: %w", s.global, err)
 		}

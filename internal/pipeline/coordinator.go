@@ -1,0 +1,211 @@
+// Checkpoint coordinator: collect the barrier replies, decide, commit, for one checkpoint.
+//
+// Invariants: the decision is written only after every participant answered the barrier without
+// error, and only before the fence's lease deadline; a participant is told to commit only after
+// the decision is durable; past the decision a failure fails the checkpoint but never undoes it
+// (recovery finishes the commit from XA RECOVER and the ledger, never by retrying a COMMIT whose
+// reply was lost). Every phase runs under a deadline. The coordinator knows the subtasks only as
+// participants and the ledger only as a decider, so it is tested without Kafka or MySQL.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/crashpoint"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/metrics"
+)
+
+// pending is a checkpoint past its barrier.
+type pending struct {
+	e       *epoch
+	offsets ledger.Offsets
+	cutAt   time.Time
+	replies chan prepared // one per participant, sent once its part of the epoch is prepared
+}
+
+// participant is a subtask as the coordinator sees it: its barrier reply arrives on the
+// checkpoint's replies, naming it by index; once the decision is durable it is told to commit.
+type participant interface {
+	// commit orders the prepared branch committed on its own connection within deadline (zero:
+	// none); the outcome is sent to done.
+	commit(deadline time.Time, done chan<- error)
+}
+
+// decider is the ledger as the owner of a fence.
+type decider interface {
+	// Deadline is when the fence's lease runs out unless renewed.
+	Deadline() time.Time
+	// Decide writes the checkpoint's decision row, conditional on still owning the job
+	// (ledger.ErrFenced otherwise). Its COMMIT is the checkpoint's commit point.
+	Decide(ctx context.Context, c ledger.Checkpoint) error
+	MarkCommitted(ctx context.Context, id int64) error
+	// Prune deletes committed rows well below newest.
+	Prune(ctx context.Context, newest int64) error
+}
+
+// fencedLedger decides as the owner epoch of fence.
+type fencedLedger struct {
+	led   *ledger.Ledger
+	fence *ledger.Fence
+}
+
+func (f fencedLedger) Deadline() time.Time { return f.fence.Deadline() }
+func (f fencedLedger) Decide(ctx context.Context, c ledger.Checkpoint) error {
+	return f.led.Decide(ctx, f.fence.Epoch, c)
+}
+func (f fencedLedger) MarkCommitted(ctx context.Context, id int64) error {
+	return f.led.MarkCommitted(ctx, id)
+}
+func (f fencedLedger) Prune(ctx context.Context, newest int64) error {
+	return f.led.Prune(ctx, newest, 1000)
+}
+
+// coordinator completes the checkpoints of one session.
+type coordinator struct {
+	parts   []participant // indexed by prepared.subtask
+	decider decider
+	timeout time.Duration // of the barrier phase (with the decision), and of the commit phase
+	// stagger commits the first branch alone and the rest together, so that a death in between
+	// leaves the state the between-commits crash point tests (some committed, some prepared, the
+	// decision durable). Only crash-point builds set it: production commits every branch at once.
+	stagger bool
+	m       *metrics.Metrics
+	log     *zap.Logger
+	// committed records a checkpoint whose data is durable (the session's bookkeeping).
+	committed func(cp *pending, tags []string, log *zap.Logger)
+}
+
+// votes are a checkpoint's barrier replies.
+type votes struct {
+	tags    []string      // of the participants that wrote, in reply order
+	wrote   []participant // those participants
+	maxPrep time.Duration
+}
+
+// collect waits for every participant's barrier reply, until ctx ends.
+func (c *coordinator) collect(ctx context.Context, cp *pending) (votes, error) {
+	var v votes
+	var flushMax time.Duration
+	for range c.parts {
+		select {
+		case r := <-cp.replies:
+			if r.err != nil {
+				return v, &checkpointError{fmt.Errorf("checkpoint %d: prepare: %w", cp.e.id, r.err)}
+			}
+			flushMax, v.maxPrep = max(flushMax, r.flush), max(v.maxPrep, r.prep)
+			if r.tag != "" {
+				v.tags = append(v.tags, r.tag)
+				v.wrote = append(v.wrote, c.parts[r.subtask])
+			}
+		case <-ctx.Done():
+			return v, &checkpointError{fmt.Errorf("checkpoint %d: prepare: %w", cp.e.id, context.Cause(ctx))}
+		}
+	}
+	c.m.PhaseDuration.WithLabelValues("flush").Observe(flushMax.Seconds())
+	return v, nil
+}
+
+// onePhase completes a checkpoint whose barrier replies were the participants' own commits.
+func (c *coordinator) onePhase(ctx context.Context, cp *pending) error {
+	tctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	v, err := c.collect(tctx, cp)
+	if err != nil {
+		return err
+	}
+	crashpoint.Hit(crashpoint.AfterCommit)
+	c.committed(cp, v.tags, c.log.With(zap.Int64("checkpoint", cp.e.id)))
+	return nil
+}
+
+// twoPhase runs prepare → decide → commit. Every error but ledger.ErrFenced (which ends the
+// process, and is returned as it is) is a checkpointError.
+func (c *coordinator) twoPhase(ctx context.Context, cp *pending) error {
+	log := c.log.With(zap.Int64("checkpoint", cp.e.id))
+	tctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	v, err := c.collect(tctx, cp)
+	if err != nil {
+		return err
+	}
+	c.m.PhaseDuration.WithLabelValues("prepare").Observe(v.maxPrep.Seconds())
+	crashpoint.Hit(crashpoint.AfterPrepare)
+
+	t := time.Now()
+	// Decide only while the lease surely holds: past the deadline another process may be taking
+	// the job over (its epoch bump would fail this write anyway; this keeps the old owner quiet).
+	deadline := c.decider.Deadline()
+	if !t.Before(deadline) {
+		return &checkpointError{fmt.Errorf("checkpoint %d: decide: %w: lease not renewed since %s", cp.e.id, errFenceLost, deadline.Format(time.RFC3339Nano))}
+	}
+	dctx, dcancel := context.WithDeadline(tctx, deadline)
+	err = c.decider.Decide(dctx, ledger.Checkpoint{ID: cp.e.id, Tags: v.tags, Offsets: cp.offsets, Records: cp.e.records})
+	dcancel()
+	if errors.Is(err, ledger.ErrFenced) {
+		return err
+	}
+	if err != nil {
+		// The decision may or may not have committed: recovery reads the verdict and acts on it.
+		return &checkpointError{err}
+	}
+	c.m.PhaseDuration.WithLabelValues("decide").Observe(time.Since(t).Seconds())
+	log.Debug("decided", zap.Strings("tags", v.tags), zap.Int64("records", cp.e.records))
+	crashpoint.Hit(crashpoint.AfterDecide)
+
+	// From here the checkpoint is committed; failures only delay it. The commit phase gets a
+	// deadline of its own so that a blackholed connection cannot hold it.
+	cctx, ccancel := context.WithTimeout(ctx, c.timeout)
+	defer ccancel()
+	t = time.Now()
+	groups := [][]participant{v.wrote}
+	if c.stagger && len(v.wrote) > 1 {
+		groups = [][]participant{v.wrote[:1], v.wrote[1:]}
+	}
+	for i, g := range groups {
+		if err := commitAll(cctx, g); err != nil {
+			return &checkpointError{fmt.Errorf("checkpoint %d: commit: %w", cp.e.id, err)}
+		}
+		if i < len(groups)-1 {
+			crashpoint.Hit(crashpoint.BetweenCommits)
+		}
+	}
+	crashpoint.Hit(crashpoint.AfterCommit)
+	if err := c.decider.MarkCommitted(cctx, cp.e.id); err != nil {
+		return &checkpointError{err}
+	}
+	c.m.PhaseDuration.WithLabelValues("commit").Observe(time.Since(t).Seconds())
+	c.committed(cp, v.tags, log)
+	if cp.e.id%100 == 0 {
+		if err := c.decider.Prune(cctx, cp.e.id); err != nil {
+			log.Warn("ledger prune failed", zap.Error(err))
+		}
+	}
+	return nil
+}
+
+// commitAll commits the prepared branches of parts in parallel, each on its own connection,
+// within ctx's deadline.
+func commitAll(ctx context.Context, parts []participant) error {
+	done := make(chan error, len(parts))
+	deadline, _ := ctx.Deadline()
+	for _, p := range parts {
+		p.commit(deadline, done)
+	}
+	for range parts {
+		select {
+		case err := <-done:
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,208 @@
+// Session: one consumer plus N subtasks between two recoveries, and the epoch they fill.
+//
+// Invariant: a session starts only from a finished recovery, with the consumer at the last
+// decision and a fresh block of checkpoint ids above every id used before; it ends by failing as
+// a whole (every subtask's connection dropped, the consumer closed), never by half.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/consumer"
+	"github.com/relay-sh/relay/internal/crashpoint"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/sink"
+	"github.com/relay-sh/relay/internal/spec"
+)
+
+// epoch is the in-memory state of one checkpoint being filled.
+type epoch struct {
+	id        int64
+	tables    []*spec.Tables // one per subtask, every aggregate
+	dlq       [][]sink.DLQRow
+	details   [][]sink.DetailRow
+	records   int64
+	ok        int64
+	dlqCount  int64
+	skipped   int64
+	firstPoll time.Time
+	oldestTS  time.Time // oldest Kafka timestamp folded in (zero when the records carry none)
+	// serial routes every row to subtask 0: the replay of an epoch that failed on a lock
+	// conflict, possibly between its own subtasks (one branch cannot wait for itself).
+	serial bool
+	// affine is the protocol's partitionAffine, read once per epoch rather than per record.
+	affine bool
+}
+
+func (p *Pipeline) newEpoch(id int64) *epoch {
+	n := p.Config.Subtasks
+	e := &epoch{id: id, tables: make([]*spec.Tables, n), dlq: make([][]sink.DLQRow, n), details: make([][]sink.DetailRow, n),
+		affine: p.proto.partitionAffine()}
+	for i := range e.tables {
+		e.tables[i] = p.Plan.NewTables()
+	}
+	return e
+}
+
+func (e *epoch) empty() bool { return e.records == 0 }
+
+// session is one consumer plus N subtasks between two recoveries.
+type session struct {
+	p            *Pipeline
+	fence        *ledger.Fence
+	ctx          context.Context // ends when the session fails
+	fail         context.CancelCauseFunc
+	cons         *consumer.Consumer
+	subs         []*subtask
+	wg           sync.WaitGroup
+	positions    ledger.Offsets                 // next offset per partition, as of the records folded so far
+	decided      atomic.Pointer[ledger.Offsets] // offsets of the last decided checkpoint
+	cur          *epoch
+	inflight     chan error // result of the checkpoint in flight; nil when none
+	lastEnd      time.Time
+	lastRecord   time.Time // when the last batch of records arrived
+	committedAny atomic.Bool
+	coord        *coordinator // completes the checkpoints cut in this session
+	blockLast    int64        // last checkpoint id of the block reserved for this session
+}
+
+func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence, serial bool) (*session, error) {
+	p.setState(Recovering)
+	p.recovered.Store(false)
+	p.Metrics.Recoveries.Inc()
+	p.Metrics.PendingTransactions.Set(0)
+	rctx, cancel := context.WithTimeout(ctx, p.Config.Checkpoint.RestartAllowance)
+	defer cancel()
+	if err := p.endZombies(rctx); err != nil {
+		return nil, err
+	}
+	rec, from, err := p.recover(rctx, fence)
+	if err != nil {
+		return nil, fmt.Errorf("recovery: %w", err)
+	}
+	cons, err := p.NewConsumer()
+	if err != nil {
+		return nil, err
+	}
+	start, err := cons.Assign(rctx, from)
+	if err == nil {
+		err = ledger.CheckRange(rctx, start, cons.AssignedWatermarks)
+	}
+	if err != nil {
+		cons.Close()
+		return nil, err
+	}
+	// A fresh block of ids, above every id an earlier owner (or another instance) may have used.
+	first, last, err := fence.ReserveIDs(rctx, p.Ledger, rec.NextID)
+	if err != nil {
+		cons.Close()
+		return nil, err
+	}
+	p.sessionFirstID.Store(first)
+	s := &session{p: p, fence: fence, cons: cons, positions: start, cur: p.newEpoch(first), blockLast: last}
+	if serial {
+		s.cur.serial = true
+		p.Log.Warn("replaying from the last decision with one sink connection for the first checkpoint",
+			zap.Int64("checkpoint", first), zap.String("why", "the failed checkpoint hit a lock conflict (its subtasks waiting for each other, a lock wait timeout or a deadlock)"))
+	}
+	decided := p.proto.decided(start, from)
+	s.decided.Store(&decided)
+	s.ctx, s.fail = context.WithCancelCause(context.Background())
+	peers := p.proto.peers()
+	parts := make([]participant, p.Config.Subtasks)
+	for i := 0; i < p.Config.Subtasks; i++ {
+		global := p.Config.InstanceIndex()*p.Config.Subtasks + i
+		st := newSubtask(i, global, p.Config.Job.Name, p.Sink, p.schema, p.Plan, p.Config.MySQL.BatchRows, p.Config.MySQL.LockWait/5,
+			p.proto, peers, fence, p.Log.Named("subtask"), p.Metrics)
+		s.subs = append(s.subs, st)
+		parts[i] = st
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := st.run(s.ctx); err != nil {
+				if !errors.Is(err, ledger.ErrFenced) {
+					err = &checkpointError{err}
+				}
+				s.fail(err)
+			}
+		}()
+	}
+	s.coord = &coordinator{parts: parts, decider: fencedLedger{p.Ledger, fence}, timeout: p.Config.Checkpoint.Timeout,
+		stagger: crashpoint.Enabled, m: p.Metrics, log: p.Log.Named("checkpoint"), committed: s.committed}
+	p.Log.Info("recovered", zap.Int64("resume_checkpoint", first), zap.Int("committed", rec.Committed),
+		zap.Int("rolled_back", rec.RolledBack), zap.Int("left_to_resolver", rec.Skipped), zap.Any("offsets", start))
+	// Lag is exported before readiness flips, so a ready process never lacks the series dashboards
+	// and alerts read: the loop refreshes it only every 5 s, and from librdkafka's cache, which is
+	// empty until the first fetch. The watermarks are those Assign read (no round trip).
+	s.exportLag(func(t string, part int32) (int64, bool) {
+		_, hi, err := cons.AssignedWatermarks(t, part, 0)
+		return hi, err == nil
+	})
+	p.lastOK.Store(time.Now().UnixNano())
+	p.recovered.Store(true)
+	p.setState(Running)
+	return s, nil
+}
+
+// recover finishes what earlier runs left (what is in doubt is the protocol's to say) and returns
+// where to resume: the offsets the ledger holds.
+func (p *Pipeline) recover(ctx context.Context, fence *ledger.Fence) (Recovered, ledger.Offsets, error) {
+	rec, err := p.proto.recover(ctx, p, fence)
+	if err != nil {
+		return rec, nil, err
+	}
+	offs, maxID, err := p.Ledger.PartitionOffsets(ctx)
+	if err != nil {
+		return rec, nil, err
+	}
+	if maxID > 0 {
+		p.Metrics.LastCommittedID.Set(float64(maxID))
+	}
+	rec.NextID = max(rec.NextID, maxID+1)
+	return rec, offs, nil
+}
+
+// close ends the session: subtasks stop and drop their connections, the consumer leaves.
+func (s *session) close(cause error) {
+	s.fail(cause)
+	s.wg.Wait()
+	if s.inflight != nil {
+		<-s.inflight
+	}
+	s.cons.Close()
+}
+
+var errSessionEnd = errors.New("session ended")
+
+// committed records a checkpoint whose data is durable in MySQL.
+func (s *session) committed(cp *pending, tags []string, log *zap.Logger) {
+	p := s.p
+	now := time.Now()
+	p.Metrics.PhaseDuration.WithLabelValues("total").Observe(now.Sub(cp.cutAt).Seconds())
+	p.Metrics.VisibilityLatency.Observe(now.Sub(cp.e.firstPoll).Seconds())
+	if !cp.e.oldestTS.IsZero() {
+		p.Metrics.EndToEndLatency.Observe(max(now.Sub(cp.e.oldestTS), 0).Seconds())
+	}
+	p.Metrics.Checkpoints.WithLabelValues("committed").Inc()
+	p.Metrics.LastCommittedID.Set(float64(cp.e.id))
+	p.Metrics.LastCommittedTime.Set(float64(now.UnixNano()) / 1e9)
+	p.Metrics.Records.WithLabelValues("ok").Add(float64(cp.e.ok))
+	p.Metrics.Records.WithLabelValues("dlq").Add(float64(cp.e.dlqCount))
+	p.Metrics.Records.WithLabelValues("skipped").Add(float64(cp.e.skipped))
+	p.lastOK.Store(now.UnixNano())
+	s.committedAny.Store(true)
+	s.decided.Store(&cp.offsets)
+	log.Debug("committed", zap.Strings("tags", tags), zap.Duration("duration", now.Sub(cp.cutAt)))
+	if p.Config.Kafka.CommitGroupOffsets {
+		if err := s.cons.CommitGroup(cp.offsets); err != nil {
+			log.Warn("publishing offsets to the consumer group failed (lag tooling only)", zap.Error(err))
+		}
+	}
+}
