@@ -55,13 +55,8 @@ func MySQLNumber(err error) uint16 {
 func IsMySQL(err error, n uint16) bool { return MySQLNumber(err) == n }
 
 // LockConflict reports whether err ended a statement or a transaction because of another
-// transaction's locks: a lock wait timeout or a deadlock, inside XA or not, or a sentinel Classed
-// as "lock_conflict" (a wait relay ended itself because it could never be granted).
+// transaction's locks: a lock wait timeout or a deadlock, inside XA or not.
 func LockConflict(err error) bool {
-	var ce *classedError
-	if errors.As(err, &ce) && ce.cause == "lock_conflict" {
-		return true
-	}
 	switch MySQLNumber(err) {
 	case ErLockWaitTimeout, ErLockDeadlock, XARBTimeout, XARBDeadlock:
 		return true

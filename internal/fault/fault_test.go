@@ -65,13 +65,11 @@ func TestCause(t *testing.T) {
 	}
 }
 
-// LockConflict answers alike for the server's lock errors and for a sentinel classed as one, so a
-// caller asks one question (the pipeline's serial replay) instead of two.
+// LockConflict answers for the server's lock errors, wrapped or not, inside XA or not.
 func TestLockConflict(t *testing.T) {
-	peer := Classed("lock_conflict", "peer lock")
 	for err, want := range map[error]bool{
 		fmt.Errorf("write: %w", &mysql.MySQLError{Number: ErLockDeadlock}): true,
-		fmt.Errorf("prepare: %w: statement killed", peer):                  true,
+		fmt.Errorf("prepare: %w", &mysql.MySQLError{Number: XARBTimeout}):  true,
 		fmt.Errorf("decide: %w", Classed("fence_lost", "lease")):           false,
 		&mysql.MySQLError{Number: 1146}:                                    false,
 		errors.New("other"):                                                false,

@@ -38,9 +38,6 @@ func (heldProtocol) decided(_, from ledger.Offsets) ledger.Offsets { return from
 
 func (heldProtocol) partitionAffine() bool { return true }
 
-// peers: none; a peer's lock is released by its own COMMIT at the barrier.
-func (heldProtocol) peers() *peerConns { return nil }
-
 func (heldProtocol) newTxn(ctx context.Context, db *sql.DB) (txn, error) { return newHeldTxn(ctx, db) }
 
 // barrierOffsets returns the offsets of subtask i's partitions that moved since the last decision.

@@ -161,15 +161,12 @@ func (s *session) fold(msg *kafka.Message, rec *spec.Record) error {
 	}
 	// A partition-affine protocol keeps each partition on one subtask: its offsets commit with its rows.
 	owner := int(tp.Partition) % len(s.subs)
-	if e.serial {
-		owner = 0
-	}
 	reason, field := p.decoder.Decode(msg.Value, rec)
 	if reason == spec.OK {
 		// Every aggregate's keys are routed among the subtasks by their encoded primary key; a
-		// partition-affine protocol and a serial replay give the fold only the owner's tables.
+		// partition-affine protocol gives the fold only the owner's tables.
 		tables := e.tables
-		if e.affine || e.serial {
+		if e.affine {
 			tables = e.tables[owner : owner+1]
 		}
 		p.Plan.Fold(rec, tables)

@@ -166,14 +166,13 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 	}()
 	failures := 0
-	serial := false
 	ran := false // a session committed a checkpoint
 	for {
 		committed := false
 		err := p.ensureFence(ctx, &fence)
 		if err == nil {
 			var s *session
-			if s, err = p.newSession(ctx, fence, serial); err == nil {
+			if s, err = p.newSession(ctx, fence); err == nil {
 				err = s.run(ctx)
 				if committed = s.committedAny.Load(); committed {
 					failures = 0
@@ -197,12 +196,6 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		if errors.As(err, &ce) {
 			p.Metrics.Checkpoints.WithLabelValues("failed").Inc()
 		}
-		// Lock conflicts between this checkpoint's own branches repeat when the same records are
-		// replayed in parallel; one connection cannot conflict with itself. A replay still owed
-		// stays owed through failures before it (MySQL still restarting) until a session commits.
-		// A partition-affine protocol keeps each partition's records on its own subtask (their
-		// offsets commit with them), so it never replays on one connection.
-		serial = !p.proto.partitionAffine() && ((serial && !committed) || fault.LockConflict(err))
 		if failures > p.Config.Checkpoint.TolerableFailures {
 			p.setState(Failed)
 			return fmt.Errorf("%d consecutive failures without a committed checkpoint, last: %w", failures, err)

@@ -22,13 +22,9 @@ type protocol interface {
 	decided(start, from ledger.Offsets) ledger.Offsets
 	// partitionAffine reports whether each partition's records stay on one subtask (partition mod
 	// subtasks), whose transaction commits their offsets with their rows. Such subtasks share
-	// aggregate keys: the fold gives each record only its owner's tables, flushes them only at the
-	// barrier, and a failed epoch is never replayed on one connection.
+	// aggregate keys: the fold gives each record only its owner's tables and flushes them only at
+	// the barrier.
 	partitionAffine() bool
-	// peers is the set a session's subtasks record their connections in, so that a statement
-	// waiting for a lock of a peer's branch of the same epoch is ended; nil where no such wait can
-	// last (every subtask's transaction ends at the barrier on its own).
-	peers() *peerConns
 	// newTxn opens a subtask's transaction on a connection of its own.
 	newTxn(ctx context.Context, db *sql.DB) (txn, error)
 	// barrierOffsets are the offsets subtask i (of n) writes with its rows at the barrier of a

@@ -34,9 +34,6 @@ type epoch struct {
 	skipped   int64
 	firstPoll time.Time
 	oldestTS  time.Time // oldest Kafka timestamp folded in (zero when the records carry none)
-	// serial routes every row to subtask 0: the replay of an epoch that failed on a lock
-	// conflict, possibly between its own subtasks (one branch cannot wait for itself).
-	serial bool
 	// affine is the protocol's partitionAffine, read once per epoch rather than per record.
 	affine bool
 }
@@ -73,7 +70,7 @@ type session struct {
 	blockLast    int64        // last checkpoint id of the block reserved for this session
 }
 
-func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence, serial bool) (*session, error) {
+func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*session, error) {
 	p.setState(Recovering)
 	p.recovered.Store(false)
 	p.Metrics.Recoveries.Inc()
@@ -107,20 +104,14 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence, serial b
 	}
 	p.sessionFirstID.Store(first)
 	s := &session{p: p, fence: fence, cons: cons, positions: start, cur: p.newEpoch(first), blockLast: last}
-	if serial {
-		s.cur.serial = true
-		p.Log.Warn("replaying from the last decision with one sink connection for the first checkpoint",
-			zap.Int64("checkpoint", first), zap.String("why", "the failed checkpoint hit a lock conflict (its subtasks waiting for each other, a lock wait timeout or a deadlock)"))
-	}
 	decided := p.proto.decided(start, from)
 	s.decided.Store(&decided)
 	s.ctx, s.fail = context.WithCancelCause(context.Background())
-	peers := p.proto.peers()
 	parts := make([]participant, p.Config.Subtasks)
 	for i := 0; i < p.Config.Subtasks; i++ {
 		global := p.Config.InstanceIndex()*p.Config.Subtasks + i
 		st := newSubtask(i, global, p.Config.Job.Name, p.Sink, p.schema, p.Plan, p.Config.MySQL.BatchRows, p.Config.MySQL.LockWait/5,
-			p.proto, peers, fence, p.Log.Named("subtask"), p.Metrics)
+			p.proto, fence, p.Log.Named("subtask"), p.Metrics)
 		s.subs = append(s.subs, st)
 		parts[i] = st
 		s.wg.Add(1)

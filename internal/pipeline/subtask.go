@@ -8,28 +8,23 @@
 // must commit it on that same connection). What the barrier does is the protocol's (xa.go,
 // held.go).
 //
-// Subtasks write disjoint rows, yet InnoDB can make one wait for another: when a page splits, the
-// record locks on the first row of the new right page are inherited as a gap lock on the left
-// page's supremum, so a subtask inserting a new key just before a row another subtask updated
-// waits for that subtask, whose transaction only ends after every branch prepared. InnoDB sees no
-// deadlock (the holder is idle), only a lock wait that can never be granted. A subtask whose
-// statement waits for a peer of the same checkpoint ends it (KILL of its own connection) and fails
-// the checkpoint with errPeerLock; the pipeline then replays the epoch on one connection.
+// Subtasks write disjoint rows (routing by key), and their sessions run at READ COMMITTED, so a
+// page split never turns one subtask's row lock into a gap lock that blocks a peer's insert until
+// the checkpoint ends (it did under REPEATABLE READ; see docs/PROTOCOL.md). A statement that still
+// waits for a lock (another writer, a prepared branch nobody resolved) has its blockers logged,
+// and fails at mysql.lock_wait_timeout like any other error.
 package pipeline
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/database"
-	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/sink"
@@ -92,19 +87,14 @@ type subtask struct {
 	// lockReport: a statement still running after this long has the lock it waits for explained in
 	// the log, while the wait lasts (afterwards the server no longer says who held it).
 	lockReport time.Duration
-	// peers are the sink connections of this session's subtasks and the epoch each one's open
-	// branch belongs to: a lock held by a peer's branch of the same epoch can never be granted
-	// before that epoch ends (a peer's branch of an earlier epoch commits without waiting for us).
-	peers *peerConns
-	peer  *peerState    // this subtask's entry in peers
-	proto protocol      // opens the transaction and ends it at the barrier
-	fence *ledger.Fence // the session's: a barrier that decides (held mode's COMMIT) does so under it
+	proto      protocol      // opens the transaction and ends it at the barrier
+	fence      *ledger.Fence // the session's: a barrier that decides (held mode's COMMIT) does so under it
 }
 
 func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, plan *spec.Plan, rows int, lockReport time.Duration,
-	proto protocol, peers *peerConns, fence *ledger.Fence, log *zap.Logger, m *metrics.Metrics) *subtask {
+	proto protocol, fence *ledger.Fence, log *zap.Logger, m *metrics.Metrics) *subtask {
 	return &subtask{idx: idx, global: global, job: job, db: db, schema: schema, plan: plan, rows: rows,
-		data: make(chan batch, 4), ctrl: make(chan decision, 1), lockReport: lockReport, proto: proto, peers: peers,
+		data: make(chan batch, 4), ctrl: make(chan decision, 1), lockReport: lockReport, proto: proto,
 		fence: fence, log: log.With(zap.Int("subtask", global)), m: m}
 }
 
@@ -112,43 +102,6 @@ func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, pla
 func (s *subtask) commit(deadline time.Time, done chan<- error) {
 	s.ctrl <- decision{done: done, deadline: deadline}
 }
-
-// errPeerLock: a subtask's statement waited for a row lock held by another subtask of the same
-// checkpoint (see the file comment); the checkpoint cannot finish as it is.
-var errPeerLock = fault.Classed("lock_conflict", "row lock held by another subtask of the same checkpoint")
-
-// peerConns maps the server connection ids of a session's subtasks to their state.
-type peerConns struct{ m sync.Map }
-
-// peerState is one subtask's: its index, and the epoch of its open branch (0: none).
-type peerState struct {
-	subtask int
-	epoch   atomic.Int64
-}
-
-// add records a subtask's connection; a nil set (a protocol whose peers' locks are released by
-// their own COMMIT at the barrier) records nothing and returns a state nobody reads.
-func (p *peerConns) add(conn int64, subtask int) *peerState {
-	st := &peerState{subtask: subtask}
-	if p != nil {
-		p.m.Store(conn, st)
-	}
-	return st
-}
-
-func (p *peerConns) lookup(conn int64) (*peerState, bool) {
-	if p == nil {
-		return nil, false
-	}
-	v, ok := p.m.Load(conn)
-	if !ok {
-		return nil, false
-	}
-	return v.(*peerState), true
-}
-
-// peerCheck is how long a statement runs before the subtask looks at what it waits for.
-const peerCheck = time.Second
 
 // run serves batches until ctx ends or a write fails. On return the connection is released, and
 // discarded if it holds a transaction: the server then rolls back an active branch and keeps a
@@ -217,7 +170,6 @@ func (s *subtask) commitBranch(ctx context.Context, epoch int64) error {
 			zap.Int64("checkpoint", epoch), zap.String("action", "commit"), zap.Error(err))
 		return err
 	}
-	s.peer.epoch.Store(0)
 	s.m.PendingTransactions.Dec()
 	s.m.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
 	s.log.Debug("commit", zap.String("tag", tag), zap.Int64("checkpoint", epoch))
@@ -243,7 +195,7 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 		for i := 0; i < len(rows); i += s.rows {
 			j := min(i+s.rows, len(rows))
 			s.buf = s.plan.AppendUpsert(s.buf[:0], a, rows[i:j])
-			if err := s.exec(ctx, b.epoch); err != nil {
+			if err := s.exec(ctx); err != nil {
 				return fmt.Errorf("subtask %d: %s: %w", s.global, s.plan.Tables()[a], err)
 			}
 		}
@@ -251,93 +203,56 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 	for i := 0; i < len(b.details); i += s.rows {
 		j := min(i+s.rows, len(b.details))
 		s.buf = s.schema.AppendDetailInsert(s.buf[:0], b.details[i:j])
-		if err := s.exec(ctx, b.epoch); err != nil {
+		if err := s.exec(ctx); err != nil {
 			return fmt.Errorf("subtask %d: detail rows: %w", s.global, err)
 		}
 	}
 	for i := 0; i < len(b.dlq); i += s.rows {
 		j := min(i+s.rows, len(b.dlq))
 		s.buf = s.schema.AppendDLQInsert(s.buf[:0], s.job, b.epoch, b.dlq[i:j])
-		if err := s.exec(ctx, b.epoch); err != nil {
+		if err := s.exec(ctx); err != nil {
 			return fmt.Errorf("subtask %d: dead-letter rows: %w", s.global, err)
 		}
 	}
 	return nil
 }
 
-// exec runs the statement in s.buf inside epoch's transaction. While it runs longer than
-// peerCheck, its lock waits are watched.
-func (s *subtask) exec(ctx context.Context, epoch int64) error {
+// exec runs the statement in s.buf inside the epoch's transaction; one still running after
+// lockReport has what it waits for logged.
+func (s *subtask) exec(ctx context.Context) error {
 	tag, conn := s.branch.Tag(), s.branch.ConnID()
 	wctx, stop := context.WithCancel(ctx)
-	var blocked string // written by the watcher before done closes, read only after
 	done := make(chan struct{})
-	t := time.AfterFunc(peerCheck, func() {
+	t := time.AfterFunc(s.lockReport, func() {
 		defer close(done)
-		blocked = s.watchLocks(wctx, tag, epoch, conn)
+		s.reportLocks(wctx, tag, conn)
 	})
 	err := s.branch.Exec(ctx, string(s.buf))
 	stop()
 	if !t.Stop() {
 		<-done
 	}
-	if msg := blocked; msg != "" {
-		// Even a statement that finished just before the KILL is failed: its connection was
-		// killed (or, if the KILL failed, is discarded when the subtask returns).
-		if err != nil {
-			return fmt.Errorf("%w: %s: %v", errPeerLock, msg, err)
-		}
-		return fmt.Errorf("%w: %s", errPeerLock, msg)
-	}
 	return err
 }
 
-// watchLocks looks at the lock waits of the statement on connection conn, which writes epoch,
-// every second until ctx ends. A wait for a peer's branch of the same epoch ends the statement at
-// once (KILL of the waiting connection: the server rolls its transaction back) and is returned as
-// a description; other blockers are logged once the wait passed lockReport. A blocker without a
-// session is a prepared branch nobody resolved yet: its locks stay until recovery or the resolver
-// (or an operator, for another job's branch) finishes it.
-func (s *subtask) watchLocks(ctx context.Context, tag string, epoch, conn int64) string {
-	start := time.Now().Add(-peerCheck)
-	reported, unreadable := false, false
-	for ctx.Err() == nil {
-		bs, err := database.Blockers(ctx, s.db, conn)
-		due := time.Since(start) >= s.lockReport
-		if err != nil && ctx.Err() == nil && due && !unreadable {
-			unreadable = true
+// reportLocks logs who holds the locks the statement on connection conn waits for, once, while the
+// wait lasts. A blocker without a session is a prepared branch nobody resolved yet: its locks stay
+// until recovery or the resolver (or an operator, for another job's branch) finishes it.
+func (s *subtask) reportLocks(ctx context.Context, tag string, conn int64) {
+	bs, err := database.Blockers(ctx, s.db, conn)
+	if err != nil {
+		if ctx.Err() == nil {
 			s.log.Warn("statement slow; cannot read its lock waits", zap.String("tag", tag), zap.Int64("connection", conn), zap.Error(err))
 		}
-		for _, b := range bs {
-			if peer, ok := s.peers.lookup(b.Thread); ok && b.Thread != conn && peer.epoch.Load() == epoch {
-				msg := fmt.Sprintf("subtask %d (connection %d) holds a lock subtask %d (connection %d) waits for", peer.subtask, b.Thread, s.global, conn)
-				s.log.Warn("row lock held by another subtask of this checkpoint; ending the statement to replay the epoch on one connection",
-					zap.String("tag", tag), zap.Int64("checkpoint", epoch), zap.Int64("connection", conn),
-					zap.Int("blocker_subtask", peer.subtask), zap.Int64("blocker_connection", b.Thread))
-				kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				if _, err := s.db.ExecContext(kctx, fmt.Sprintf("KILL %d", conn)); err != nil {
-					s.log.Warn("ending the waiting statement failed", zap.String("tag", tag), zap.Int64("connection", conn), zap.Error(err))
-				}
-				cancel()
-				return msg
-			}
-		}
-		if len(bs) > 0 && due && !reported {
-			reported = true
-			for _, b := range bs {
-				s.log.Warn("waiting for a row lock", zap.String("tag", tag), zap.Int64("connection", conn),
-					zap.String("blocker_trx", b.TrxID), zap.Int64("blocker_connection", b.Thread),
-					zap.Bool("blocker_detached", b.Thread == 0), zap.String("blocker_state", b.State),
-					zap.Time("blocker_started", b.Started), zap.Int64("blocker_rows_locked", b.RowsLocked),
-					zap.String("blocker_query", b.Query))
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
+		return
 	}
-	return ""
+	for _, b := range bs {
+		s.log.Warn("waiting for a row lock", zap.String("tag", tag), zap.Int64("connection", conn),
+			zap.String("blocker_trx", b.TrxID), zap.Int64("blocker_connection", b.Thread),
+			zap.Bool("blocker_detached", b.Thread == 0), zap.String("blocker_state", b.State),
+			zap.Time("blocker_started", b.Started), zap.Int64("blocker_rows_locked", b.RowsLocked),
+			zap.String("blocker_query", b.Query))
+	}
 }
 
 func (s *subtask) begin(ctx context.Context, epoch int64) error {
@@ -354,13 +269,11 @@ func (s *subtask) begin(ctx context.Context, epoch int64) error {
 			return fmt.Errorf("subtask %d: connect: %w", s.global, err)
 		}
 		s.branch = b
-		s.peer = s.peers.add(b.ConnID(), s.global)
 		s.log.Info("sink connection opened", zap.Int64("connection", b.ConnID()))
 	}
 	if err := s.branch.Start(ctx, tag); err != nil {
 		return err
 	}
-	s.peer.epoch.Store(epoch)
 	s.log.Debug("begin", zap.String("tag", tag), zap.Int64("checkpoint", epoch))
 	return nil
 }

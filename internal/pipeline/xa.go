@@ -31,9 +31,6 @@ func (xaProtocol) decided(start, _ ledger.Offsets) ledger.Offsets { return start
 
 func (xaProtocol) partitionAffine() bool { return false }
 
-// peers: a prepared branch keeps its locks until every branch of its checkpoint prepared.
-func (xaProtocol) peers() *peerConns { return &peerConns{} }
-
 func (xaProtocol) newTxn(ctx context.Context, db *sql.DB) (txn, error) { return xa.NewBranch(ctx, db) }
 
 // barrierOffsets: none; the decision carries every partition's offsets.
