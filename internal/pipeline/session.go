@@ -68,6 +68,9 @@ type session struct {
 	committedAny atomic.Bool
 	coord        *coordinator // completes the checkpoints cut in this session
 	blockLast    int64        // last checkpoint id of the block reserved for this session
+	// group holds the latest committed offsets for the consumer group (kafka.commit_group_offsets),
+	// published off the commit path: the group coordinator being slow must not delay checkpoints.
+	group chan ledger.Offsets
 }
 
 func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*session, error) {
@@ -125,6 +128,14 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 			}
 		}()
 	}
+	if p.Config.Kafka.CommitGroupOffsets {
+		s.group = make(chan ledger.Offsets, 1)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.publishGroup()
+		}()
+	}
 	s.coord = &coordinator{parts: parts, decider: fencedLedger{p.Ledger, fence}, timeout: p.Config.Checkpoint.Timeout,
 		stagger: crashpoint.Enabled, m: p.Metrics, log: p.Log.Named("checkpoint"), committed: s.committed}
 	p.Log.Info("recovered", zap.Int64("resume_checkpoint", first), zap.Int("committed", rec.Committed),
@@ -167,7 +178,35 @@ func (s *session) close(cause error) {
 	if s.inflight != nil {
 		<-s.inflight
 	}
+	if s.group != nil {
+		// The last offsets the publisher had no time for (a drain's final checkpoint): lag tools
+		// should see where a stopped job stands.
+		select {
+		case o := <-s.group:
+			s.commitGroup(o)
+		default:
+		}
+	}
 	s.cons.Close()
+}
+
+// publishGroup commits the latest offsets handed over by committed to the consumer group, one at
+// a time, until the session ends.
+func (s *session) publishGroup() {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case o := <-s.group:
+			s.commitGroup(o)
+		}
+	}
+}
+
+func (s *session) commitGroup(o ledger.Offsets) {
+	if err := s.cons.CommitGroup(o); err != nil {
+		s.p.Log.Named("checkpoint").Warn("publishing offsets to the consumer group failed (lag tooling only)", zap.Error(err))
+	}
 }
 
 var errSessionEnd = errors.New("session ended")
@@ -191,9 +230,13 @@ func (s *session) committed(cp *pending, tags []string, log *zap.Logger) {
 	s.committedAny.Store(true)
 	s.decided.Store(&cp.offsets)
 	log.Debug("committed", zap.Strings("tags", tags), zap.Duration("duration", now.Sub(cp.cutAt)))
-	if p.Config.Kafka.CommitGroupOffsets {
-		if err := s.cons.CommitGroup(cp.offsets); err != nil {
-			log.Warn("publishing offsets to the consumer group failed (lag tooling only)", zap.Error(err))
+	if s.group != nil {
+		// Latest wins: committed runs on one goroutine at a time (one checkpoint in flight), so
+		// emptying the slot and filling it cannot race another sender.
+		select {
+		case <-s.group:
+		default:
 		}
+		s.group <- cp.offsets
 	}
 }
