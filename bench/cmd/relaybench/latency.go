@@ -126,8 +126,7 @@ func latencyRun(e *kit.Env, rate float64, interval, dur time.Duration) (LatencyR
 		return run, err
 	}
 	defer e.DeleteTopic(topic)
-	job := "bench_" + harness.Suffix()
-	dsn, db, err := e.CreateDatabase(job)
+	job, dsn, db, err := e.CreateJob()
 	if err != nil {
 		return run, err
 	}

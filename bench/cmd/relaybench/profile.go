@@ -62,8 +62,7 @@ func runProfile(e *kit.Env, topic string, end map[int32]int64) (*ProfileResult, 
 }
 
 func pprofRun(e *kit.Env, r *ProfileResult, topic string) error {
-	job := "bench_" + harness.Suffix()
-	dsn, _, err := e.CreateDatabase(job)
+	job, dsn, _, err := e.CreateJob()
 	if err != nil {
 		return err
 	}
@@ -122,8 +121,7 @@ func perfRun(e *kit.Env, r *ProfileResult, topic string, end map[int32]int64) er
 	if err != nil {
 		return err
 	}
-	job := "bench_" + harness.Suffix()
-	dsn, db, err := e.CreateDatabase(job)
+	job, dsn, db, err := e.CreateJob()
 	if err != nil {
 		return err
 	}

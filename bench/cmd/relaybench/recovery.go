@@ -180,8 +180,7 @@ func fillHistory(ctx context.Context, db *sql.DB, job, topic string, history int
 // committed checkpoints in its ledger.
 func recoveryRun(e *kit.Env, topic string, n, history, rep int) (RecoveryRun, error) {
 	var run RecoveryRun
-	job := "bench_" + harness.Suffix()
-	dsn, db, err := e.CreateDatabase(job)
+	job, dsn, db, err := e.CreateJob()
 	if err != nil {
 		return run, err
 	}

@@ -70,8 +70,7 @@ func runRSS(e *kit.Env) (*RSSResult, error) {
 
 func rssRun(e *kit.Env, res *RSSResult, topic string, end map[int32]int64, rep int) (RSSRun, error) {
 	var r RSSRun
-	job := "bench_" + harness.Suffix()
-	dsn, db, err := e.CreateDatabase(job)
+	job, dsn, db, err := e.CreateJob()
 	if err != nil {
 		return r, err
 	}

@@ -222,8 +222,7 @@ func runBaseline(e *kit.Env, topic, client string, rep int) (TPRun, error) {
 
 func runRelayThroughput(e *kit.Env, r *TPResult, topic string, end map[int32]int64, client, kind string, rep int) (TPRun, string, error) {
 	run := TPRun{Client: client, Kind: kind, Rep: rep, Records: r.Orders}
-	job := "bench_" + harness.Suffix()
-	dsn, db, err := e.CreateDatabase(job)
+	job, dsn, db, err := e.CreateJob()
 	if err != nil {
 		return run, "", err
 	}

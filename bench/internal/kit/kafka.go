@@ -1,3 +1,7 @@
+// Kafka for the benchmarks: the run's topics (removed at Cleanup) and the loads and reads only a
+// measurement needs, a paced producer and every record's producer timestamp.
+//
+// Invariant: a topic made here is deleted when the run ends, whatever step made it.
 package kit
 
 import (

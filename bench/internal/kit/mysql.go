@@ -1,3 +1,7 @@
+// MySQL for the benchmarks: one database per job, dropped at Cleanup or as soon as the job is done.
+//
+// Invariant: a database is dropped only after the job's prepared XA branches were rolled back (their
+// metadata locks would hold DROP DATABASE), and once.
 package kit
 
 import (
@@ -12,17 +16,18 @@ import (
 	"github.com/relay-sh/relay/internal/xa"
 )
 
-// CreateDatabase makes a fresh database (dropped at Cleanup, after rolling back any XA branch
-// whose tag starts with job) and returns its DSN and an open pool.
-func (e *Env) CreateDatabase(job string) (string, *sql.DB, error) {
+// CreateJob names a fresh job and makes its database (dropped at Cleanup or DropNow, after rolling
+// back any XA branch whose tag starts with the job's name); it returns the job, the database's DSN
+// and an open pool.
+func (e *Env) CreateJob() (job, dsn string, db *sql.DB, err error) {
+	job = "bench_" + harness.Suffix()
 	d, err := harness.CreateDatabase(e.AdminDSN, "relay_bench_")
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
-	db, err := harness.Open(d.DSN)
-	if err != nil {
+	if db, err = harness.Open(d.DSN); err != nil {
 		_ = d.Drop()
-		return "", nil, err
+		return "", "", nil, err
 	}
 	var once sync.Once
 	drop := func() {
@@ -49,7 +54,7 @@ func (e *Env) CreateDatabase(job string) (string, *sql.DB, error) {
 	e.drops[job] = drop
 	e.mu.Unlock()
 	e.OnCleanup(drop)
-	return d.DSN, db, nil
+	return job, d.DSN, db, nil
 }
 
 // DropNow drops the database made for job now (instead of at Cleanup).
