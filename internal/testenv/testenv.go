@@ -1,5 +1,6 @@
 // Package testenv gives tests the real Kafka broker and MySQL server that scripts/services.sh runs
-// (or that RELAY_TEST_KAFKA / RELAY_TEST_MYSQL_DSN name).
+// (or that RELAY_TEST_KAFKA / RELAY_TEST_MYSQL_DSN name): internal/harness's helpers as testing.TB
+// conveniences (a failure fails the test, a cleanup runs when it ends), and the fault proxy.
 //
 // Invariant: each test gets its own database and its own topics, so tests never see each other's
 // rows, offsets or XA branches; without the services a test skips, unless RELAY_TEST_REQUIRE=1
@@ -8,18 +9,13 @@ package testenv
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
-	"github.com/go-sql-driver/mysql"
-
-	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/harness"
 )
 
 func need(t testing.TB, name string) string {
@@ -35,16 +31,12 @@ func need(t testing.TB, name string) string {
 }
 
 // Suffix is a short random name part.
-func Suffix() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
+func Suffix() string { return harness.Suffix() }
 
 // Brokers returns the Kafka bootstrap servers.
 func Brokers(t testing.TB) string { return need(t, "RELAY_TEST_KAFKA") }
 
-// Topic creates a fresh topic with the given partitions.
+// Topic creates a fresh topic with the given partitions, named after the test.
 func Topic(t testing.TB, partitions int) string {
 	t.Helper()
 	brokers := Brokers(t)
@@ -57,19 +49,8 @@ func Topic(t testing.TB, partitions int) string {
 	if len(name) > 200 {
 		name = name[:200]
 	}
-	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": brokers})
-	if err != nil {
+	if err := harness.CreateTopic(brokers, name, partitions); err != nil {
 		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: name, NumPartitions: partitions, ReplicationFactor: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res[0].Error.Code() != kafka.ErrNoError {
-		t.Fatal(res[0].Error)
 	}
 	return name
 }
@@ -77,16 +58,8 @@ func Topic(t testing.TB, partitions int) string {
 // AddPartitions grows a topic to total partitions.
 func AddPartitions(t testing.TB, topic string, total int) {
 	t.Helper()
-	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": Brokers(t)})
-	if err != nil {
+	if err := harness.AddPartitions(Brokers(t), topic, total); err != nil {
 		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := a.CreatePartitions(ctx, []kafka.PartitionsSpecification{{Topic: topic, IncreaseTo: total}})
-	if err != nil || res[0].Error.Code() != kafka.ErrNoError {
-		t.Fatalf("add partitions: %v %v", err, res)
 	}
 }
 
@@ -97,26 +70,18 @@ func AdminDSN(t testing.TB) string { return need(t, "RELAY_TEST_MYSQL_DSN") }
 // (after its XA branches were rolled back, so a failed test leaves no locks behind).
 func Database(t testing.TB) string {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(AdminDSN(t))
+	d, err := harness.CreateDatabase(AdminDSN(t), "relay_t_")
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := "relay_t_" + Suffix()
-	admin := Open(t, cfg.FormatDSN())
-	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = admin.Exec("DROP DATABASE IF EXISTS " + name)
-	})
-	cfg.DBName = name
-	return cfg.FormatDSN()
+	t.Cleanup(func() { _ = d.Drop() })
+	return d.DSN
 }
 
 // Open opens a pool with relay's session settings; closed when the test ends.
 func Open(t testing.TB, dsn string) *sql.DB {
 	t.Helper()
-	db, err := database.Open(dsn, database.Session{WaitTimeout: time.Hour, LockWaitTimeout: 10 * time.Second})
+	db, err := harness.Open(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

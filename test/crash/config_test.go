@@ -18,9 +18,9 @@ func TestPropertyCheckAndSecretFiles(t *testing.T) {
 	const kafkaSecret = `Pw,kafka\51be2d`
 	refused := e.start("RELAY_KAFKA_PROPERTIES=sasl.username=relay,sasl.pasword=Pw-kafka-51be2d")
 	if err := refused.wait(t, 30*time.Second); err == nil {
-		t.Fatalf("relay ran with an unknown librdkafka property\n%s", tail(refused.log, 10))
+		t.Fatalf("relay ran with an unknown librdkafka property\n%s", tail(refused.Log, 10))
 	}
-	if log := tail(refused.log, 20); !strings.Contains(log, `"sasl.pasword" is not a librdkafka`) || strings.Contains(log, "Pw-kafka") {
+	if log := tail(refused.Log, 20); !strings.Contains(log, `"sasl.pasword" is not a librdkafka`) || strings.Contains(log, "Pw-kafka") {
 		t.Errorf("the refusal does not name the key, or shows the value:\n%s", log)
 	}
 	var tables int
@@ -46,13 +46,13 @@ func TestPropertyCheckAndSecretFiles(t *testing.T) {
 	}
 	ok := e.start("RELAY_MYSQL_DSN="+cfg.FormatDSN(), "RELAY_MYSQL_PASSWORD_FILE="+mysqlFile,
 		"RELAY_KAFKA_PROPERTIES=sasl.username=relay", "RELAY_KAFKA_SASL_PASSWORD_FILE="+kafkaFile)
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, ok.log, "recovered")) > 0 }, "relay running with passwords from files")
-	ok.kill()
-	b, err := os.ReadFile(ok.log)
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, ok.Log, "recovered")) > 0 }, "relay running with passwords from files")
+	ok.Kill()
+	b, err := os.ReadFile(ok.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(string(b), kafkaSecret) {
-		t.Errorf("%s holds the Kafka secret", ok.log)
+		t.Errorf("%s holds the Kafka secret", ok.Log)
 	}
 }

@@ -65,7 +65,7 @@ func TestCrashPoints(t *testing.T) {
 			}
 			if tc.thenCrashAt != "" {
 				p := e.crashAt(tc.thenCrashAt)
-				resolved := logEvents(t, p.log, "in-doubt branch resolved")
+				resolved := logEvents(t, p.Log, "in-doubt branch resolved")
 				if len(resolved) != 1 || resolved[0]["action"] != tc.wantOutcome {
 					t.Fatalf("recovery before the second crash resolved %v, want one %s", resolved, tc.wantOutcome)
 				}
@@ -157,7 +157,7 @@ func (e *env) crashAt(point string, extra ...string) *proc {
 	e.t.Helper()
 	p := e.start(append([]string{"RELAY_CRASH_AT=" + point}, extra...)...)
 	if err := p.wait(e.t, 60*time.Second); !killedBySIGKILL(err) {
-		e.t.Fatalf("relay was not killed at %s: %v\n%s", point, err, tail(p.log, 20))
+		e.t.Fatalf("relay was not killed at %s: %v\n%s", point, err, tail(p.Log, 20))
 	}
 	return p
 }

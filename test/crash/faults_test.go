@@ -60,12 +60,13 @@ func (e *env) waitCommitAbove(p *proc, id int64, d time.Duration) time.Duration 
 	start := time.Now()
 	for e.maxCheckpoint() <= id {
 		select {
-		case err := <-p.done:
-			e.t.Fatalf("relay exited: %v\n%s", err, tail(p.log, 30))
+		case <-p.Done():
+			err := p.Err()
+			e.t.Fatalf("relay exited: %v\n%s", err, tail(p.Log, 30))
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Since(start) > d {
-			e.t.Fatalf("no checkpoint above %d within %s\n%s\n%s", id, d, tail(p.log, 30), e.serverState())
+			e.t.Fatalf("no checkpoint above %d within %s\n%s\n%s", id, d, tail(p.Log, 30), e.serverState())
 		}
 	}
 	return time.Since(start)
@@ -107,13 +108,14 @@ func networkFaults(t *testing.T, seconds int, extra ...string) {
 	deadline := time.Now().Add(time.Duration(seconds) * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-p.done:
-			selfExits[exitLine(p.log, err)]++
+		case <-p.Done():
+			err := p.Err()
+			selfExits[exitLine(p.Log, err)]++
 			p = e.start()
 		case <-time.After(time.Duration(1000+rng.IntN(3000)) * time.Millisecond):
 		}
 		if faults%8 == 7 {
-			p.kill()
+			p.Kill()
 			kills++
 			p = e.start()
 			faults++
@@ -162,7 +164,7 @@ func networkFaults(t *testing.T, seconds int, extra ...string) {
 	}
 	// Let the last blackholes end: a blackholed session of a killed run may still hold a branch.
 	time.Sleep(time.Until(lastHole))
-	p.kill()
+	p.Kill()
 	e.finish(totals)
 }
 
@@ -192,13 +194,13 @@ func TestVanishedHost(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		e.waitCommitAbove(p, e.maxCheckpoint(), 30*time.Second)
 		px.BlackholeAll(testenv.Forever)
-		p.kill()
+		p.Kill()
 		before := e.maxCheckpoint()
 		q := e.start()
 		d := e.waitCommitAbove(q, before, lease+30*time.Second)
 		took = append(took, d)
-		if len(logEvents(t, q.log, "took the job over")) == 0 {
-			t.Fatalf("replacement %d committed without taking the job over:\n%s", i, tail(q.log, 20))
+		if len(logEvents(t, q.Log, "took the job over")) == 0 {
+			t.Fatalf("replacement %d committed without taking the job over:\n%s", i, tail(q.Log, 20))
 		}
 		if d > lease+15*time.Second {
 			t.Fatalf("replacement %d committed its first checkpoint %s after the old host vanished (limit lease + 15 s = %s)", i, d, lease+15*time.Second)
@@ -223,28 +225,28 @@ func TestStaleOwnerStandsDown(t *testing.T) {
 	totals := loadgen.NewTotals()
 	stop := e.streamOrders(totals, 2000, 11)
 	a := e.start("RELAY_CRASH_AT=after-prepare:5", "RELAY_CRASH_ACTION=stop")
-	waitFor(t, 60*time.Second, func() bool { return strings.Contains(tail(a.log, 5), "crashpoint: stopping at after-prepare") },
+	waitFor(t, 60*time.Second, func() bool { return strings.Contains(tail(a.Log, 5), "crashpoint: stopping at after-prepare") },
 		"the first owner to freeze after a prepare")
 	epochA := ownerEpoch(t, a)
 	b := e.start()
 	e.waitCommitAbove(b, e.maxCheckpoint(), 60*time.Second)
-	if ev := logEvents(t, b.log, "took the job over"); len(ev) != 1 || ev[0]["from"] != "expired_lease" {
-		t.Fatalf("new owner's takeover: %v\n%s", ev, tail(b.log, 20))
+	if ev := logEvents(t, b.Log, "took the job over"); len(ev) != 1 || ev[0]["from"] != "expired_lease" {
+		t.Fatalf("new owner's takeover: %v\n%s", ev, tail(b.Log, 20))
 	}
-	if len(logEvents(t, b.log, "in-doubt branch resolved")) == 0 {
-		t.Fatalf("the new owner resolved none of the frozen owner's prepared branches:\n%s", tail(b.log, 30))
+	if len(logEvents(t, b.Log, "in-doubt branch resolved")) == 0 {
+		t.Fatalf("the new owner resolved none of the frozen owner's prepared branches:\n%s", tail(b.Log, 30))
 	}
 	var woke time.Time
 	if err := e.db.QueryRow(`SELECT UTC_TIMESTAMP(6)`).Scan(&woke); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := a.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	err := a.wait(t, 30*time.Second)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
-		t.Fatalf("stale owner after waking: %v, want exit status 3 (fenced)\n%s", err, tail(a.log, 20))
+		t.Fatalf("stale owner after waking: %v, want exit status 3 (fenced)\n%s", err, tail(a.Log, 20))
 	}
 	var late int
 	if err := e.db.QueryRow(`SELECT COUNT(*) FROM relay_checkpoints WHERE job = ? AND owner_epoch = ? AND decided_at >= ?`,
@@ -264,9 +266,9 @@ func TestStaleOwnerStandsDown(t *testing.T) {
 
 func ownerEpoch(t *testing.T, p *proc) int64 {
 	t.Helper()
-	ev := logEvents(t, p.log, "job fenced")
+	ev := logEvents(t, p.Log, "job fenced")
 	if len(ev) == 0 {
-		t.Fatalf("no fence event in the log:\n%s", tail(p.log, 20))
+		t.Fatalf("no fence event in the log:\n%s", tail(p.Log, 20))
 	}
 	return int64(ev[len(ev)-1]["owner_epoch"].(float64))
 }
@@ -292,12 +294,13 @@ func TestServerRestarts(t *testing.T) {
 		deadline := time.Now().Add(90 * time.Second)
 		for diff(want, e.actual(want.Plan)) != "" {
 			select {
-			case err := <-p.done:
-				t.Fatalf("relay exited: %v\n%s", err, tail(p.log, 30))
+			case <-p.Done():
+				err := p.Err()
+				t.Fatalf("relay exited: %v\n%s", err, tail(p.Log, 30))
 			case <-time.After(200 * time.Millisecond):
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("totals not reached after seed %d:\n%s\n%s", seed, diff(want, e.actual(want.Plan)), tail(p.log, 30))
+				t.Fatalf("totals not reached after seed %d:\n%s\n%s", seed, diff(want, e.actual(want.Plan)), tail(p.Log, 30))
 			}
 		}
 	}
@@ -306,7 +309,7 @@ func TestServerRestarts(t *testing.T) {
 	burst(2)
 	restartService(t, "mariadb")
 	burst(3)
-	restarts := len(logEvents(t, p.log, "session failed; restarting in-process through recovery"))
+	restarts := len(logEvents(t, p.Log, "session failed; restarting in-process through recovery"))
 	t.Logf("relay stayed up through a broker and a MariaDB SIGKILL; %d in-process restarts", restarts)
 	e.stopAll([]*proc{p})
 	e.finish(totals)

@@ -16,23 +16,24 @@ import (
 func TestDuplicateInstanceFenced(t *testing.T) {
 	e := newEnv(t, 1)
 	a := e.start()
-	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, a.log, "recovered")) > 0 }, "first relay running")
+	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, a.Log, "recovered")) > 0 }, "first relay running")
 	b := e.start()
 	err := b.wait(t, 20*time.Second)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
-		t.Fatalf("second relay: %v, want exit status 3\n%s", err, tail(b.log, 10))
+		t.Fatalf("second relay: %v, want exit status 3\n%s", err, tail(b.Log, 10))
 	}
-	out, _ := os.ReadFile(b.log)
-	if !strings.Contains(string(out), "running elsewhere") || !strings.Contains(string(out), fmt.Sprintf("pid %d", a.cmd.Process.Pid)) {
-		t.Fatalf("second relay's error does not name the holder (pid %d):\n%s", a.cmd.Process.Pid, tail(b.log, 5))
+	out, _ := os.ReadFile(b.Log)
+	if !strings.Contains(string(out), "running elsewhere") || !strings.Contains(string(out), fmt.Sprintf("pid %d", a.PID())) {
+		t.Fatalf("second relay's error does not name the holder (pid %d):\n%s", a.PID(), tail(b.Log, 5))
 	}
 	select {
-	case err := <-a.done:
+	case <-a.Done():
+		err := a.Err()
 		t.Fatalf("first relay stopped: %v", err)
 	default:
 	}
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = a.Signal(syscall.SIGTERM)
 	if err := a.wait(t, 30*time.Second); err != nil {
 		t.Fatalf("first relay did not stop cleanly: %v", err)
 	}

@@ -57,9 +57,9 @@ func TestGroupOffsetsFollowTheLedger(t *testing.T) {
 	if err := e.produce(ctx, totals, loadgen.Options{Orders: 3000, Batch: 200, SKUs: 30, Windows: 3, Seed: 8, TxnID: "lg2-" + e.topic}); err != nil {
 		t.Fatal(err)
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.Signal(syscall.SIGTERM)
 	if err := p.wait(t, 60*time.Second); err != nil {
-		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.log, 20))
+		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.Log, 20))
 	}
 	if ok, why := same(); !ok {
 		t.Fatalf("after the stop the group lags the ledger: %s", why)

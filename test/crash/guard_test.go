@@ -24,16 +24,16 @@ func (e *env) refused(want ...string) {
 	err := p.wait(e.t, 60*time.Second)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-		e.t.Fatalf("relay run: %v, want exit status 1\n%s", err, tail(p.log, 10))
+		e.t.Fatalf("relay run: %v, want exit status 1\n%s", err, tail(p.Log, 10))
 	}
-	out := tail(p.log, 3)
+	out := tail(p.Log, 3)
 	for _, w := range want {
 		if !strings.Contains(out, w) {
 			e.t.Fatalf("relay run's refusal lacks %q:\n%s", w, out)
 		}
 	}
-	if len(logEvents(e.t, p.log, "recovered")) > 0 {
-		e.t.Fatalf("relay consumed before refusing:\n%s", tail(p.log, 10))
+	if len(logEvents(e.t, p.Log, "recovered")) > 0 {
+		e.t.Fatalf("relay consumed before refusing:\n%s", tail(p.Log, 10))
 	}
 }
 
@@ -78,7 +78,7 @@ func TestSecondJobOnTableRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := e.start()
-	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, a.log, "recovered")) > 0 }, "the first job running")
+	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, a.Log, "recovered")) > 0 }, "the first job running")
 	other := *e
 	other.job = "k" + testenv.Suffix()
 	other.refused("order_stats_minute is written by job "+e.job, "job "+other.job+" would add its totals into the same rows")
@@ -87,11 +87,12 @@ func TestSecondJobOnTableRefused(t *testing.T) {
 		t.Fatalf("preflight of the second job: exit %d\n%s%s", code, stdout, stderr)
 	}
 	select {
-	case err := <-a.done:
-		t.Fatalf("the first job stopped: %v\n%s", err, tail(a.log, 10))
+	case <-a.Done():
+		err := a.Err()
+		t.Fatalf("the first job stopped: %v\n%s", err, tail(a.Log, 10))
 	default:
 	}
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = a.Signal(syscall.SIGTERM)
 	if err := a.wait(t, 60*time.Second); err != nil {
 		t.Fatalf("the first job did not stop cleanly: %v", err)
 	}

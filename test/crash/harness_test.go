@@ -7,10 +7,8 @@
 package crash
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -27,6 +25,7 @@ import (
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/pipeline"
@@ -114,11 +113,7 @@ func (e *env) keepLogsIfFailed() {
 }
 
 // proc is one running relay.
-type proc struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan error
-}
+type proc struct{ *harness.Relay }
 
 // start runs relay run; extra holds RELAY_* variables and, starting with "--", command-line flags.
 func (e *env) start(extra ...string) *proc {
@@ -132,25 +127,14 @@ func (e *env) start(extra ...string) *proc {
 	}
 	logPath := filepath.Join(e.dir, fmt.Sprintf("relay-%d.log", len(e.logs)+1))
 	e.logs = append(e.logs, logPath)
-	f, err := os.Create(logPath)
+	r, err := harness.Start(harness.Options{Bin: relayBin, Args: append([]string{"run"}, flags...), Log: logPath,
+		Env: e.environ(append([]string{"RELAY_HTTP_ADDR=127.0.0.1:0", "RELAY_LOG_LEVEL=info"}, extraEnv...))})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	cmd := exec.Command(relayBin, append([]string{"run"}, flags...)...)
-	cmd.Env = e.environ(append([]string{"RELAY_HTTP_ADDR=127.0.0.1:0", "RELAY_LOG_LEVEL=info"}, extraEnv...))
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, log: logPath, done: make(chan error, 1)}
-	// A test that fails before it stops relay must not leave it running (a SIGKILL of a process
-	// that already exited is an error nobody needs).
-	e.t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
-	go func() {
-		p.done <- cmd.Wait()
-		f.Close()
-	}()
-	return p
+	// A test that fails before it stops relay must not leave it running.
+	e.t.Cleanup(r.Kill)
+	return &proc{r}
 }
 
 // environ is the environment of a relay process (run or another command) for this job: the test's
@@ -170,22 +154,21 @@ func (e *env) environ(extraEnv []string) []string {
 	return append(env, extraEnv...)
 }
 
-func (p *proc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
 // wait returns the exit error, failing the test if relay does not exit in time.
 func (p *proc) wait(t *testing.T, d time.Duration) error {
 	t.Helper()
-	select {
-	case err := <-p.done:
-		return err
-	case <-time.After(d):
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-		t.Fatalf("relay did not exit within %s; log:\n%s", d, tail(p.log, 30))
-		return nil
+	err := p.Wait(d)
+	if errors.Is(err, harness.ErrNoExit) {
+		t.Fatalf("%v; log:\n%s", err, tail(p.Log, 30))
+	}
+	return err
+}
+
+// exited fails the test if relay has exited.
+func (p *proc) exited(t *testing.T) {
+	t.Helper()
+	if !p.Alive() {
+		t.Fatalf("relay exited early: %v\n%s", p.Err(), tail(p.Log, 30))
 	}
 }
 
@@ -199,40 +182,20 @@ func killedBySIGKILL(err error) bool {
 	return false
 }
 
-func tail(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func tail(path string, n int) string { return harness.Tail(path, n) }
 
 // logEvents returns the JSON log entries with the given message.
 func logEvents(t *testing.T, path, msg string) []map[string]any {
-	var out []map[string]any
-	eachLine(t, path, func(_ int, line []byte) {
-		var m map[string]any
-		if json.Unmarshal(line, &m) == nil && m["msg"] == msg {
-			out = append(out, m)
-		}
-	})
-	return out
-}
-
-// eachLine calls fn with every line of a log file (numbered from 1).
-func eachLine(t *testing.T, path string, fn func(n int, line []byte)) {
 	t.Helper()
-	f, err := os.Open(path)
+	lines, err := harness.Events(path, msg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		fn(n, sc.Bytes())
+	out := make([]map[string]any, len(lines))
+	for i, l := range lines {
+		out[i] = l.Fields
 	}
+	return out
 }
 
 // lockKeyRow inserts, in a transaction it leaves open, the sink row of SKU-0 in the window of
@@ -332,21 +295,12 @@ func (e *env) serverState() string {
 
 // ledgerRows returns checkpoint id → state.
 func (e *env) ledgerRows() map[int64]string {
-	rows, err := e.db.Query(`SELECT checkpoint_id, state FROM relay_checkpoints WHERE job = ?`, e.job)
+	e.t.Helper()
+	rows, err := harness.CheckpointStates(context.Background(), e.db, e.job)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer rows.Close()
-	out := map[int64]string{}
-	for rows.Next() {
-		var id int64
-		var st string
-		if err := rows.Scan(&id, &st); err != nil {
-			e.t.Fatal(err)
-		}
-		out[id] = st
-	}
-	return out
+	return rows
 }
 
 // actual reads every aggregate table of plan (a table not created yet is empty).
@@ -415,15 +369,8 @@ func (e *env) startLayout(m int, extraEnv ...string) []*proc {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for _, p := range ps {
-		for len(logEvents(t, p.log, "recovered")) == 0 {
-			select {
-			case err := <-p.done:
-				t.Fatalf("relay exited early: %v\n%s", err, tail(p.log, 30))
-			case <-time.After(100 * time.Millisecond):
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("relay did not finish recovery in time\n%s", tail(p.log, 30))
-			}
+		if _, err := p.WaitLog(func(l harness.LogLine) bool { return l.Msg == "recovered" }, time.Until(deadline)); err != nil {
+			t.Fatalf("relay did not finish recovery: %v\n%s", err, tail(p.Log, 30))
 		}
 	}
 	return ps
@@ -432,11 +379,11 @@ func (e *env) startLayout(m int, extraEnv ...string) []*proc {
 // stopAll sends SIGTERM to every process and requires each to drain and exit 0.
 func (e *env) stopAll(ps []*proc) {
 	for _, p := range ps {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.Signal(syscall.SIGTERM)
 	}
 	for _, p := range ps {
 		if err := p.wait(e.t, 60*time.Second); err != nil {
-			e.t.Fatalf("relay did not stop cleanly on SIGTERM: %v\n%s", err, tail(p.log, 30))
+			e.t.Fatalf("relay did not stop cleanly on SIGTERM: %v\n%s", err, tail(p.Log, 30))
 		}
 	}
 }
@@ -451,11 +398,7 @@ func (e *env) finishInstances(totals *loadgen.Totals, m int) {
 	deadline := time.Now().Add(90 * time.Second)
 	for diff(want, e.actual(want.Plan)) != "" && time.Now().Before(deadline) {
 		for _, p := range ps {
-			select {
-			case err := <-p.done:
-				t.Fatalf("relay exited early: %v\n%s", err, tail(p.log, 30))
-			default:
-			}
+			p.exited(t)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}

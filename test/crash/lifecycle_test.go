@@ -32,8 +32,8 @@ func TestNewPartitionsPickedUp(t *testing.T) {
 	if err := e.produce(ctx, totals, loadgen.Options{Orders: 3000, Batch: 100, Seed: 22, TxnID: "lg2-" + e.topic}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.log, "new partition assigned")) == 3 }, "three new partitions assigned")
-	p.kill()
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "new partition assigned")) == 3 }, "three new partitions assigned")
+	p.Kill()
 	e.finish(totals) // checks every partition has a ledger offset and nothing is left unread
 }
 
@@ -59,9 +59,9 @@ func TestCheckpointFailuresExit(t *testing.T) {
 	err := p.wait(t, 90*time.Second)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("relay exit: %v, want status 1\n%s", err, tail(p.log, 10))
+		t.Fatalf("relay exit: %v, want status 1\n%s", err, tail(p.Log, 10))
 	}
-	if out := tail(p.log, 3); !strings.Contains(out, "3 consecutive failures without a committed checkpoint") {
+	if out := tail(p.Log, 3); !strings.Contains(out, "3 consecutive failures without a committed checkpoint") {
 		t.Fatalf("exit reason not stated:\n%s", out)
 	}
 	if bs := e.branches(); len(bs) != 0 {
@@ -108,9 +108,9 @@ func TestBadInputPolicies(t *testing.T) {
 		err := p.wait(t, 60*time.Second)
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Fatalf("relay exit: %v, want status 1\n%s", err, tail(p.log, 5))
+			t.Fatalf("relay exit: %v, want status 1\n%s", err, tail(p.Log, 5))
 		}
-		if out := tail(p.log, 3); !strings.Contains(out, "bad input") || !strings.Contains(out, e.topic+"/0@") {
+		if out := tail(p.Log, 3); !strings.Contains(out, "bad input") || !strings.Contains(out, e.topic+"/0@") {
 			t.Fatalf("exit does not name the bad record:\n%s", out)
 		}
 		want, _, _ := totals.Snapshot()
@@ -130,7 +130,7 @@ func TestIdleCutCommitsWhenTrafficPauses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	off := e.start("RELAY_CHECKPOINT_IDLE_AFTER=0")
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, off.log, "recovered")) > 0 }, "relay running")
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, off.Log, "recovered")) > 0 }, "relay running")
 	totals := loadgen.NewTotals()
 	if err := e.produce(ctx, totals, loadgen.Options{Orders: 500, Batch: 100, Seed: 41}); err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestIdleCutCommitsWhenTrafficPauses(t *testing.T) {
 	if n := e.maxCheckpoint(); n != 0 {
 		t.Fatalf("with idle_after off, checkpoint %d committed within 3s of a 30s interval", n)
 	}
-	off.kill()
+	off.Kill()
 
 	p := e.start("RELAY_CHECKPOINT_IDLE_AFTER=100ms")
 	start := time.Now()
@@ -150,7 +150,7 @@ func TestIdleCutCommitsWhenTrafficPauses(t *testing.T) {
 	}
 	_, _, good := totals.Snapshot()
 	waitFor(t, 10*time.Second, func() bool { return e.committedOrders() == good }, "the second burst to become visible")
-	p.kill()
+	p.Kill()
 	e.finish(totals)
 }
 
@@ -164,7 +164,7 @@ func TestTrickleVisibleWhileArriving(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	p := e.start()
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.log, "recovered")) > 0 }, "relay running")
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay running")
 	totals := loadgen.NewTotals()
 	produced := make(chan error, 1)
 	go func() {
@@ -185,12 +185,12 @@ func TestTrickleVisibleWhileArriving(t *testing.T) {
 		}
 	}
 	if during == 0 {
-		t.Fatalf("no checkpoint committed during the 1.25 s trickle; relay log:\n%s", tail(p.log, 20))
+		t.Fatalf("no checkpoint committed during the 1.25 s trickle; relay log:\n%s", tail(p.Log, 20))
 	}
 	t.Logf("%d checkpoints committed while the trickle was arriving", during)
 	_, _, good := totals.Snapshot()
 	waitFor(t, 30*time.Second, func() bool { return e.committedOrders() == good }, "the whole trickle to become visible")
-	p.kill()
+	p.Kill()
 	e.finish(totals)
 }
 
@@ -206,27 +206,27 @@ func TestSecretsNotLogged(t *testing.T) {
 	cfg.Passwd = mysqlSecret // wrong: relay stops at its first query
 	refused := e.start("RELAY_MYSQL_DSN=" + cfg.FormatDSN())
 	if err := refused.wait(t, 90*time.Second); err == nil {
-		t.Fatalf("relay ran with a wrong MySQL password\n%s", tail(refused.log, 10))
+		t.Fatalf("relay ran with a wrong MySQL password\n%s", tail(refused.Log, 10))
 	}
 	ok := e.start("RELAY_KAFKA_PROPERTIES=sasl.username=relay,sasl.password=" + kafkaSecret)
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, ok.log, "recovered")) > 0 }, "relay running with SASL properties")
-	ok.kill()
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, ok.Log, "recovered")) > 0 }, "relay running with SASL properties")
+	ok.Kill()
 	for _, p := range []*proc{refused, ok} {
-		b, err := os.ReadFile(p.log)
+		b, err := os.ReadFile(p.Log)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, secret := range []string{mysqlSecret, kafkaSecret} {
 			if strings.Contains(string(b), secret) {
-				t.Errorf("%s holds the secret %s:\n%s", p.log, secret, b)
+				t.Errorf("%s holds the secret %s:\n%s", p.Log, secret, b)
 			}
 		}
 	}
-	if !strings.Contains(tail(refused.log, 50), "Access denied") {
-		t.Errorf("the refused run does not say why:\n%s", tail(refused.log, 10))
+	if !strings.Contains(tail(refused.Log, 50), "Access denied") {
+		t.Errorf("the refused run does not say why:\n%s", tail(refused.Log, 10))
 	}
-	if !strings.Contains(tail(refused.log, 200), "xxxxx") {
-		t.Errorf("the refused run does not log its (redacted) DSN:\n%s", tail(refused.log, 10))
+	if !strings.Contains(tail(refused.Log, 200), "xxxxx") {
+		t.Errorf("the refused run does not log its (redacted) DSN:\n%s", tail(refused.Log, 10))
 	}
 }
 
@@ -240,14 +240,14 @@ func TestLockWaitTimeoutRestarts(t *testing.T) {
 	defer cancel()
 	opts := loadgen.Options{Orders: 3000, Batch: 100, SKUs: 40, Windows: 2, StartTS: 1764000000000, Seed: 41}
 	p := e.start() // creates the table
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.log, "recovered")) > 0 }, "relay running")
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay running")
 	holder := e.lockKeyRow(ctx, opts)
 	totals := loadgen.NewTotals()
 	if err := e.produce(ctx, totals, opts); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 60*time.Second, func() bool {
-		for _, ev := range logEvents(t, p.log, "session failed; restarting in-process through recovery") {
+		for _, ev := range logEvents(t, p.Log, "session failed; restarting in-process through recovery") {
 			if s, _ := ev["error"].(string); strings.Contains(s, "1205") && ev["cause"] == "lock_conflict" {
 				return true
 			}
@@ -264,6 +264,6 @@ func TestLockWaitTimeoutRestarts(t *testing.T) {
 		_ = e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM relay_checkpoints WHERE job = ? AND checkpoint_id > ? AND CONCAT(tags, ',') LIKE '%-0,%' AND CONCAT(tags, ',') LIKE '%-1,%'", e.job, failedBefore).Scan(&n)
 		return n > 0
 	}, "a checkpoint after the release with branches of both subtasks")
-	p.kill()
+	p.Kill()
 	e.finish(totals)
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/crashpoint"
+	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/xa"
@@ -33,18 +34,11 @@ import (
 // httpAddr waits for relay's "http listening" log line and returns the bound address.
 func httpAddr(t *testing.T, p *proc) string {
 	t.Helper()
-	var addr string
-	waitFor(t, 60*time.Second, func() bool {
-		select {
-		case err := <-p.done:
-			t.Fatalf("relay exited before listening: %v\n%s", err, tail(p.log, 20))
-		default:
-		}
-		for _, ev := range logEvents(t, p.log, "http listening") {
-			addr, _ = ev["addr"].(string)
-		}
-		return addr != ""
-	}, "relay's http listener")
+	l, err := p.WaitLog(func(l harness.LogLine) bool { return l.Msg == "http listening" }, 60*time.Second)
+	if err != nil {
+		t.Fatalf("relay's http listener: %v\n%s", err, tail(p.Log, 20))
+	}
+	addr, _ := l.Fields["addr"].(string)
 	return addr
 }
 
@@ -170,7 +164,7 @@ func TestMetricsAfterCrash(t *testing.T) {
 	p := e.start()
 	addr := httpAddr(t, p)
 	// Recovery's counters are final once it logged its outcome.
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.log, "recovered")) > 0 }, "recovery to finish")
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "recovery to finish")
 	var first scrape
 	waitFor(t, 90*time.Second, func() bool {
 		first = scrapeMetrics(t, addr)
@@ -298,9 +292,9 @@ func TestMetricsAfterCrash(t *testing.T) {
 		t.Errorf("latency histograms: visibility %d samples sum %.3fs, end to end %d samples sum %.3fs",
 			vh.GetSampleCount(), vh.GetSampleSum(), eh.GetSampleCount(), eh.GetSampleSum())
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.Signal(syscall.SIGTERM)
 	if err := p.wait(t, 60*time.Second); err != nil {
-		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.log, 20))
+		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.Log, 20))
 	}
 	e.finish(totals)
 }
@@ -337,7 +331,7 @@ func TestReadyzDuringRecovery(t *testing.T) {
 	p := e.start()
 	addr := httpAddr(t, p)
 	waitFor(t, 30*time.Second, func() bool {
-		return len(logEvents(t, p.log, "branch still attached to a session, waiting")) > 0
+		return len(logEvents(t, p.Log, "branch still attached to a session, waiting")) > 0
 	}, "recovery to find the held branch")
 	code, body := get(t, addr, "/readyz")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "recovery") {
@@ -346,7 +340,7 @@ func TestReadyzDuringRecovery(t *testing.T) {
 	if got := scrapeMetrics(t, addr).value(t, "relay_ready"); got != 0 {
 		t.Fatalf("relay_ready = %v while /readyz answers 503", got)
 	}
-	if len(logEvents(t, p.log, "recovered")) != 0 {
+	if len(logEvents(t, p.Log, "recovered")) != 0 {
 		t.Fatal("relay logged recovered while the branch was still held")
 	}
 
@@ -362,7 +356,7 @@ func TestReadyzDuringRecovery(t *testing.T) {
 		code, _ := get(t, addr, "/readyz")
 		return code == http.StatusOK
 	}, "/readyz to answer 200 after recovery")
-	if left := logEvents(t, p.log, "in-doubt branch left to the resolver"); len(left) != 0 {
+	if left := logEvents(t, p.Log, "in-doubt branch left to the resolver"); len(left) != 0 {
 		t.Fatalf("recovery gave up on the branch before the session ended (the test closed it too late): %v", left)
 	}
 	if bs := e.branches(); len(bs) != 0 {
@@ -375,7 +369,7 @@ func TestReadyzDuringRecovery(t *testing.T) {
 	if rows != 0 {
 		t.Fatalf("the undecided branch's row is visible: it was committed, not rolled back")
 	}
-	resolved := logEvents(t, p.log, "in-doubt branch resolved")
+	resolved := logEvents(t, p.Log, "in-doubt branch resolved")
 	if len(resolved) != 1 || resolved[0]["tag"] != tag || resolved[0]["action"] != "rollback" {
 		t.Fatalf("recovery resolved %v, want one rollback of %s", resolved, tag)
 	}
@@ -390,9 +384,9 @@ func TestReadyzDuringRecovery(t *testing.T) {
 	}
 	// relay_ready follows the readiness rule at every scrape, whether or not anything polls /readyz.
 	waitFor(t, 15*time.Second, func() bool { return scrapeMetrics(t, addr).value(t, "relay_ready") == 1 }, "relay_ready to become 1")
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.Signal(syscall.SIGTERM)
 	if err := p.wait(t, 60*time.Second); err != nil {
-		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.log, 20))
+		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.Log, 20))
 	}
 }
 
@@ -429,7 +423,7 @@ func TestReadyzStaleCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, func() bool {
-		for _, ev := range logEvents(t, p.log, "waiting for a row lock") {
+		for _, ev := range logEvents(t, p.Log, "waiting for a row lock") {
 			if ev["blocker_connection"] == float64(holderConn) && ev["blocker_detached"] == false {
 				return true
 			}
@@ -440,9 +434,9 @@ func TestReadyzStaleCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, func() bool { code, _ := get(t, addr, "/readyz"); return code == http.StatusOK }, "/readyz 200 after the lock is released")
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.Signal(syscall.SIGTERM)
 	if err := p.wait(t, 60*time.Second); err != nil {
-		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.log, 20))
+		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.Log, 20))
 	}
 	e.finish(totals)
 }

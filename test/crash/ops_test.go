@@ -67,12 +67,12 @@ func TestOpsOffsetsReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := e.start()
-	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, p.log, "recovered")) > 0 }, "relay running")
+	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay running")
 	_, stderr, code := e.cli(nil, "offsets", "reset", "--to", "latest")
-	if code != 3 || !strings.Contains(stderr, "running elsewhere") || !strings.Contains(stderr, fmt.Sprintf("pid %d", p.cmd.Process.Pid)) {
-		t.Fatalf("reset while relay runs: exit %d, want 3 naming pid %d\n%s", code, p.cmd.Process.Pid, stderr)
+	if code != 3 || !strings.Contains(stderr, "running elsewhere") || !strings.Contains(stderr, fmt.Sprintf("pid %d", p.PID())) {
+		t.Fatalf("reset while relay runs: exit %d, want 3 naming pid %d\n%s", code, p.PID(), stderr)
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.Signal(syscall.SIGTERM)
 	if err := p.wait(t, 60*time.Second); err != nil {
 		t.Fatalf("relay did not stop cleanly: %v", err)
 	}
@@ -294,7 +294,7 @@ func TestOpsTxns(t *testing.T) {
 		if got := s.value(t, "relay_transactions_total", "action", "commit", "origin", "manual"); got != 0 {
 			t.Fatalf("run %d: manual commits counted %v, want 0", run, got)
 		}
-		p.kill()
+		p.Kill()
 	}
 }
 
@@ -525,7 +525,7 @@ func TestOpsHeldAppendSink(t *testing.T) {
 func TestOpsVerifyWhileRunning(t *testing.T) {
 	e := newEnv(t, 2)
 	p := e.start()
-	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, p.log, "recovered")) > 0 }, "relay running")
+	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay running")
 	totals := loadgen.NewTotals()
 	produced := make(chan error, 1)
 	go func() {
@@ -543,7 +543,7 @@ func TestOpsVerifyWhileRunning(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			_ = p.Signal(syscall.SIGTERM)
 			if err := p.wait(t, 60*time.Second); err != nil {
 				t.Fatalf("relay did not stop cleanly: %v", err)
 			}

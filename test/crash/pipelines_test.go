@@ -111,8 +111,9 @@ func runExample(t *testing.T, ex example) {
 	led := ledger.New(e.db, e.job)
 	waitFor(t, 60*time.Second, func() bool {
 		select {
-		case err := <-p.done:
-			t.Fatalf("relay exited: %v\n%s", err, tail(p.log, 5))
+		case <-p.Done():
+			err := p.Err()
+			t.Fatalf("relay exited: %v\n%s", err, tail(p.Log, 5))
 		default:
 		}
 		offs, _, err := led.PartitionOffsets(ctx)
@@ -128,14 +129,14 @@ func runExample(t *testing.T, ex example) {
 	dlq := ex.tables[len(ex.tables)-1]
 	for _, row := range dlq.rows {
 		found := false
-		for _, ev := range logEvents(t, p.log, "bad input (logged once per reason and field; the dead-letter row names the reason)") {
+		for _, ev := range logEvents(t, p.Log, "bad input (logged once per reason and field; the dead-letter row names the reason)") {
 			found = found || (ev["reason"] == row[1] && ev["field"] == row[2])
 		}
 		if !found {
 			t.Errorf("record %s: no log of bad input with reason %s and field %s", row[0], row[1], row[2])
 		}
 	}
-	p.kill()
+	p.Kill()
 }
 
 // readTable reads the columns of want from MySQL in primary-key order as MySQL prints them; for

@@ -8,7 +8,6 @@ package crash
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/ops"
 )
@@ -112,9 +112,9 @@ func TestInDoubtAgeSurvivesRestart(t *testing.T) {
 	prepared := time.Now()
 
 	first := e.start()
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, first.log, "in-doubt branch left to the resolver")) == 1 }, "the first run's recovery to leave the branch")
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, first.Log, "in-doubt branch left to the resolver")) == 1 }, "the first run's recovery to leave the branch")
 	left := time.Now() // the first run noted the branch before this
-	first.kill()
+	first.Kill()
 
 	second := e.start()
 	addr := httpAddr(t, second)
@@ -139,18 +139,17 @@ func TestInDoubtAgeSurvivesRestart(t *testing.T) {
 	if err := e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM relay_in_doubt WHERE job = ?", e.job).Scan(&rows); err != nil || rows != 0 {
 		t.Fatalf("relay_in_doubt holds %d rows of the job after the branch was resolved (%v)", rows, err)
 	}
-	second.kill()
+	second.Kill()
 }
 
 // freeAddr is a loopback address with a port nothing listens on now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // `relay status` says running exactly when /readyz answers 200: it asks /readyz at the configured
@@ -224,33 +223,36 @@ func TestKafkaClientLogsAreJSON(t *testing.T) {
 	dead := freeAddr(t)
 	p := e.start("RELAY_KAFKA_BROKERS=" + dead)
 	waitFor(t, 60*time.Second, func() bool {
-		for _, ev := range jsonLines(t, p.log) {
+		for _, ev := range jsonLines(t, p.Log) {
 			if ev["logger"] == "relay.consumer.librdkafka" && ev["level"] == "error" && strings.Contains(ev["msg"].(string), dead) {
 				return true
 			}
 		}
 		return false
 	}, "an error of librdkafka about "+dead+" in relay's log")
-	p.kill()
-	jsonLines(t, p.log)
+	p.Kill()
+	jsonLines(t, p.Log)
 }
 
 // jsonLines parses every line of a relay log, failing the test on one that is no zap JSON entry
 // (an object with level, logger and msg).
 func jsonLines(t *testing.T, path string) []map[string]any {
 	t.Helper()
+	lines, err := harness.ReadLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []map[string]any
-	eachLine(t, path, func(n int, line []byte) {
-		var m map[string]any
-		if err := json.Unmarshal(line, &m); err != nil {
-			t.Fatalf("%s line %d is not JSON (%v): %s", path, n, err, line)
+	for _, l := range lines {
+		if l.Fields == nil {
+			t.Fatalf("%s line %d is not a JSON object: %s", path, l.N, l.Text)
 		}
 		for _, k := range []string{"level", "logger", "msg"} {
-			if _, ok := m[k].(string); !ok {
-				t.Fatalf("%s line %d has no %s: %s", path, n, k, line)
+			if _, ok := l.Fields[k].(string); !ok {
+				t.Fatalf("%s line %d has no %s: %s", path, l.N, k, l.Text)
 			}
 		}
-		out = append(out, m)
-	})
+		out = append(out, l.Fields)
+	}
 	return out
 }

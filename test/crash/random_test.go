@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/internal/crashpoint"
+	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/loadgen"
 )
 
@@ -75,13 +76,14 @@ func randomKills(t *testing.T, kills int, extra ...string) {
 			deadline := time.Now().Add(60 * time.Second)
 			for e.maxCheckpoint() <= lastMax && time.Now().Before(deadline) {
 				select {
-				case err := <-p.done:
-					t.Fatalf("run %d exited by itself: %v\n%s\n%s", k, err, tail(p.log, 30), e.serverState())
+				case <-p.Done():
+					err := p.Err()
+					t.Fatalf("run %d exited by itself: %v\n%s\n%s", k, err, tail(p.Log, 30), e.serverState())
 				case <-time.After(50 * time.Millisecond):
 				}
 			}
 			if e.maxCheckpoint() <= lastMax {
-				t.Fatalf("run %d committed nothing in 60s\n%s\n%s", k, tail(p.log, 30), e.serverState())
+				t.Fatalf("run %d committed nothing in 60s\n%s\n%s", k, tail(p.Log, 30), e.serverState())
 			}
 		}
 		time.Sleep(time.Duration(300+rng.IntN(2200)) * time.Millisecond)
@@ -89,17 +91,18 @@ func randomKills(t *testing.T, kills int, extra ...string) {
 			restartService(t, "mariadb")
 		}
 		select {
-		case err := <-p.done:
+		case <-p.Done():
+			err := p.Err()
 			// A run may end by itself only at its crash point, or because MariaDB was killed under it.
 			if !killDB && !(len(arm) > 0 && killedBySIGKILL(err)) {
-				t.Fatalf("run %d exited by itself: %v\n%s\n%s", k, err, tail(p.log, 30), e.serverState())
+				t.Fatalf("run %d exited by itself: %v\n%s\n%s", k, err, tail(p.Log, 30), e.serverState())
 			}
 			selfExits[fmt.Sprint(err)]++
 		default:
-			p.kill()
+			p.Kill()
 		}
 		if os.Getenv("RELAY_CRASH_DEBUG") != "" {
-			t.Logf("run %d log:\n%s", k, tail(p.log, 8))
+			t.Logf("run %d log:\n%s", k, tail(p.Log, 8))
 		}
 		if max := e.maxCheckpoint(); max > lastMax {
 			progressed++
@@ -147,12 +150,10 @@ func (e *env) maxCheckpoint() int64 {
 // restartService SIGKILLs a server scripts/services.sh started (mariadb or kafka) and starts it
 // again.
 func restartService(t *testing.T, name string) {
-	pidFile := "../../.cache/services/" + name + ".pid"
-	b, err := os.ReadFile(pidFile)
+	pid, err := harness.ServicePID("../..", name)
 	if err != nil {
 		t.Skipf("killing %s needs one started by scripts/services.sh: %v", name, err)
 	}
-	pid, _ := strconv.Atoi(string(trimNL(b)))
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
 		time.Sleep(100 * time.Millisecond)
@@ -168,11 +169,4 @@ func restartService(t *testing.T, name string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("restarting %s: %v\n%s", name, err, out)
 	}
-}
-
-func trimNL(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
-		b = b[:len(b)-1]
-	}
-	return b
 }

@@ -21,7 +21,7 @@ func TestResolverFinishesAttachedBranch(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := e.start()
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.log, "in-doubt branch left to the resolver")) == 1 }, "recovery to leave the attached branch")
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "in-doubt branch left to the resolver")) == 1 }, "recovery to leave the attached branch")
 	waitFor(t, 30*time.Second, func() bool { return e.maxCheckpoint() > 3 }, "checkpoints past the attached branch's id")
 	// relay's own branches are in XA RECOVER between their prepare and commit, so this waits for a
 	// moment between checkpoints (relay is idle once it has read the 2000 orders).
@@ -37,7 +37,7 @@ func TestResolverFinishesAttachedBranch(t *testing.T) {
 	}, "relay_xa_in_doubt_branches 1 with an age of a second or more")
 	zombie.Close() // the session ends; the prepared branch stays, now resolvable
 	// The log line follows the XA ROLLBACK, so wait for it, not for the branch to vanish.
-	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, p.log, "in-doubt branch resolved")) > 0 }, "the resolver to roll the branch back")
+	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, p.Log, "in-doubt branch resolved")) > 0 }, "the resolver to roll the branch back")
 	if got := e.branches(); len(got) != 0 {
 		t.Fatalf("branches %v left after the resolver's rollback", got)
 	}
@@ -46,10 +46,10 @@ func TestResolverFinishesAttachedBranch(t *testing.T) {
 		return s.value(t, "relay_xa_in_doubt_branches") == 0 && s.value(t, "relay_xa_in_doubt_oldest_age_seconds") == 0 &&
 			s.value(t, "relay_transactions_total", "action", "rollback", "origin", "resolver") == 1
 	}, "the in-doubt gauges back to 0 and one resolver rollback counted")
-	resolved := logEvents(t, p.log, "in-doubt branch resolved")
+	resolved := logEvents(t, p.Log, "in-doubt branch resolved")
 	if len(resolved) != 1 || resolved[0]["tag"] != tag || resolved[0]["action"] != "rollback" || resolved[0]["origin"] != "resolver" {
 		t.Fatalf("resolutions %v, want one rollback of %s by the resolver", resolved, tag)
 	}
-	p.kill()
+	p.Kill()
 	e.finish(totals)
 }

@@ -47,14 +47,15 @@ func TestThreeInstancesRandomKills(t *testing.T) {
 			for run := 0; killed[i] < kills && run < 3*kills; run++ {
 				p := e.start("RELAY_INSTANCE=0/3", fmt.Sprintf("--instance=%d/3", i), "RELAY_SUBTASKS=1")
 				select {
-				case err := <-p.done:
+				case <-p.Done():
+					err := p.Err()
 					// An instance may stop by itself only when another one's resolver took its
 					// fence over for a moment; it must say so.
 					mu.Lock()
 					exits[fmt.Sprint(err)]++
 					mu.Unlock()
 				case <-time.After(time.Duration(400+rng.IntN(2000)) * time.Millisecond):
-					p.kill()
+					p.Kill()
 					killed[i]++
 				}
 			}
@@ -96,8 +97,8 @@ func TestRescale(t *testing.T) {
 		ps := e.startLayout(m)
 		if phase == 0 {
 			intruder := e.start("RELAY_INSTANCE=2/3", "RELAY_SUBTASKS=1")
-			if err := intruder.wait(t, 30*time.Second); err == nil || !strings.Contains(tail(intruder.log, 3), "stop them all") {
-				t.Fatalf("an instance of another layout started next to a running one: %v\n%s", err, tail(intruder.log, 3))
+			if err := intruder.wait(t, 30*time.Second); err == nil || !strings.Contains(tail(intruder.Log, 3), "stop them all") {
+				t.Fatalf("an instance of another layout started next to a running one: %v\n%s", err, tail(intruder.Log, 3))
 			}
 		}
 		time.Sleep(3 * time.Second)
@@ -131,12 +132,12 @@ func TestSurvivorResolvesBlockingBranch(t *testing.T) {
 	// The bound: recovery, then the resolver's 1s interval; 30s leaves room for a loaded machine.
 	waitFor(t, 30*time.Second, func() bool { return len(e.branches()) == 0 }, "the survivor to resolve the dead instance's branches")
 	took := time.Since(start)
-	if ev := logEvents(t, survivor.log, "resolving a stopped instance's branches"); len(ev) != 1 || ev[0]["instance"] != e.job+"/0" {
+	if ev := logEvents(t, survivor.Log, "resolving a stopped instance's branches"); len(ev) != 1 || ev[0]["instance"] != e.job+"/0" {
 		t.Fatalf("survivor log: %v, want one take-over of %s/0", ev, e.job)
 	}
 	// Each resolution is logged just after its XA COMMIT returns: wait for the lines too.
-	waitFor(t, 10*time.Second, func() bool { return len(logEvents(t, survivor.log, "in-doubt branch resolved")) >= len(blocking) }, "one resolution logged per branch")
-	for _, ev := range logEvents(t, survivor.log, "in-doubt branch resolved") {
+	waitFor(t, 10*time.Second, func() bool { return len(logEvents(t, survivor.Log, "in-doubt branch resolved")) >= len(blocking) }, "one resolution logged per branch")
+	for _, ev := range logEvents(t, survivor.Log, "in-doubt branch resolved") {
 		if ev["action"] != "commit" || ev["origin"] != "resolver" {
 			t.Fatalf("resolution %v, want a commit by the resolver (the branches were decided)", ev)
 		}
@@ -152,6 +153,6 @@ func TestSurvivorResolvesBlockingBranch(t *testing.T) {
 // startLayoutInstance starts instance i of m and waits for its recovery.
 func (e *env) startLayoutInstance(i, m int) *proc {
 	p := e.start(fmt.Sprintf("RELAY_INSTANCE=%d/%d", i, m), "RELAY_SUBTASKS=1")
-	waitFor(e.t, 60*time.Second, func() bool { return len(logEvents(e.t, p.log, "recovered")) > 0 }, "recovery")
+	waitFor(e.t, 60*time.Second, func() bool { return len(logEvents(e.t, p.Log, "recovered")) > 0 }, "recovery")
 	return p
 }

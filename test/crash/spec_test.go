@@ -96,20 +96,22 @@ func specRandomKills(t *testing.T, kills int, extra ...string) {
 			deadline := time.Now().Add(60 * time.Second)
 			for e.maxCheckpoint() <= lastMax && time.Now().Before(deadline) {
 				select {
-				case err := <-p.done:
-					t.Fatalf("run %d exited by itself: %v\n%s", k, err, tail(p.log, 30))
+				case <-p.Done():
+					err := p.Err()
+					t.Fatalf("run %d exited by itself: %v\n%s", k, err, tail(p.Log, 30))
 				case <-time.After(50 * time.Millisecond):
 				}
 			}
 		}
 		time.Sleep(time.Duration(300+rng.IntN(2200)) * time.Millisecond)
 		select {
-		case err := <-p.done:
+		case <-p.Done():
+			err := p.Err()
 			if !(len(arm) > 0 && killedBySIGKILL(err)) {
-				t.Fatalf("run %d exited by itself: %v\n%s", k, err, tail(p.log, 30))
+				t.Fatalf("run %d exited by itself: %v\n%s", k, err, tail(p.Log, 30))
 			}
 		default:
-			p.kill()
+			p.Kill()
 		}
 		if m := e.maxCheckpoint(); m > lastMax {
 			progressed++
@@ -140,8 +142,9 @@ func specRandomKills(t *testing.T, kills int, extra ...string) {
 	deadline := time.Now().Add(90 * time.Second)
 	for diff(want, e.actual(plan)) != "" && time.Now().Before(deadline) {
 		select {
-		case err := <-p.done:
-			t.Fatalf("relay exited early: %v\n%s", err, tail(p.log, 30))
+		case <-p.Done():
+			err := p.Err()
+			t.Fatalf("relay exited early: %v\n%s", err, tail(p.Log, 30))
 		case <-time.After(300 * time.Millisecond):
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/bench/internal/kit"
+	"github.com/relay-sh/relay/internal/harness"
 )
 
 // LatencyResult is checkpoint phase and visibility latency under steady load, per interval.
@@ -17,6 +18,8 @@ type LatencyResult struct {
 	TargetRate float64      `json:"target_rate"` // orders/s asked of loadgen
 	RateSource string       `json:"rate_source"`
 	Runs       []LatencyRun `json:"runs"`
+	Load       string       `json:"load"`      // the first run's load and relay environment, for the report
+	RelayEnv   string       `json:"relay_env"` // (the others differ only in rate, interval and names)
 }
 
 // Q is a p50/p99 pair (seconds); Lo/Hi are the histogram bucket bounds of p99 when from a histogram.
@@ -26,7 +29,6 @@ type Q struct {
 	Max   float64 `json:"max,omitempty"`
 	P99Lo float64 `json:"p99_bucket_lo,omitempty"`
 	P99Hi float64 `json:"p99_bucket_hi,omitempty"`
-	N     int     `json:"n"`
 }
 
 // LatencyRun is one interval.
@@ -34,7 +36,7 @@ type LatencyRun struct {
 	Interval     string  `json:"interval"`
 	Rep          int     `json:"rep,omitempty"` // repetition of the target run (200 ms at half load), from 1
 	DurationSecs float64 `json:"duration_secs"`
-	Orders       int64   `json:"orders"`
+	Orders       int64   `json:"-"`
 	TargetRate   float64 `json:"target_rate"`
 	AchievedRate float64 `json:"achieved_rate"`          // orders / producer wall time
 	RecordsPerCP float64 `json:"records_per_checkpoint"` // median, from the ledger
@@ -47,8 +49,8 @@ type LatencyRun struct {
 	// Per record: ledger committed_at of the covering checkpoint − Kafka producer timestamp.
 	ProduceToVisible Q                  `json:"produce_to_visible"`
 	CPU              map[string]float64 `json:"cpu_secs"`
-	RelayEnv         string             `json:"relay_env"`
-	Loadgen          string             `json:"load"`
+	RelayEnv         string             `json:"-"`
+	Loadgen          string             `json:"-"`
 }
 
 func runLatency(e *kit.Env, tp *TPResult) (*LatencyResult, error) {
@@ -102,6 +104,9 @@ func runLatency(e *kit.Env, tp *TPResult) (*LatencyResult, error) {
 				run.Rep = rep
 			}
 			r.Runs = append(r.Runs, run)
+			if len(r.Runs) == 1 {
+				r.Load, r.RelayEnv = run.Loadgen, run.RelayEnv
+			}
 		}
 	}
 	return r, nil
@@ -121,8 +126,7 @@ func latencyRun(e *kit.Env, rate float64, interval, dur time.Duration) (LatencyR
 		return run, err
 	}
 	defer e.DeleteTopic(topic)
-	job := "bench_" + kit.Suffix()
-	dsn, db, err := e.CreateDatabase(job)
+	job, dsn, db, err := e.CreateJob()
 	if err != nil {
 		return run, err
 	}
@@ -139,7 +143,7 @@ func latencyRun(e *kit.Env, rate float64, interval, dur time.Duration) (LatencyR
 		return run, err
 	}
 	run.Orders = int64(rate * dur.Seconds())
-	lg := kit.LoadgenOpts{Topic: topic, Orders: int(run.Orders), Rate: rate, SKUs: kit.EnvInt("BENCH_SKUS", 1000),
+	lg := harness.Loadgen{Topic: topic, Orders: int(run.Orders), Rate: rate, SKUs: kit.EnvInt("BENCH_SKUS", 1000),
 		Windows: kit.EnvInt("BENCH_WINDOWS", 10), Seed: 2}
 	run.Loadgen = fmt.Sprintf("kit.PacedProduce: a pool of 262 144 records from loadgen.Generator (seed 2, %d skus, %d windows), repeated, %.0f orders/s in 5 ms steps, linger.ms=5, no transactions",
 		lg.SKUs, lg.Windows, rate)
@@ -150,14 +154,14 @@ func latencyRun(e *kit.Env, rate float64, interval, dur time.Duration) (LatencyR
 		return run, fmt.Errorf("produce: %w", err)
 	}
 	run.AchievedRate = float64(run.Orders) / time.Since(start).Seconds()
-	end, err := e.EndOffsets(topic)
+	end, err := harness.EndOffsets(e.Brokers, topic)
 	if err != nil {
 		return run, err
 	}
-	if kit.Total(end) != run.Orders {
-		return run, fmt.Errorf("topic holds %d records, want %d", kit.Total(end), run.Orders)
+	if harness.Total(end) != run.Orders {
+		return run, fmt.Errorf("topic holds %d records, want %d", harness.Total(end), run.Orders)
 	}
-	if _, err := kit.WaitCommitted(db, job, topic, false, end, 50*time.Millisecond, 2*time.Minute+2*interval, p.Alive); err != nil {
+	if _, err := harness.WaitCommitted(db, job, topic, false, end, 50*time.Millisecond, 2*time.Minute+2*interval, p.Alive); err != nil {
 		return run, err
 	}
 	run.CPU = cpu.Stop()
@@ -177,14 +181,14 @@ func latencyRun(e *kit.Env, rate float64, interval, dur time.Duration) (LatencyR
 	if err := p.Stop(time.Minute); err != nil {
 		return run, err
 	}
-	lines, err := kit.ReadLog(p.LogPath)
+	lines, err := harness.ReadLog(p.Log)
 	if err != nil {
 		return run, err
 	}
 	run.LogPhases, run.Checkpoints = logPhases(lines)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cps, err := kit.Checkpoints(ctx, db, job, topic)
+	cps, err := harness.Checkpoints(ctx, db, job, topic)
 	if err != nil {
 		return run, err
 	}
@@ -208,7 +212,7 @@ func latencyRun(e *kit.Env, rate float64, interval, dur time.Duration) (LatencyR
 func histQ(h kit.Histogram) Q {
 	p50, _, _ := h.Quantile(0.5)
 	p99, lo, hi := h.Quantile(0.99)
-	q := Q{P50: p50, P99: p99, P99Lo: lo, P99Hi: hi, N: int(h.Count)}
+	q := Q{P50: p50, P99: p99, P99Lo: lo, P99Hi: hi}
 	if math.IsNaN(p50) {
 		q.P50, q.P99 = 0, 0
 	}
@@ -219,7 +223,7 @@ func histQ(h kit.Histogram) Q {
 }
 
 func sampleQ(xs []float64) Q {
-	q := Q{P50: kit.Percentile(xs, 0.5), P99: kit.Percentile(xs, 0.99), N: len(xs)}
+	q := Q{P50: kit.Percentile(xs, 0.5), P99: kit.Percentile(xs, 0.99)}
 	for _, x := range xs {
 		q.Max = max(q.Max, x)
 	}
@@ -229,7 +233,7 @@ func sampleQ(xs []float64) Q {
 // logPhases derives per-checkpoint phases from relay's debug log: cut = committed − duration;
 // flush+prepare = last subtask "prepared" − cut; decide = "decided" − last "prepared";
 // commit = "committed" − "decided"; total = the "duration" field.
-func logPhases(lines []kit.LogLine) (map[string]Q, int) {
+func logPhases(lines []harness.LogLine) (map[string]Q, int) {
 	type cp struct {
 		prepared, decided, committed time.Time
 		total                        time.Duration

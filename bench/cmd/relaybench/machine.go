@@ -11,6 +11,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/relay-sh/relay/bench/internal/kit"
+	"github.com/relay-sh/relay/internal/harness"
 )
 
 // Machine describes where the numbers were taken.
@@ -62,7 +63,7 @@ func machineFacts(e *kit.Env) (*Machine, error) {
 	}
 	_, m.Librdkafka = kafka.LibraryVersion()
 	m.Kafka = kafkaVersion(e.Root)
-	db, err := kit.Open(e.AdminDSN)
+	db, err := harness.Open(e.AdminDSN)
 	if err != nil {
 		return nil, err
 	}

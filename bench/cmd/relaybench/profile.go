@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/bench/internal/kit"
+	"github.com/relay-sh/relay/internal/harness"
 )
 
 // ProfileResult is where relay's CPU and allocations go in the end-to-end XA run.
@@ -40,13 +41,13 @@ func runProfile(e *kit.Env, topic string, end map[int32]int64) (*ProfileResult, 
 		if err != nil {
 			return nil, err
 		}
-		lg := kit.LoadgenOpts{Topic: topic, Orders: kit.EnvInt("BENCH_ORDERS", defaultOrders), SKUs: kit.EnvInt("BENCH_SKUS", 1000),
+		lg := harness.Loadgen{Topic: topic, Orders: kit.EnvInt("BENCH_ORDERS", defaultOrders), SKUs: kit.EnvInt("BENCH_SKUS", 1000),
 			Windows: kit.EnvInt("BENCH_WINDOWS", 10), Seed: 1}
 		if end, _, err = e.Produce(lg, "prof-loadgen.log"); err != nil {
 			return nil, err
 		}
 	}
-	r := &ProfileResult{Records: kit.Total(end), Client: kit.EnvString("BENCH_PROFILE_CLIENT", "shipped")}
+	r := &ProfileResult{Records: harness.Total(end), Client: kit.EnvString("BENCH_PROFILE_CLIENT", "shipped")}
 	if _, ok := clientProps[r.Client]; !ok {
 		return nil, fmt.Errorf("BENCH_PROFILE_CLIENT: unknown client setting %q", r.Client)
 	}
@@ -61,8 +62,7 @@ func runProfile(e *kit.Env, topic string, end map[int32]int64) (*ProfileResult, 
 }
 
 func pprofRun(e *kit.Env, r *ProfileResult, topic string) error {
-	job := "bench_" + kit.Suffix()
-	dsn, _, err := e.CreateDatabase(job)
+	job, dsn, _, err := e.CreateJob()
 	if err != nil {
 		return err
 	}
@@ -103,17 +103,6 @@ func pprofRun(e *kit.Env, r *ProfileResult, topic string) error {
 	return nil
 }
 
-func waitExit(p *kit.Relay) <-chan struct{} {
-	ch := make(chan struct{})
-	go func() {
-		for p.Alive() {
-			time.Sleep(20 * time.Millisecond)
-		}
-		close(ch)
-	}()
-	return ch
-}
-
 // trimPprof drops pprof's file/build header lines.
 func trimPprof(s string) string {
 	var keep []string
@@ -132,8 +121,7 @@ func perfRun(e *kit.Env, r *ProfileResult, topic string, end map[int32]int64) er
 	if err != nil {
 		return err
 	}
-	job := "bench_" + kit.Suffix()
-	dsn, db, err := e.CreateDatabase(job)
+	job, dsn, db, err := e.CreateJob()
 	if err != nil {
 		return err
 	}
@@ -152,7 +140,7 @@ func perfRun(e *kit.Env, r *ProfileResult, topic string, end map[int32]int64) er
 	}
 	defer p.Kill()
 	r.PerfCommand = fmt.Sprintf("perf record -F 499 -g -- bin/relay run  (relay: %s)", strings.Join(o.Vars(), " "))
-	_, werr := kit.WaitCommitted(db, job, topic, false, end, 25*time.Millisecond, 10*time.Minute, p.Alive)
+	_, werr := harness.WaitCommitted(db, job, topic, false, end, 25*time.Millisecond, 10*time.Minute, p.Alive)
 	child, err := p.Child(time.Second)
 	if err != nil {
 		return err
@@ -160,7 +148,7 @@ func perfRun(e *kit.Env, r *ProfileResult, topic string, end map[int32]int64) er
 	// SIGTERM to relay itself: it drains and exits, and perf then writes its data and exits.
 	_ = syscall.Kill(child, syscall.SIGTERM)
 	select {
-	case <-waitExit(p):
+	case <-p.Done():
 	case <-time.After(time.Minute):
 		return fmt.Errorf("perf/relay did not exit")
 	}

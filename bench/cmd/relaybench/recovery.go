@@ -9,6 +9,7 @@ import (
 
 	"github.com/relay-sh/relay/bench/internal/kit"
 	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/xa"
 )
@@ -21,12 +22,10 @@ type RecoveryResult struct {
 	// ledger was never pruned), resuming from its last offsets.
 	History     int           `json:"history"`
 	LargeLedger RecoveryRun   `json:"large_ledger"`
-	Decided     int           `json:"decided"` // branches whose checkpoint has a ledger row (committed by recovery)
 	Interval    string        `json:"interval"`
 	Runs        []RecoveryRun `json:"runs"`
 	Median      RecoveryRun   `json:"median"`
 	Control     RecoveryRun   `json:"control"` // the same start with no in-doubt branch
-	RelayEnv    string        `json:"relay_env"`
 }
 
 // RecoveryRun is one start.
@@ -41,17 +40,17 @@ type RecoveryRun struct {
 func runRecovery(e *kit.Env) (*RecoveryResult, error) {
 	branches := kit.EnvInt("BENCH_RECOVERY_BRANCHES", 100)
 	reps := kit.EnvInt("BENCH_REPS", 3)
-	r := &RecoveryResult{Branches: branches, Decided: branches / 2, Interval: "200ms", History: kit.EnvInt("BENCH_RECOVERY_HISTORY", 200000)}
+	r := &RecoveryResult{Branches: branches, Interval: "200ms", History: kit.EnvInt("BENCH_RECOVERY_HISTORY", 200000)}
 	topic, err := e.CreateTopic("bench_rec", 4)
 	if err != nil {
 		return nil, err
 	}
 	defer e.DeleteTopic(topic)
-	if _, _, err := e.Produce(kit.LoadgenOpts{Topic: topic, Orders: 10000, SKUs: 1000, Windows: 10, Seed: 3}, "rec-loadgen.log"); err != nil {
+	if _, _, err := e.Produce(harness.Loadgen{Topic: topic, Orders: 10000, SKUs: 1000, Windows: 10, Seed: 3}, "rec-loadgen.log"); err != nil {
 		return nil, err
 	}
 	var toRec, toRun, toCommit []float64
-	large, _, err := recoveryRun(e, topic, 0, r.History, -1)
+	large, err := recoveryRun(e, topic, 0, r.History, -1)
 	if err != nil {
 		return nil, fmt.Errorf("large ledger: %w", err)
 	}
@@ -61,11 +60,10 @@ func runRecovery(e *kit.Env) (*RecoveryResult, error) {
 		if rep == 0 {
 			n = 0 // control first: same start, nothing in doubt
 		}
-		run, env, err := recoveryRun(e, topic, n, 0, rep)
+		run, err := recoveryRun(e, topic, n, 0, rep)
 		if err != nil {
 			return nil, fmt.Errorf("rep %d: %w", rep, err)
 		}
-		r.RelayEnv = env
 		if rep == 0 {
 			r.Control = run
 			continue
@@ -180,60 +178,59 @@ func fillHistory(ctx context.Context, db *sql.DB, job, topic string, history int
 
 // recoveryRun times one start of a fresh job with n prepared branches in doubt and history
 // committed checkpoints in its ledger.
-func recoveryRun(e *kit.Env, topic string, n, history, rep int) (RecoveryRun, string, error) {
+func recoveryRun(e *kit.Env, topic string, n, history, rep int) (RecoveryRun, error) {
 	var run RecoveryRun
-	job := "bench_" + kit.Suffix()
-	dsn, db, err := e.CreateDatabase(job)
+	job, dsn, db, err := e.CreateJob()
 	if err != nil {
-		return run, "", err
+		return run, err
 	}
 	defer e.DropNow(job)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	maxID, err := prepareInDoubt(ctx, db, job, topic, n)
 	if err != nil {
-		return run, "", err
+		return run, err
 	}
 	if history > 0 {
 		if maxID, err = fillHistory(ctx, db, job, topic, history); err != nil {
-			return run, "", err
+			return run, err
 		}
 	}
 	o := kit.RelayOpts{Job: job, Topic: topic, DSN: dsn, Mode: "xa", Subtasks: 2, Interval: 200 * time.Millisecond, LogLevel: "info"}
 	p, err := e.StartRelay(o, fmt.Sprintf("recovery-%d.log", rep))
 	if err != nil {
-		return run, "", err
+		return run, err
 	}
 	defer p.Kill()
 	var firstAt time.Time
 	for deadline := time.Now().Add(2 * time.Minute); ; {
-		_, at, ok, err := kit.FirstCommitted(ctx, db, job, maxID)
+		_, at, ok, err := harness.FirstCommitted(ctx, db, job, maxID)
 		if err == nil && ok {
 			firstAt = at
 			break
 		}
 		if !p.Alive() || time.Now().After(deadline) {
-			return run, "", fmt.Errorf("no checkpoint committed after recovery (log %s)", p.LogPath)
+			return run, fmt.Errorf("no checkpoint committed after recovery (log %s)", p.Log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	rec, err := p.WaitLog(func(l kit.LogLine) bool { return l.Msg == "recovered" }, time.Second)
+	rec, err := p.WaitLog(func(l harness.LogLine) bool { return l.Msg == "recovered" }, time.Second)
 	if err != nil {
-		return run, "", err
+		return run, err
 	}
 	running, err := p.WaitLog(kit.IsRunning, time.Second)
 	if err != nil {
-		return run, "", err
+		return run, err
 	}
 	if err := p.Stop(time.Minute); err != nil {
-		return run, "", err
+		return run, err
 	}
 	run = RecoveryRun{ToRecovered: rec.TS.Sub(p.Start).Seconds(), ToRunning: running.TS.Sub(p.Start).Seconds(),
 		ToFirstCommit: firstAt.Sub(p.Start).Seconds(), Committed: int(rec.Num("committed")), RolledBack: int(rec.Num("rolled_back"))}
 	if run.Committed+run.RolledBack != n {
-		return run, "", fmt.Errorf("recovery resolved %d+%d branches, want %d (log %s)", run.Committed, run.RolledBack, n, p.LogPath)
+		return run, fmt.Errorf("recovery resolved %d+%d branches, want %d (log %s)", run.Committed, run.RolledBack, n, p.Log)
 	}
 	kit.Logf("recovery with %d in-doubt branches, %d checkpoints of history: recovered after %.3fs (%d committed, %d rolled back), running %.3fs, first commit %.3fs",
 		n, history, run.ToRecovered, run.Committed, run.RolledBack, run.ToRunning, run.ToFirstCommit)
-	return run, strings.Join(o.Vars(), " "), nil
+	return run, nil
 }

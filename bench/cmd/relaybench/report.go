@@ -157,7 +157,7 @@ func render(res *Results) string {
 			w("| %s at %s/s | %s | %s | %s | %s | %s |\n", r.Interval, kps(r.TargetRate), q("flush"), q("prepare"), q("decide"), q("commit"), q("total"))
 		}
 		if len(lt.Runs) > 0 {
-			w("\nLoad: %s. relay: `%s … bin/relay run`.\n\n", lt.Runs[0].Loadgen, lt.Runs[0].RelayEnv)
+			w("\nLoad: %s. relay: `%s … bin/relay run`.\n\n", lt.Load, lt.RelayEnv)
 		}
 	}
 	if rc := res.Recovery; rc != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/bench/internal/kit"
+	"github.com/relay-sh/relay/internal/harness"
 )
 
 // RSSResult is relay's memory with about a million distinct (window, sku) keys in one epoch.
@@ -45,7 +46,7 @@ func runRSS(e *kit.Env) (*RSSResult, error) {
 		return nil, err
 	}
 	defer e.DeleteTopic(topic)
-	lg := kit.LoadgenOpts{Topic: topic, Orders: int(r.Orders), SKUs: r.SKUs, Windows: r.Windows, Seed: 4}
+	lg := harness.Loadgen{Topic: topic, Orders: int(r.Orders), SKUs: r.SKUs, Windows: r.Windows, Seed: 4}
 	r.Loadgen = "bin/relay " + strings.Join(quoteEmpty(lg.Args("…")), " ")
 	kit.Logf("producing %d orders over %d×%d keys", r.Orders, r.SKUs, r.Windows)
 	end, _, err := e.Produce(lg, "rss-loadgen.log")
@@ -69,8 +70,7 @@ func runRSS(e *kit.Env) (*RSSResult, error) {
 
 func rssRun(e *kit.Env, res *RSSResult, topic string, end map[int32]int64, rep int) (RSSRun, error) {
 	var r RSSRun
-	job := "bench_" + kit.Suffix()
-	dsn, db, err := e.CreateDatabase(job)
+	job, dsn, db, err := e.CreateJob()
 	if err != nil {
 		return r, err
 	}
@@ -141,11 +141,11 @@ func rssRun(e *kit.Env, res *RSSResult, topic string, end map[int32]int64, rep i
 	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM relay_checkpoints WHERE job = ?`, job).Scan(&r.Checkpoints); err != nil {
 		return r, err
 	}
-	got, err := kit.CommittedOffsets(ctx, db, job, topic, false)
+	got, err := harness.CommittedOffsets(ctx, db, job, topic, false)
 	if err != nil {
 		return r, err
 	}
-	if !kit.Reached(got, end) {
+	if !harness.Reached(got, end) {
 		return r, fmt.Errorf("the final checkpoint did not cover the topic: %v, end %v", got, end)
 	}
 	peak := r.PeakHWMKB

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/bench/internal/kit"
+	"github.com/relay-sh/relay/internal/harness"
 )
 
 // TPResult is the throughput comparison: bare consumer vs relay in three configurations.
@@ -49,22 +50,23 @@ var clientNames = map[string]string{
 	"image":      "shipped, and `GODEBUG=cgocheck=0` as in relay's container image (both sides)",
 }
 
-// TPRun is one measured run.
+// TPRun is one measured run. Only what the report shows of it is kept in last-run.json (client,
+// kind, rate); the rest feeds the summary's medians and the log.
 type TPRun struct {
 	Client      string             `json:"client"` // shipped | backoff-1s (librdkafka properties, both sides)
 	Kind        string             `json:"kind"`   // baseline | xa | held | xa+append
-	Rep         int                `json:"rep"`
-	Records     int64              `json:"records"`
-	Seconds     float64            `json:"seconds"`      // first record (relay: "running") to last commit (baseline: last record)
-	Rate        float64            `json:"rate"`         // records/s over Seconds
-	ProcessSecs float64            `json:"process_secs"` // process start to the same end
-	Ratio       float64            `json:"ratio"`        // Rate / the same repetition's baseline Rate
-	CPU         map[string]float64 `json:"cpu_secs"`     // CPU seconds: the measured process, kafka, mysql
-	Checkpoints int                `json:"checkpoints,omitempty"`
+	Rate        float64            `json:"rate"`   // records/s over Seconds
+	Rep         int                `json:"-"`
+	Records     int64              `json:"-"`
+	Seconds     float64            `json:"-"` // first record (relay: "running") to last commit (baseline: last record)
+	ProcessSecs float64            `json:"-"` // process start to the same end
+	Ratio       float64            `json:"-"` // Rate / the same repetition's baseline Rate
+	CPU         map[string]float64 `json:"-"` // CPU seconds: the measured process, kafka, mysql
+	Checkpoints int                `json:"-"`
 	// XA only: records of the checkpoints after the first, over the time between the first and the
 	// last decision — the rate without start-up and without the last interval's wait.
-	SteadyRate float64 `json:"steady_rate,omitempty"`
-	Verified   string  `json:"verified,omitempty"`
+	SteadyRate float64 `json:"-"`
+	Verified   string  `json:"-"`
 }
 
 // TPStats are the medians of one kind.
@@ -96,7 +98,7 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 	if err != nil {
 		return nil, "", nil, err
 	}
-	lg := kit.LoadgenOpts{Topic: topic, Orders: int(r.Orders), SKUs: r.SKUs, Windows: r.Windows, Seed: 1}
+	lg := harness.Loadgen{Topic: topic, Orders: int(r.Orders), SKUs: r.SKUs, Windows: r.Windows, Seed: 1}
 	r.Loadgen = "bin/relay " + strings.Join(quoteEmpty(lg.Args("…")), " ")
 	kit.Logf("producing %d orders into %s", r.Orders, topic)
 	end, took, err := e.Produce(lg, "tp-loadgen.log")
@@ -104,8 +106,8 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 		return nil, "", nil, err
 	}
 	r.ProduceSecs = took.Seconds()
-	if kit.Total(end) != r.Orders {
-		return nil, "", nil, fmt.Errorf("topic holds %d records, want %d", kit.Total(end), r.Orders)
+	if harness.Total(end) != r.Orders {
+		return nil, "", nil, fmt.Errorf("topic holds %d records, want %d", harness.Total(end), r.Orders)
 	}
 	r.Kinds = strings.Split(kit.EnvString("BENCH_TP_KINDS", strings.Join(tpKinds, ",")), ",")
 	for _, k := range r.Kinds {
@@ -220,8 +222,7 @@ func runBaseline(e *kit.Env, topic, client string, rep int) (TPRun, error) {
 
 func runRelayThroughput(e *kit.Env, r *TPResult, topic string, end map[int32]int64, client, kind string, rep int) (TPRun, string, error) {
 	run := TPRun{Client: client, Kind: kind, Rep: rep, Records: r.Orders}
-	job := "bench_" + kit.Suffix()
-	dsn, db, err := e.CreateDatabase(job)
+	job, dsn, db, err := e.CreateJob()
 	if err != nil {
 		return run, "", err
 	}
@@ -241,7 +242,7 @@ func runRelayThroughput(e *kit.Env, r *TPResult, topic string, end map[int32]int
 		return run, "", err
 	}
 	defer p.Kill()
-	doneAt, err := kit.WaitCommitted(db, job, topic, o.Mode == "held", end, 25*time.Millisecond, 10*time.Minute, p.Alive)
+	doneAt, err := harness.WaitCommitted(db, job, topic, o.Mode == "held", end, 25*time.Millisecond, 10*time.Minute, p.Alive)
 	if err != nil {
 		return run, "", err
 	}
@@ -260,7 +261,7 @@ func runRelayThroughput(e *kit.Env, r *TPResult, topic string, end map[int32]int
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if o.Mode == "xa" {
-		cps, err := kit.Checkpoints(ctx, db, job, topic)
+		cps, err := harness.Checkpoints(ctx, db, job, topic)
 		if err != nil {
 			return run, "", err
 		}

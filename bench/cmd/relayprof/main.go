@@ -19,10 +19,10 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/relay-sh/relay/bench/internal/kit"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/pipeline"
@@ -52,8 +52,7 @@ func run(cpuPath, allocPath, tracePath string, limit time.Duration) error {
 	topic := cfg.Kafka.Topics[0]
 	log := zap.NewNop()
 	ctx := context.Background()
-	e := &kit.Env{Brokers: cfg.Kafka.Brokers}
-	end, err := e.EndOffsets(topic)
+	end, err := harness.EndOffsets(cfg.Kafka.Brokers, topic)
 	if err != nil {
 		return err
 	}
@@ -119,7 +118,7 @@ func run(cpuPath, allocPath, tracePath string, limit time.Duration) error {
 			return true
 		}
 	}
-	at, werr := kit.WaitCommitted(db, cfg.Job.Name, topic, cfg.Mode == config.ModeHeld, end, 25*time.Millisecond, limit, alive)
+	at, werr := harness.WaitCommitted(db, cfg.Job.Name, topic, cfg.Mode == config.ModeHeld, end, 25*time.Millisecond, limit, alive)
 	cancel()
 	rerr := <-done
 	pprof.StopCPUProfile()
@@ -138,7 +137,7 @@ func run(cpuPath, allocPath, tracePath string, limit time.Duration) error {
 	if err := pprof.Lookup("allocs").WriteTo(af, 0); err != nil {
 		return err
 	}
-	n := kit.Total(end)
+	n := harness.Total(end)
 	secs := at.Sub(start).Seconds()
 	fmt.Printf("{\"records\":%d,\"seconds\":%.3f,\"rate\":%.0f}\n", n, secs, float64(n)/secs)
 	return nil

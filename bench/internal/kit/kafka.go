@@ -1,36 +1,26 @@
+// Kafka for the benchmarks: the run's topics (removed at Cleanup) and the loads and reads only a
+// measurement needs, a paced producer and every record's producer timestamp.
+//
+// Invariant: a topic made here is deleted when the run ends, whatever step made it.
 package kit
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/loadgen"
 )
 
 // CreateTopic creates a fresh topic (deleted at Cleanup) and returns its name.
 func (e *Env) CreateTopic(prefix string, partitions int) (string, error) {
-	name := prefix + "_" + Suffix()
-	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": e.Brokers})
-	if err != nil {
+	name := prefix + "_" + harness.Suffix()
+	if err := harness.CreateTopic(e.Brokers, name, partitions); err != nil {
 		return "", err
-	}
-	defer a.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: name, NumPartitions: partitions, ReplicationFactor: 1}})
-	if err != nil {
-		return "", err
-	}
-	if res[0].Error.Code() != kafka.ErrNoError {
-		return "", res[0].Error
 	}
 	e.OnCleanup(func() { e.DeleteTopic(name) })
 	return name, nil
@@ -38,108 +28,15 @@ func (e *Env) CreateTopic(prefix string, partitions int) (string, error) {
 
 // DeleteTopic removes a topic (errors are only logged: cleanup is best effort).
 func (e *Env) DeleteTopic(name string) {
-	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": e.Brokers})
-	if err != nil {
-		Logf("delete topic %s: %v", name, err)
-		return
-	}
-	defer a.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := a.DeleteTopics(ctx, []string{name}); err != nil {
-		Logf("delete topic %s: %v", name, err)
+	if err := harness.DeleteTopic(e.Brokers, name); err != nil {
+		Logf("%v", err)
 	}
 }
 
-// EndOffsets returns partition → high watermark (the offset after the last record).
-func (e *Env) EndOffsets(topic string) (map[int32]int64, error) {
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": e.Brokers, "group.id": "relay-bench-meta",
-		"isolation.level": "read_committed"})
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	md, err := c.GetMetadata(&topic, false, 10000)
-	if err != nil {
-		return nil, err
-	}
-	tm, ok := md.Topics[topic]
-	if !ok || tm.Error.Code() != kafka.ErrNoError {
-		return nil, fmt.Errorf("topic %s: %v", topic, tm.Error)
-	}
-	out := map[int32]int64{}
-	for _, p := range tm.Partitions {
-		_, hi, err := c.QueryWatermarkOffsets(topic, p.ID, 10000)
-		if err != nil {
-			return nil, err
-		}
-		out[p.ID] = hi
-	}
-	return out, nil
-}
-
-// Total sums offsets over partitions.
-func Total(offs map[int32]int64) int64 {
-	var n int64
-	for _, o := range offs {
-		n += o
-	}
-	return n
-}
-
-// LoadgenOpts are the flags of `relay loadgen` the benchmarks use.
-type LoadgenOpts struct {
-	Topic         string
-	Orders        int
-	Rate          float64 // 0: as fast as possible
-	SKUs, Windows int
-	Seed          int
-	Batch         int
-}
-
-// Args renders the command line against brokers (for the report too, with brokers elided).
-func (o LoadgenOpts) Args(brokers string) []string {
-	batch := o.Batch
-	if batch == 0 {
-		batch = 10000
-	}
-	args := []string{"loadgen", "--brokers", brokers, "--topic", o.Topic, "--orders", strconv.Itoa(o.Orders), "--transactional-id", "",
-		"--batch", strconv.Itoa(batch), "--skus", strconv.Itoa(o.SKUs), "--windows", strconv.Itoa(o.Windows),
-		"--seed", strconv.Itoa(o.Seed)}
-	if o.Rate > 0 {
-		args = append(args, "--rate", strconv.FormatFloat(o.Rate, 'f', 0, 64))
-	}
-	return args
-}
-
-// Loadgen starts `relay loadgen` (non-transactional producer); done delivers its exit.
-func (e *Env) Loadgen(o LoadgenOpts, logName string) (cmd *exec.Cmd, done <-chan error, err error) {
-	cmd = exec.Command(e.RelayBin, o.Args(e.Brokers)...)
-	f, err := os.Create(filepath.Join(e.OutDir, logName))
-	if err != nil {
-		return nil, nil, err
-	}
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	ch := make(chan error, 1)
-	go func() { ch <- cmd.Wait(); f.Close() }()
-	return cmd, ch, nil
-}
-
-// Produce runs loadgen to completion and returns the topic's end offsets.
-func (e *Env) Produce(o LoadgenOpts, logName string) (map[int32]int64, time.Duration, error) {
-	start := time.Now()
-	out, err := exec.Command(e.RelayBin, o.Args(e.Brokers)...).CombinedOutput()
-	_ = os.WriteFile(filepath.Join(e.OutDir, logName), out, 0o644)
-	if err != nil {
-		return nil, 0, fmt.Errorf("loadgen: %w: %s", err, out)
-	}
-	took := time.Since(start)
-	end, err := e.EndOffsets(o.Topic)
-	return end, took, err
+// Produce runs `relay loadgen` to completion (its output in OutDir/logName) and returns the topic's
+// end offsets and how long it took.
+func (e *Env) Produce(o harness.Loadgen, logName string) (map[int32]int64, time.Duration, error) {
+	return harness.Produce(e.RelayBin, e.Brokers, o, filepath.Join(e.OutDir, logName))
 }
 
 // RecordTimes reads every record of topic (read_committed, from the start up to end) and returns
@@ -190,7 +87,7 @@ func (e *Env) RecordTimes(topic string, end map[int32]int64) (map[int32][]time.T
 // pool of 262 144 of them, repeated) at a steady rate: every 5 ms it produces what is due, without waiting for delivery in between, so the
 // load arrives smoothly. (`relay loadgen --rate` flushes after each batch and so produces in
 // bursts; without transactions a flush takes up to 100 ms, which caps it near batch/0.1 s.)
-func (e *Env) PacedProduce(o LoadgenOpts) (time.Duration, error) {
+func (e *Env) PacedProduce(o harness.Loadgen) (time.Duration, error) {
 	// No delivery reports: each one is a Go message built and sent over a channel (about a third of
 	// the producer's CPU, taken from relay on this two-core machine). The caller checks the
 	// topic's end offsets instead, and idempotence keeps retries from duplicating records.

@@ -1,14 +1,14 @@
-// Package kit is the plumbing of relay's end-to-end benchmarks: topics, databases, relay processes,
-// log and metrics parsing, CPU accounting and statistics. It talks only to the local Kafka and
-// MySQL/MariaDB named by the environment (RELAY_TEST_KAFKA, RELAY_TEST_MYSQL_DSN).
+// Package kit is what relay's end-to-end benchmarks need beyond the shared harness
+// (internal/harness, which starts relay, reads its log and ledger, and makes topics and databases):
+// the run's settings and cleanup, CPU and memory accounting, /metrics histograms, a paced producer
+// and statistics. It talks only to the local Kafka and MySQL/MariaDB named by the environment
+// (RELAY_TEST_KAFKA, RELAY_TEST_MYSQL_DSN).
 //
 // Invariant: every topic, database and job a benchmark creates carries a random suffix, so runs never
 // see each other's data, and Cleanup removes them when the run ends.
 package kit
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"sort"
@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/relay-sh/relay/internal/harness"
 )
 
 // Env is where a benchmark runs.
@@ -30,13 +32,6 @@ type Env struct {
 	mu       sync.Mutex
 	cleanups []func()
 	drops    map[string]func()
-}
-
-// Suffix is a short random name part.
-func Suffix() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // OnCleanup registers fn to run (last registered first) at Cleanup.
@@ -151,11 +146,10 @@ func ProcStatusKB(pid int, field string) (int64, error) {
 // servers named by RELAY_TEST_*).
 func (e *Env) ServicePIDs() (kafka, mysql int) {
 	read := func(name string) int {
-		b, err := os.ReadFile(e.Root + "/.cache/services/" + name + ".pid")
+		n, err := harness.ServicePID(e.Root, name)
 		if err != nil {
 			return 0
 		}
-		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 		if _, err := ProcCPU(n); err != nil {
 			return 0
 		}

@@ -1,31 +1,27 @@
+// relay processes of the benchmarks and the histograms of their /metrics.
+//
+// Invariant: a relay started here listens for /metrics on a port of its own and is killed at
+// Cleanup (before its database is dropped) if the step did not stop it.
 package kit
 
 import (
-	"bufio"
-	"encoding/json"
-	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/relay-sh/relay/internal/harness"
 )
 
-// Relay is one running `relay run`.
+// Relay is one running `relay run` and the address of its /metrics.
 type Relay struct {
-	Cmd     *exec.Cmd
-	LogPath string
-	Start   time.Time // just before exec
-	HTTP    string    // host:port of /metrics
-	done    chan struct{}
-	err     error
+	*harness.Relay
+	HTTP string // host:port
 }
 
 // RelayOpts configure one relay process.
@@ -58,192 +54,27 @@ func (o RelayOpts) Vars() []string {
 	return append(v, o.Extra...)
 }
 
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 // StartRelay starts relay with its log in OutDir/logName.
 func (e *Env) StartRelay(o RelayOpts, logName string) (*Relay, error) {
-	addr, err := freePort()
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
 	if o.LogLevel == "" {
 		o.LogLevel = "info"
 	}
-	path := filepath.Join(e.OutDir, logName)
-	f, err := os.Create(path)
+	env := append(os.Environ(), "RELAY_KAFKA_BROKERS="+e.Brokers, "RELAY_MYSQL_DSN="+o.DSN, "RELAY_HTTP_ADDR="+addr)
+	r, err := harness.Start(harness.Options{Bin: e.RelayBin, Args: []string{"run"}, Env: append(env, o.Vars()...),
+		Log: filepath.Join(e.OutDir, logName), Wrapper: o.Wrapper})
 	if err != nil {
 		return nil, err
 	}
-	argv := append(append([]string{}, o.Wrapper...), e.RelayBin, "run")
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "RELAY_KAFKA_BROKERS="+e.Brokers, "RELAY_MYSQL_DSN="+o.DSN, "RELAY_HTTP_ADDR="+addr)
-	cmd.Env = append(cmd.Env, o.Vars()...)
-	cmd.Stdout, cmd.Stderr = f, f
-	r := &Relay{Cmd: cmd, LogPath: path, HTTP: addr, done: make(chan struct{})}
-	r.Start = time.Now()
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, err
-	}
-	go func() {
-		r.err = cmd.Wait()
-		f.Close()
-		close(r.done)
-	}()
 	e.OnCleanup(r.Kill) // an interrupted run kills relay before it drops its database
-	return r, nil
-}
-
-// Alive reports whether the process still runs.
-func (r *Relay) Alive() bool {
-	select {
-	case <-r.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// PID of the process (of the wrapper, when there is one).
-func (r *Relay) PID() int { return r.Cmd.Process.Pid }
-
-// Child returns the first child of the process (relay under a wrapper), waiting up to limit.
-func (r *Relay) Child(limit time.Duration) (int, error) {
-	deadline := time.Now().Add(limit)
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", r.PID(), r.PID()))
-		if err == nil {
-			if f := strings.Fields(string(b)); len(f) > 0 {
-				return strconv.Atoi(f[0])
-			}
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("no child of %d", r.PID())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// Stop sends SIGTERM (relay drains: one last checkpoint) and waits; SIGKILL after limit.
-func (r *Relay) Stop(limit time.Duration) error {
-	_ = r.Cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.done:
-		return r.err
-	case <-time.After(limit):
-		_ = r.Cmd.Process.Kill()
-		<-r.done
-		return fmt.Errorf("relay did not stop within %s; killed", limit)
-	}
-}
-
-// Kill ends the process at once (cleanup).
-func (r *Relay) Kill() {
-	if r.Alive() {
-		_ = r.Cmd.Process.Kill()
-		<-r.done
-	}
-}
-
-// CPU is the process's user+system time after it exited.
-func (r *Relay) CPU() time.Duration {
-	if r.Cmd.ProcessState == nil {
-		return 0
-	}
-	return r.Cmd.ProcessState.UserTime() + r.Cmd.ProcessState.SystemTime()
-}
-
-// MaxRSSKB is the peak resident set of the exited process (getrusage ru_maxrss, in KiB).
-func (r *Relay) MaxRSSKB() int64 {
-	if r.Cmd.ProcessState == nil {
-		return 0
-	}
-	if ru, ok := r.Cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		return ru.Maxrss
-	}
-	return 0
-}
-
-// LogLine is one JSON log entry of relay.
-type LogLine struct {
-	TS     time.Time
-	Logger string
-	Msg    string
-	Fields map[string]any
-}
-
-// zap's ISO8601TimeEncoder layout.
-const zapTime = "2006-01-02T15:04:05.000Z0700"
-
-// ReadLog parses the JSON lines of a relay log.
-func ReadLog(path string) ([]LogLine, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []LogLine
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) != nil {
-			continue
-		}
-		l := LogLine{Fields: m}
-		l.Msg, _ = m["msg"].(string)
-		l.Logger, _ = m["logger"].(string)
-		if ts, ok := m["ts"].(string); ok {
-			l.TS, _ = time.Parse(zapTime, ts)
-		}
-		out = append(out, l)
-	}
-	return out, sc.Err()
-}
-
-// Find returns the first line for which match is true.
-func Find(lines []LogLine, match func(LogLine) bool) (LogLine, bool) {
-	for _, l := range lines {
-		if match(l) {
-			return l, true
-		}
-	}
-	return LogLine{}, false
+	return &Relay{Relay: r, HTTP: addr}, nil
 }
 
 // IsRunning matches the "state ... to running" line.
-func IsRunning(l LogLine) bool { return l.Msg == "state" && l.Fields["to"] == "running" }
-
-// WaitLog polls the log until a line matches (or the process dies, or limit passes).
-func (r *Relay) WaitLog(match func(LogLine) bool, limit time.Duration) (LogLine, error) {
-	deadline := time.Now().Add(limit)
-	for {
-		lines, _ := ReadLog(r.LogPath)
-		if l, ok := Find(lines, match); ok {
-			return l, nil
-		}
-		if !r.Alive() {
-			return LogLine{}, fmt.Errorf("relay exited (%v); log %s", r.err, r.LogPath)
-		}
-		if time.Now().After(deadline) {
-			return LogLine{}, fmt.Errorf("log line not seen within %s; log %s", limit, r.LogPath)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// Num reads a numeric log field.
-func (l LogLine) Num(k string) float64 {
-	f, _ := l.Fields[k].(float64)
-	return f
-}
+func IsRunning(l harness.LogLine) bool { return l.Msg == "state" && l.Fields["to"] == "running" }
 
 // Histogram is one Prometheus histogram (cumulative buckets).
 type Histogram struct {
