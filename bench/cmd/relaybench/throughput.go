@@ -31,6 +31,101 @@ type TPResult struct {
 	ClientProps map[string]string  `json:"client_props"`
 	Runs        []TPRun            `json:"runs"`
 	Summary     map[string]TPStats `json:"summary"` // by "client/kind"
+	// Sweep is the bare consumer under each candidate librdkafka setting, before the repetitions;
+	// the fastest by median is the "tuned" client setting.
+	Sweep []SweepRow `json:"sweep,omitempty"`
+}
+
+// SweepRow is one candidate setting of the sweep.
+type SweepRow struct {
+	Name   string    `json:"name"`
+	Props  string    `json:"props"`
+	Rates  []float64 `json:"rates"`
+	Median float64   `json:"median"`
+}
+
+// sweepCandidates are librdkafka consumer settings the sweep tries on the bare consumer: relay's
+// own, and variations of the queue and fetch sizes and waits that decide how much librdkafka
+// prefetches per partition and how soon it fetches again.
+var sweepCandidates = []SweepRow{
+	{Name: "shipped", Props: ""},
+	{Name: "backoff-1ms", Props: "fetch.queue.backoff.ms=1"},
+	{Name: "fetch-256k-wait-100ms", Props: "max.partition.fetch.bytes=262144,queued.min.messages=10000,queued.max.messages.kbytes=65536,fetch.queue.backoff.ms=1,fetch.wait.max.ms=100"},
+	{Name: "fetch-1m", Props: "max.partition.fetch.bytes=1048576,queued.min.messages=100000,fetch.queue.backoff.ms=1"},
+	{Name: "queue-1m", Props: "queued.min.messages=1000000,queued.max.messages.kbytes=1048576,fetch.queue.backoff.ms=1"},
+}
+
+// sweep runs the bare consumer under every candidate, alternating, reps times each, and makes the
+// fastest by median the "tuned" client setting.
+func sweep(e *kit.Env, r *TPResult, topic string, reps int) error {
+	rows := slices.Clone(sweepCandidates)
+	for rep := 1; rep <= reps; rep++ {
+		for i := range rows {
+			clientProps["sweep"] = rows[i].Props
+			run, err := runBaseline(e, topic, "sweep", rep)
+			if err != nil {
+				return fmt.Errorf("sweep %s: %w", rows[i].Name, err)
+			}
+			rows[i].Rates = append(rows[i].Rates, run.Rate)
+		}
+	}
+	delete(clientProps, "sweep")
+	best := 0
+	for i := range rows {
+		rows[i].Median = kit.Median(rows[i].Rates)
+		if rows[i].Median > rows[best].Median {
+			best = i
+		}
+	}
+	r.Sweep = rows
+	clientProps["tuned"] = rows[best].Props
+	kit.Logf("sweep: fastest bare consumer setting %s (%.0f/s median)", rows[best].Name, rows[best].Median)
+	return nil
+}
+
+// tuned is the sweep's fastest row.
+func (r *TPResult) tuned() (SweepRow, bool) {
+	var best SweepRow
+	for _, row := range r.Sweep {
+		if row.Median > best.Median {
+			best = row
+		}
+	}
+	return best, len(r.Sweep) > 0
+}
+
+// clientName describes a client setting in the report.
+func (r *TPResult) clientName(client string) string {
+	if best, ok := r.tuned(); ok && client == "tuned" {
+		props := "`" + best.Props + "`"
+		if best.Props == "" {
+			props = "relay's shipped settings"
+		}
+		return fmt.Sprintf("tuned: the sweep's fastest for the bare consumer, %s (%s), on both sides", best.Name, props)
+	}
+	if n, ok := clientNames[client]; ok {
+		return n
+	}
+	return client + " (`" + r.ClientProps[client] + "`)"
+}
+
+// crossRatio is the median over repetitions of relay's rate in kind with its shipped settings
+// over the tuned bare consumer's rate of the same repetition: how close relay as shipped comes
+// to the fastest bare consumer found.
+func (r *TPResult) crossRatio(kind string) (float64, bool) {
+	base := map[int]float64{}
+	for _, run := range r.Runs {
+		if run.Client == "tuned" && run.Kind == "baseline" {
+			base[run.Rep] = run.Rate
+		}
+	}
+	var ratios []float64
+	for _, run := range r.Runs {
+		if run.Client == "shipped" && run.Kind == kind && base[run.Rep] > 0 {
+			ratios = append(ratios, run.Rate/base[run.Rep])
+		}
+	}
+	return kit.Median(ratios), len(ratios) > 0
 }
 
 // Client settings compared, on both sides (relay: RELAY_KAFKA_PROPERTIES, baseline: -X): relay's
@@ -115,7 +210,12 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 			return nil, "", nil, fmt.Errorf("BENCH_TP_KINDS: unknown kind %q (known: %s)", k, strings.Join(tpKinds, ","))
 		}
 	}
-	r.Clients = strings.Split(kit.EnvString("BENCH_TP_CLIENTS", "shipped,image"), ",")
+	r.Clients = strings.Split(kit.EnvString("BENCH_TP_CLIENTS", "tuned,shipped"), ",")
+	if slices.Contains(r.Clients, "tuned") {
+		if err := sweep(e, r, topic, reps); err != nil {
+			return nil, "", nil, err
+		}
+	}
 	r.ClientProps = map[string]string{}
 	for _, c := range r.Clients {
 		props, ok := clientProps[c]
