@@ -33,7 +33,7 @@ type MicroBench struct {
 
 var microPkgs = []struct{ pkg, pattern string }{
 	{"./internal/order/", "^BenchmarkDecode$"},
-	{"./internal/aggregate/", "^Benchmark(TableAdd|Route|Rows|TableMemory)$"},
+	{"./internal/spec/", "^BenchmarkDecodeFold$"},
 	{"./internal/pipeline/", "^Benchmark(DecodeRouteAggregate|SessionFold|Positions)$"},
 }
 

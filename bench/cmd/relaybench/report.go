@@ -80,10 +80,6 @@ func render(res *Results) string {
 				extra = append(extra, fmt.Sprintf("%.4g %s", v, k))
 			}
 			sort.Strings(extra)
-			if r.Name == "BenchmarkTableMemory" { // one op fills a million keys: ops/s means nothing
-				w("| %s | %s | %.3g | – | %.0f | %.0f | %s |\n", r.Package, r.Name, r.NsPerOp, r.BytesPerOp, r.AllocsPerOp, strings.Join(extra, ", "))
-				continue
-			}
 			w("| %s | %s | %.1f | %.2f M | %.0f | %.0f | %s |\n", r.Package, r.Name, r.NsPerOp, r.OpsPerSec/1e6, r.BytesPerOp, r.AllocsPerOp, strings.Join(extra, ", "))
 		}
 		w("\n```sh\n%s\n```\n\n", mr.Command)
@@ -261,6 +257,11 @@ func targets(res *Results) [][3]string {
 				out = append(out, [3]string{"decode+validate+aggregate ≥ 2 M orders/s on one core, 0 allocs/record in steady state",
 					fmt.Sprintf("%.2f M orders/s (%.0f ns/op), %.0f allocs/op (10k keys, warm tables)", r.OpsPerSec/1e6, r.NsPerOp, r.AllocsPerOp),
 					yes(r.OpsPerSec >= 2e6 && r.AllocsPerOp == 0)})
+			}
+			if r.Name == "BenchmarkDecodeFold/3dims3measures/keys=12k" {
+				out = append(out, [3]string{"a spec of 3 dimensions and 3 measures: decode + fold ≥ 1 M records/s on one core, 0 allocs/record",
+					fmt.Sprintf("%.2f M records/s (%.0f ns/op), %.0f allocs/op (12k keys, warm tables)", r.OpsPerSec/1e6, r.NsPerOp, r.AllocsPerOp),
+					yes(r.OpsPerSec >= 1e6 && r.AllocsPerOp == 0)})
 			}
 		}
 	}
