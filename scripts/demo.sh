@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # demo.sh — relay end to end on local services: real Kafka + MariaDB, synthetic orders with known
-# totals, relay committing them exactly once, then the totals and the metrics side by side.
+# totals, relay committing them exactly once into the tables of a pipeline spec (scripts/demo/
+# pipeline.yaml: a base table, its hourly rollup and a filtered table), then the totals and the
+# metrics side by side. DEMO_SPEC= (empty) runs the default spec (order_stats_minute) instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 svc_env=$(scripts/services.sh up) # assigned first: a failed start stops the script
@@ -10,6 +12,13 @@ JOB=${DEMO_JOB:-demo}
 TOPIC=${DEMO_TOPIC:-orders_demo_$(date +%s)}
 ORDERS=${DEMO_ORDERS:-50000}
 HTTP=${DEMO_HTTP:-127.0.0.1:18080}
+SPEC=${DEMO_SPEC-scripts/demo/pipeline.yaml}
+if [ -n "$SPEC" ]; then
+  export RELAY_PIPELINE_FILE=$PWD/$SPEC
+  TABLES=$(sed -n 's/^  - table: //p' "$SPEC")
+else
+  TABLES=order_stats_minute
+fi
 export RELAY_JOB_NAME=$JOB RELAY_KAFKA_BROKERS=$RELAY_TEST_KAFKA RELAY_KAFKA_TOPICS=$TOPIC
 export RELAY_MYSQL_DSN="$RELAY_TEST_MYSQL_DSN" RELAY_SUBTASKS=2 RELAY_CHECKPOINT_INTERVAL=500ms RELAY_HTTP_ADDR=$HTTP
 WORK=$(mktemp -d)
@@ -18,7 +27,10 @@ sql() { scripts/services.sh mysql relay "$@"; }
 # A fresh demo job each time: clear what an earlier demo left in the shared demo database (before
 # producing: loadgen refuses a topic whose offsets a ledger still holds, as a reused DEMO_TOPIC's;
 # the table's owner too, so a demo under another DEMO_JOB may take it).
-sql -e "DELETE FROM relay_checkpoints WHERE job='$JOB'; DELETE FROM relay_offsets WHERE job='$JOB'; DELETE FROM relay_jobs WHERE job='$JOB'; DROP TABLE IF EXISTS order_stats_minute; DELETE FROM relay_dlq WHERE job='$JOB'; DELETE FROM relay_tables WHERE table_name='order_stats_minute';" 2>/dev/null || true
+for t in $TABLES; do
+  sql -e "DROP TABLE IF EXISTS $t; DELETE FROM relay_tables WHERE table_name='$t';" 2>/dev/null || true
+done
+sql -e "DELETE FROM relay_checkpoints WHERE job='$JOB'; DELETE FROM relay_offsets WHERE job='$JOB'; DELETE FROM relay_jobs WHERE job='$JOB'; DELETE FROM relay_dlq WHERE job='$JOB';" 2>/dev/null || true
 
 echo "== producing $ORDERS synthetic orders to $TOPIC (Kafka transactions, 5% aborted, 0.5% bad records)"
 bin/relay loadgen --brokers "$RELAY_TEST_KAFKA" --topic "$TOPIC" --create-partitions 4 --orders "$ORDERS" --abort-rate 0.05 --bad-rate 0.005 \
@@ -30,40 +42,44 @@ RELAY_PID=$!
 trap 'kill $RELAY_PID 2>/dev/null || true' EXIT
 
 want=$(python3 -c "import json;print(json.load(open('$WORK/expected.json'))['good_orders'])")
+first=$(echo "$TABLES" | head -1)
+count=$(sed -n '/measures:/,/kind: count/s/.*column: \([a-z_]*\), kind: count.*/\1/p' "${SPEC:-/dev/null}" | head -1)
+count=${count:-order_count}
 for _ in $(seq 1 120); do
-  got=$(sql -N -e "SELECT COALESCE(SUM(order_count),0) FROM order_stats_minute" 2>/dev/null || echo 0)
+  got=$(sql -N -e "SELECT COALESCE(SUM($count),0) FROM $first" 2>/dev/null || echo 0)
   [ "$got" = "$want" ] && break
   sleep 0.5
 done
-echo "== relay committed $got of $want good orders"
+echo "== relay committed $got of $want good orders (in $first)"
 echo
 echo "== ledger (last checkpoints)"
 sql -t -e "SELECT checkpoint_id, state, tags, records, decided_at FROM relay_checkpoints WHERE job='$JOB' ORDER BY checkpoint_id DESC LIMIT 5"
-echo "== totals in MySQL vs expected (first rows)"
-sql -t -e "SELECT window_start, sku, order_count, amount_sum FROM order_stats_minute ORDER BY window_start, sku LIMIT 8"
-python3 - "$WORK/expected.json" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-print("expected (first rows):")
-for r in d["totals"][:8]:
-    print(f'  {r["window_start"]}  {r["sku"]:<8} {r["order_count"]:>6} {r["amount_sum"]:>20}')
-print("bad records by reason:", d["bad_records"], " aborted orders:", d["aborted_orders"])
-PY
+for t in $TABLES; do
+  echo "== $t (first rows)"
+  sql -t -e "SELECT * FROM $t LIMIT 5"
+done
+if [ -n "$SPEC" ]; then
+  echo "== the hourly rollup is the sum of its base, in one snapshot"
+  sql -t -e "SELECT COUNT(*) AS shop_hours, SUM(h.orders = b.orders AND h.revenue = b.revenue) AS equal FROM demo_shop_hour h JOIN (SELECT shop, TIMESTAMP(DATE_FORMAT(window_start, '%Y-%m-%d %H:00:00')) AS hour, SUM(orders) orders, SUM(revenue) revenue FROM demo_sales_minute GROUP BY shop, hour) b ON b.shop = h.shop AND b.hour = h.window_start"
+fi
 echo "== dead-letter table"
 sql -t -e "SELECT reason, COUNT(*) n FROM relay_dlq WHERE job='$JOB' GROUP BY reason"
-echo "== exact comparison of every row"
-python3 - "$WORK/expected.json" <<PY
+echo "== exact comparison of every row of every table with loadgen's totals"
+python3 - "$WORK/expected.json" <<'PY'
 import json, subprocess, sys
-from decimal import Decimal
 d = json.load(open(sys.argv[1]))
-out = subprocess.run(["scripts/services.sh", "mysql", "relay", "-N", "-e",
-    "SELECT DATE_FORMAT(window_start,'%Y-%m-%d %H:%i:%s'), sku, order_count, amount_sum FROM order_stats_minute"],
-    capture_output=True, text=True, check=True).stdout
-got = {(w, s): (int(c), Decimal(a)) for w, s, c, a in (l.split("\t") for l in out.splitlines())}
-want = {(r["window_start"], r["sku"]): (r["order_count"], Decimal(r["amount_sum"])) for r in d["totals"]}
-bad = [k for k in set(got) | set(want) if got.get(k) != want.get(k)]
-print(f"{len(want)} keys expected, {len(got)} in MySQL, {len(bad)} differ")
-sys.exit(1 if bad else 0)
+print("bad records by reason:", d["bad_records"], " aborted orders:", d["aborted_orders"])
+failed = False
+for t in d["tables"]:
+    cols = ", ".join(f"CAST(`{c}` AS CHAR)" for c in t["columns"])
+    out = subprocess.run(["scripts/services.sh", "mysql", "relay", "-N", "-e", f"SELECT {cols} FROM `{t['table']}`"],
+        capture_output=True, text=True, check=True).stdout
+    got = {tuple(l.split("\t")) for l in out.splitlines()}
+    want = {tuple(r) for r in t["rows"]}
+    diff = got ^ want
+    print(f"{t['table']}: {len(want)} rows expected, {len(got)} in MySQL, {len(diff)} differ")
+    failed = failed or bool(diff)
+sys.exit(1 if failed else 0)
 PY
 echo "== relay status"
 bin/relay status
