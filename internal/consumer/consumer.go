@@ -48,7 +48,12 @@ func ConfigMap(o Options) *kafka.ConfigMap {
 	// librdkafka waits fetch.queue.backoff.ms (1 s by default) before fetching again once its local
 	// queue passed a threshold; a consumer that drains the queue as fast as relay does spends most
 	// of that second idle (bench: the bare consumer went from 134 k to 638 k records/s with 10 ms).
-	cm := kafka.ConfigMap{"fetch.queue.backoff.ms": 10}
+	// Smaller fetches (256 KiB a partition, refilled after 1 ms, a fetch waiting at most 100 ms on
+	// the broker) and a shorter local queue were the fastest of the bench's sweep on the 4-partition
+	// topic: the bare consumer 664-676 k vs 496-520 k records/s, relay XA 420-441 k vs 384-409 k
+	// (docs/BENCHMARKS.md, 2 Dec). The user's kafka.properties override each of them.
+	cm := kafka.ConfigMap{"fetch.queue.backoff.ms": 1, "max.partition.fetch.bytes": 262144, "fetch.wait.max.ms": 100,
+		"queued.min.messages": 10000, "queued.max.messages.kbytes": 65536}
 	for k, v := range o.Properties {
 		cm[k] = v
 	}

@@ -32,8 +32,9 @@ func (s *session) run(ctx context.Context) (err error) {
 	lagEvery := time.NewTicker(5 * time.Second)
 	defer lagEvery.Stop()
 	nextCut := time.Now().Add(cfg.Checkpoint.Interval)
-	// The barrier is checked after every event; this keeps an idle loop checking it too.
-	wake := time.NewTicker(10 * time.Millisecond)
+	// The barrier is checked after every event; the timer wakes an idle loop when a cut falls due
+	// (no periodic wake-up: an idle relay sleeps until the interval or the idle cut).
+	wake := time.NewTimer(cfg.Checkpoint.Interval)
 	defer wake.Stop()
 	batches := make(chan polled, 4)
 	s.wg.Add(1)
@@ -93,7 +94,22 @@ func (s *session) run(ctx context.Context) (err error) {
 			}
 			nextCut = time.Now().Add(cfg.Checkpoint.Interval)
 		}
+		wake.Reset(max(time.Until(s.due(nextCut)), time.Millisecond))
 	}
+}
+
+// due is when the next cut may fall due without an event: at the interval, or, with records read,
+// once the input has paused for idle_after (and min_pause has passed). While a checkpoint is in
+// flight its completion is the event that wakes the loop.
+func (s *session) due(nextCut time.Time) time.Time {
+	if s.inflight != nil {
+		return nextCut.Add(s.p.Config.Checkpoint.Timeout)
+	}
+	cp := s.p.Config.Checkpoint
+	if cp.IdleAfter > 0 && !s.cur.empty() {
+		return minTime(nextCut, maxTime(s.lastRecord.Add(cp.IdleAfter), s.lastEnd.Add(cp.MinPause)))
+	}
+	return nextCut
 }
 
 // idle says the input paused with records read since the last cut: they need not wait for the
@@ -117,9 +133,15 @@ type polled struct {
 // until a batch is full held a slow topic's records back: at 200 records/s, 256 of them took
 // 1.3 s, unseen by the visibility histogram, which starts at the fold.)
 func (s *session) poll(out chan<- polled) {
+	var msgs []*kafka.Message // a new batch's slice, made only once the last one was handed over
 	for s.ctx.Err() == nil {
-		b := polled{msgs: make([]*kafka.Message, 0, 256)}
-		wait := 20 * time.Millisecond
+		if msgs == nil {
+			msgs = make([]*kafka.Message, 0, 256)
+		}
+		b := polled{msgs: msgs}
+		// The first Poll of a batch waits for a record; 100 ms bounds how long the goroutine takes
+		// to notice the session ended.
+		wait := 100 * time.Millisecond
 		for len(b.msgs) < cap(b.msgs) {
 			msg, err := s.cons.Poll(wait)
 			if err != nil {
@@ -133,8 +155,9 @@ func (s *session) poll(out chan<- polled) {
 			wait = 0
 		}
 		if len(b.msgs) == 0 && b.err == nil {
-			continue
+			continue // an idle poll keeps its slice: no garbage 50 times a second
 		}
+		msgs = nil // the fold owns the batch now
 		select {
 		case out <- b:
 		case <-s.ctx.Done():
@@ -329,6 +352,13 @@ func (s *session) exportLag(highWatermark func(topic string, part int32) (int64,
 
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
 		return a
 	}
 	return b

@@ -44,15 +44,15 @@ type SweepRow struct {
 	Median float64   `json:"median"`
 }
 
-// sweepCandidates are librdkafka consumer settings the sweep tries on the bare consumer: relay's
-// own, and variations of the queue and fetch sizes and waits that decide how much librdkafka
-// prefetches per partition and how soon it fetches again.
+// sweepCandidates are librdkafka consumer settings the sweep tries on the bare consumer, each on
+// top of relay's own (consumer.ConfigMap): relay's settings before 2 Dec, and one step away from
+// the shipped point in each of the fetch size, the fetch wait and the local queue.
 var sweepCandidates = []SweepRow{
 	{Name: "shipped", Props: ""},
-	{Name: "backoff-1ms", Props: "fetch.queue.backoff.ms=1"},
-	{Name: "fetch-256k-wait-100ms", Props: "max.partition.fetch.bytes=262144,queued.min.messages=10000,queued.max.messages.kbytes=65536,fetch.queue.backoff.ms=1,fetch.wait.max.ms=100"},
-	{Name: "fetch-1m", Props: "max.partition.fetch.bytes=1048576,queued.min.messages=100000,fetch.queue.backoff.ms=1"},
-	{Name: "queue-1m", Props: "queued.min.messages=1000000,queued.max.messages.kbytes=1048576,fetch.queue.backoff.ms=1"},
+	{Name: "before-2-dec", Props: "fetch.queue.backoff.ms=10,max.partition.fetch.bytes=1048576,fetch.wait.max.ms=500,queued.min.messages=100000"},
+	{Name: "fetch-1m", Props: "max.partition.fetch.bytes=1048576"},
+	{Name: "wait-500ms", Props: "fetch.wait.max.ms=500"},
+	{Name: "queue-100k", Props: "queued.min.messages=100000"},
 }
 
 // sweep runs the bare consumer under every candidate, alternating, reps times each, and makes the
