@@ -96,7 +96,7 @@ func render(res *Results) string {
 				}
 				props := "`" + row.Props + "`"
 				if row.Props == "" {
-					props = "relay's `consumer.ConfigMap` (`fetch.queue.backoff.ms=10`, librdkafka's defaults otherwise)"
+					props = "relay's `consumer.ConfigMap` (internal/consumer)"
 				}
 				w("| %s | %s | %s | **%s** |\n", row.Name, props, strings.Join(per, ", "), kps(row.Median))
 			}
@@ -104,7 +104,7 @@ func render(res *Results) string {
 		}
 		w("%d orders in %d partitions, %d skus × %d windows (%d keys), produced by `%s` in %.1f s. relay: %d subtasks, checkpoint interval %s. Medians of %d repetitions; each repetition runs, for each client setting, the baseline, then relay XA, held and XA+append, each relay run on a fresh database and job reading the topic from offset 0.\n\n",
 			tp.Orders, tp.Partitions, tp.SKUs, tp.Windows, tp.SKUs*tp.Windows, tp.Loadgen, tp.ProduceSecs, tp.Subtasks, tp.Interval, countReps(tp))
-		w("| client settings | configuration | median time | median orders/s | ratio to baseline (median of per-repetition ratios) | per-repetition orders/s | steady orders/s (XA, between first and last decision) | CPU s of the process per 1M orders | Kafka CPU s | MariaDB CPU s |\n|---|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
+		w("| client settings | configuration | median time | median orders/s | ratio to baseline (median of per-repetition ratios) | per-repetition orders/s | steady orders/s (XA, between first and last decision) | CPU s of the process per 1M orders | Kafka CPU s per 1M orders | MariaDB CPU s per 1M orders |\n|---|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
 		for _, key := range tp.keys() {
 			s := tp.Summary[key]
 			client, kind, _ := strings.Cut(key, "/")
@@ -122,7 +122,7 @@ func render(res *Results) string {
 				steady = kps(s.MedianSteady)
 			}
 			w("| %s | %s | %.2f s | **%s** | **%.2f×** | %s | %s | %.2f | %.1f | %.1f |\n", cl, name, s.MedianSeconds, kps(s.MedianRate), s.MedianRatio,
-				strings.Join(per, ", "), steady, s.CPUPerMillion, s.KafkaCPU, s.MySQLCPU)
+				strings.Join(per, ", "), steady, s.CPUPerMillion, s.KafkaCPU/(float64(tp.Orders)/1e6), s.MySQLCPU/(float64(tp.Orders)/1e6))
 		}
 		w("\nrelay's start is its log line `state … to running` (recovery done, partitions assigned, before the first poll), its end the first ledger poll (every 25 ms) that shows the topic's end offsets committed (XA: newest `COMMITTED` row of `relay_checkpoints`; held: every partition's row of `relay_offsets`, formerly `relay_held_offsets`). From process start, relay XA (shipped settings) took %.2f s (median). Both sides of a comparison run with the same librdkafka settings (relay with `RELAY_KAFKA_PROPERTIES`, the baseline with `-X`) and the same `GODEBUG`; relay's own GC heap floor (`gc_heap_floor_mib`, default 128) is part of relay, the baseline runs with Go's defaults. With a 1 s checkpoint interval relay's end is the first commit after its last record, so its time is close to a whole number of intervals plus one commit; the steady column (records of checkpoints 2..n over the time between the first and the last decision) leaves out start-up and that last wait.\n\n",
 			tp.Summary["shipped/xa"].MedianProcSecs)

@@ -140,7 +140,7 @@ var clientEnv = map[string][]string{"image": {"GODEBUG=cgocheck=0"}}
 
 // clientNames describe the client settings in the report.
 var clientNames = map[string]string{
-	"shipped":    "shipped (relay's `consumer.ConfigMap`, incl. `fetch.queue.backoff.ms=10`)",
+	"shipped":    "shipped (relay's `consumer.ConfigMap`)",
 	"backoff-1s": "`fetch.queue.backoff.ms=1000` (librdkafka's default; relay before 45921ea)",
 	"image":      "shipped, and `GODEBUG=cgocheck=0` as in relay's container image (both sides)",
 }
