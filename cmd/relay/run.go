@@ -132,6 +132,12 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	}, func(attempt int, err error) {
 		log.Warn("mysql not ready yet", zap.Int("attempt", attempt), zap.Error(err))
 	})
+	if err != nil && ctx.Err() != nil {
+		// SIGTERM while starting (a rolling restart): nothing is taken or decided yet, so this is
+		// a clean stop, not a failure.
+		log.Info("stopped cleanly before the job started", zap.NamedError("interrupted", err))
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -6,11 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/testenv"
 )
@@ -266,4 +268,20 @@ func TestLockWaitTimeoutRestarts(t *testing.T) {
 	}, "a checkpoint after the release with branches of both subtasks")
 	p.Kill()
 	e.finish(totals)
+}
+
+// SIGTERM while relay is still starting (connecting, checking the server, creating its tables:
+// a rolling restart that comes early) is a clean stop, exit status 0, not a failure.
+func TestSIGTERMWhileStarting(t *testing.T) {
+	e := newEnv(t, 2)
+	for i := 0; i < 5; i++ {
+		p := e.start()
+		if _, err := p.WaitLog(func(l harness.LogLine) bool { return l.Msg == "starting" }, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		_ = p.Signal(syscall.SIGTERM)
+		if err := p.wait(t, 30*time.Second); err != nil {
+			t.Fatalf("run %d: SIGTERM while starting: %v\n%s", i, err, tail(p.Log, 10))
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/money"
@@ -157,6 +158,11 @@ func specRandomKills(t *testing.T, kills int, extra ...string) {
 	// under the reasons this spec's decoder gives them (loadgen.Totals).
 	want, _, _ := totals.Snapshot()
 	p := e.start("--config=" + cfgPath)
+	// Recovery first: the tables may already be whole, and what earlier runs left in doubt must be
+	// resolved before the stop.
+	if _, err := p.WaitLog(func(l harness.LogLine) bool { return l.Msg == "recovered" }, 60*time.Second); err != nil {
+		t.Fatalf("relay did not finish recovery: %v\n%s", err, tail(p.Log, 30))
+	}
 	deadline := time.Now().Add(90 * time.Second)
 	for diff(want, e.actual(plan)) != "" && time.Now().Before(deadline) {
 		select {
