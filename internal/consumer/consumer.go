@@ -37,6 +37,7 @@ type Options struct {
 type Consumer struct {
 	c        *kafka.Consumer
 	opts     Options
+	r        *reader
 	assigned map[string]map[int32]bool
 	marks    map[string]map[int32][2]int64 // low, high watermark per partition, read by Assign
 	log      *zap.Logger
@@ -82,7 +83,12 @@ func New(o Options, log *zap.Logger) (*Consumer, error) {
 		o.Instances = 1
 	}
 	go forwardLogs(c.Logs(), log.Named("librdkafka"))
-	return &Consumer{c: c, opts: o, assigned: map[string]map[int32]bool{}, log: log}, nil
+	r, err := newReader(c, o.Topics)
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return &Consumer{c: c, opts: o, r: r, assigned: map[string]map[int32]bool{}, log: log}, nil
 }
 
 // forwardLogs writes librdkafka's log events to log until Close closes the channel.
@@ -107,8 +113,11 @@ func logLevel(syslog int) zapcore.Level {
 	return zapcore.DebugLevel
 }
 
-// Close leaves the brokers.
-func (c *Consumer) Close() { _ = c.c.Close() }
+// Close leaves the brokers. No Read may be running or follow.
+func (c *Consumer) Close() {
+	c.r.close()
+	_ = c.c.Close()
+}
 
 // Kafka exposes the underlying consumer (watermarks for lag, tests).
 func (c *Consumer) Kafka() *kafka.Consumer { return c.c }
@@ -262,29 +271,20 @@ func (c *Consumer) queryWatermarks(ctx context.Context, t string, p int32) (lo, 
 	return lo, hi, nil
 }
 
-// Poll returns the next record, nil on timeout, or a fatal consumer error.
-func (c *Consumer) Poll(timeout time.Duration) (*kafka.Message, error) {
-	for {
-		ev := c.c.Poll(int(timeout / time.Millisecond))
-		switch e := ev.(type) {
-		case nil:
-			return nil, nil
-		case *kafka.Message:
-			if e.TopicPartition.Error != nil {
-				return nil, fmt.Errorf("consume %s/%d: %w", *e.TopicPartition.Topic, e.TopicPartition.Partition, e.TopicPartition.Error)
-			}
-			return e, nil
-		case kafka.Error:
-			// An offset out of range means data relay has not read is gone: exactly-once cannot
-			// continue by itself; the operator decides (relay offsets reset).
-			if e.IsFatal() || e.Code() == kafka.ErrAutoOffsetReset {
-				return nil, fault.Permanent(fmt.Errorf("kafka: %w", e))
-			}
-			c.log.Warn("kafka client error", zap.Error(e))
-		default:
-			// Stats, offset commits and other events carry nothing relay needs.
-		}
+// Read fills b with the next records: it waits up to timeout for the first, then takes only what
+// librdkafka has queued already. An empty batch is a timeout. Only one goroutine may Read.
+func (c *Consumer) Read(timeout time.Duration, b *Batch) error {
+	ev, err := c.r.read(timeout, b)
+	if err != nil || ev == nil {
+		return err
 	}
+	// An offset out of range means data relay has not read is gone: exactly-once cannot continue
+	// by itself; the operator decides (relay offsets reset).
+	if ev.IsFatal() || ev.Code() == kafka.ErrAutoOffsetReset {
+		return fault.Permanent(fmt.Errorf("kafka: %w", *ev))
+	}
+	c.log.Warn("kafka client error", zap.Error(*ev))
+	return nil
 }
 
 // CommitGroup publishes offsets to the consumer group, for lag tooling only.

@@ -484,6 +484,7 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 	// The first line comes at once: it tells the operator how much there is to read.
 	progress()
 	var rec spec.Record
+	batch := consumer.NewBatch(512, 256<<10)
 	for nextLog := time.Now().Add(progressEvery); left > 0; {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, fmt.Errorf("recount: %s: %w", unfinished(), err)
@@ -492,19 +493,18 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 			nextLog = now.Add(progressEvery)
 			progress()
 		}
-		msg, err := c.Poll(200 * time.Millisecond)
-		if err != nil {
+		if err := c.Read(200*time.Millisecond, batch); err != nil {
 			return nil, nil, err
 		}
-		if msg == nil {
+		if len(batch.Records) == 0 {
 			// Nothing delivered: the rest of a range may be transaction markers or aborted records,
 			// which are never delivered but move the position.
 			if err := positionsDone(c.Kafka(), open, ranges, finish); err != nil {
 				return nil, nil, err
 			}
-		} else {
-			tp := msg.TopicPartition
-			t, p, off := *tp.Topic, tp.Partition, int64(tp.Offset)
+		}
+		for _, msg := range batch.Records {
+			t, p, off := msg.Topic, msg.Partition, msg.Offset
 			rg := ranges[t][p]
 			if rg == nil {
 				continue

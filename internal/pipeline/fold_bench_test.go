@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/metrics"
@@ -69,7 +70,7 @@ func BenchmarkDecodeRouteAggregate(b *testing.B) {
 }
 
 // BenchmarkSessionFold runs the consume loop's real per-record function, session.fold, on
-// kafka.Message values built in memory (no broker): decode, validate, offsets bookkeeping, route,
+// consumer.Record values built in memory (no broker): decode, validate, offsets bookkeeping, route,
 // aggregate — and, for "append", the detail row of the append sink. The epoch is replaced every
 // epochRecs records, as a checkpoint does, so per-epoch allocations are counted at their real rate.
 func BenchmarkSessionFold(b *testing.B) {
@@ -114,10 +115,9 @@ func BenchmarkSessionFold(b *testing.B) {
 			}
 			recs := benchPayloads(1<<16, 1000, 10)
 			topic := "orders"
-			msgs := make([]kafka.Message, len(recs))
+			msgs := make([]consumer.Record, len(recs))
 			for i, v := range recs {
-				msgs[i] = kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: int32(i % 4),
-					Offset: kafka.Offset(i / 4)}, Value: v}
+				msgs[i] = consumer.Record{Topic: topic, Partition: int32(i % 4), Offset: int64(i / 4), Value: v}
 			}
 			var rec spec.Record
 			b.ReportAllocs()

@@ -10,9 +10,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"go.uber.org/zap"
 
+	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/spec"
 )
@@ -37,10 +37,11 @@ func (s *session) run(ctx context.Context) (err error) {
 	wake := time.NewTimer(cfg.Checkpoint.Interval)
 	defer wake.Stop()
 	batches := make(chan polled, 4)
+	free := make(chan *consumer.Batch, pollBatches)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.poll(batches)
+		s.poll(batches, free)
 	}()
 	var rec spec.Record
 	for {
@@ -79,14 +80,15 @@ func (s *session) run(ctx context.Context) (err error) {
 		case b := <-batches:
 			s.lastRecord = time.Now()
 			// Whole batches only: a barrier falls between two records, never inside the fold of one.
-			for _, msg := range b.msgs {
-				if err := s.fold(msg, &rec); err != nil {
+			for i := range b.recs.Records {
+				if err := s.fold(&b.recs.Records[i], &rec); err != nil {
 					return err
 				}
 			}
 			if b.err != nil {
 				return b.err
 			}
+			free <- b.recs // nothing folded keeps a value: keys, dead letters and details are copies
 		}
 		if s.inflight == nil && (!time.Now().Before(nextCut) || s.idle()) {
 			if err := s.cut(); err != nil {
@@ -123,58 +125,65 @@ func (s *session) idle() bool {
 
 // polled is a batch of records in the order librdkafka delivered them, and the error that ended it.
 type polled struct {
-	msgs []*kafka.Message
+	recs *consumer.Batch
 	err  error
 }
 
-// poll runs on its own goroutine so that librdkafka's Poll (a cgo call per record) and the fold
-// use two cores. It stops with the session; the session closes the consumer only after it returned.
-// A batch is what librdkafka has queued once a record arrived: only the first Poll waits. (Waiting
-// until a batch is full held a slow topic's records back: at 200 records/s, 256 of them took
-// 1.3 s, unseen by the visibility histogram, which starts at the fold.)
-func (s *session) poll(out chan<- polled) {
-	var msgs []*kafka.Message // a new batch's slice, made only once the last one was handed over
+// pollBatches is how many batches exist: the one being read, the channel's four, the one being
+// folded. A batch is 512 records or 256 KiB of values, whichever is reached first.
+const pollBatches = 6
+
+// poll runs on its own goroutine so that reading from librdkafka and the fold use two cores. It
+// stops with the session; the session closes the consumer only after it returned. A batch is what
+// librdkafka has queued once a record arrived: only the wait for the first is long. (Waiting until
+// a batch is full held a slow topic's records back: at 200 records/s, 256 of them took 1.3 s,
+// unseen by the visibility histogram, which starts at the fold.) The fold hands each batch back
+// through free, so reading allocates nothing per record once the batches exist.
+func (s *session) poll(out chan<- polled, free chan *consumer.Batch) {
+	made := 0
 	for s.ctx.Err() == nil {
-		if msgs == nil {
-			msgs = make([]*kafka.Message, 0, 256)
-		}
-		b := polled{msgs: msgs}
-		// The first Poll of a batch waits for a record; 100 ms bounds how long the goroutine takes
-		// to notice the session ended.
-		wait := 100 * time.Millisecond
-		for len(b.msgs) < cap(b.msgs) {
-			msg, err := s.cons.Poll(wait)
-			if err != nil {
-				b.err = err
-				break
-			}
-			if msg == nil {
-				break
-			}
-			b.msgs = append(b.msgs, msg)
-			wait = 0
-		}
-		if len(b.msgs) == 0 && b.err == nil {
-			continue // an idle poll keeps its slice: no garbage 50 times a second
-		}
-		msgs = nil // the fold owns the batch now
+		var recs *consumer.Batch
 		select {
-		case out <- b:
-		case <-s.ctx.Done():
-			return
+		case recs = <-free:
+		default:
+			if made < pollBatches {
+				made++
+				recs = consumer.NewBatch(512, 256<<10)
+				break
+			}
+			select {
+			case recs = <-free:
+			case <-s.ctx.Done():
+				return
+			}
 		}
-		if b.err != nil {
-			return
+		// 100 ms bounds how long the goroutine takes to notice the session ended.
+		for {
+			err := s.cons.Read(100*time.Millisecond, recs)
+			if len(recs.Records) > 0 || err != nil {
+				b := polled{recs: recs, err: err}
+				select {
+				case out <- b:
+				case <-s.ctx.Done():
+					return
+				}
+				if err != nil {
+					return
+				}
+				break
+			}
+			if s.ctx.Err() != nil {
+				return
+			}
 		}
 	}
 }
 
 // fold decodes one record into the current epoch.
-func (s *session) fold(msg *kafka.Message, rec *spec.Record) error {
+func (s *session) fold(msg *consumer.Record, rec *spec.Record) error {
 	p := s.p
 	e := s.cur
-	tp := msg.TopicPartition
-	s.positions.Set(*tp.Topic, tp.Partition, int64(tp.Offset)+1)
+	s.positions.Set(msg.Topic, msg.Partition, msg.Offset+1)
 	if e.records == 0 {
 		e.firstPoll = time.Now()
 	}
@@ -183,7 +192,7 @@ func (s *session) fold(msg *kafka.Message, rec *spec.Record) error {
 		e.oldestTS = ts
 	}
 	// A partition-affine protocol keeps each partition on one subtask: its offsets commit with its rows.
-	owner := int(tp.Partition) % len(s.subs)
+	owner := int(msg.Partition) % len(s.subs)
 	reason, field := p.decoder.Decode(msg.Value, rec)
 	if reason == spec.OK {
 		// Every aggregate's keys are routed among the subtasks by their encoded primary key; a
@@ -198,7 +207,7 @@ func (s *session) fold(msg *kafka.Message, rec *spec.Record) error {
 			// The append sink exists only with the default spec (config refuses it next to a
 			// pipeline block), whose fields are order_id, sku and amount in this order.
 			e.details[owner] = append(e.details[owner], sink.DetailRow{OrderID: string(rec.Vals[0].Bytes), SKU: string(rec.Vals[1].Bytes),
-				Amount: rec.Vals[2].Int, TS: rec.TS, Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset)})
+				Amount: rec.Vals[2].Int, TS: rec.TS, Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset})
 			if len(e.details[owner]) >= 4*p.Config.MySQL.BatchRows {
 				d := e.details[owner]
 				e.details[owner] = nil
@@ -226,7 +235,7 @@ func (s *session) fold(msg *kafka.Message, rec *spec.Record) error {
 		p.reported[badField{reason, field}] = true
 		p.Log.Warn("bad input (logged once per reason and field; the dead-letter row names the reason)",
 			zap.String("reason", reason.String()), zap.String("field", field),
-			zap.String("topic", *tp.Topic), zap.Int32("partition", tp.Partition), zap.Int64("offset", int64(tp.Offset)))
+			zap.String("topic", msg.Topic), zap.Int32("partition", msg.Partition), zap.Int64("offset", msg.Offset))
 	}
 	p.Metrics.BadRecords.WithLabelValues(reason.String()).Inc()
 	switch p.Config.Input.BadInputPolicy {
@@ -234,14 +243,14 @@ func (s *session) fold(msg *kafka.Message, rec *spec.Record) error {
 		e.skipped++
 		return nil
 	case "fail":
-		return fmt.Errorf("%w: %s at %s/%d@%d", ErrBadInput, reason, *tp.Topic, tp.Partition, tp.Offset)
+		return fmt.Errorf("%w: %s at %s/%d@%d", ErrBadInput, reason, msg.Topic, msg.Partition, msg.Offset)
 	}
 	payload := msg.Value
 	if len(payload) > p.Config.Input.DLQPayloadBytes {
 		payload = payload[:p.Config.Input.DLQPayloadBytes]
 	}
 	i := owner
-	e.dlq[i] = append(e.dlq[i], sink.DLQRow{Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset),
+	e.dlq[i] = append(e.dlq[i], sink.DLQRow{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset,
 		Reason: reason.String(), Payload: append([]byte(nil), payload...), Size: len(msg.Value)})
 	e.dlqCount++
 	return nil

@@ -558,13 +558,13 @@ func (e *env) checkOffsetsAtEnd() {
 		t.Fatal(err)
 	}
 	until := time.Now().Add(2 * time.Second)
+	b := consumer.NewBatch(16, 64<<10)
 	for time.Now().Before(until) {
-		m, err := c.Poll(100 * time.Millisecond)
-		if err != nil {
+		if err := c.Read(100*time.Millisecond, b); err != nil {
 			t.Fatal(err)
 		}
-		if m != nil {
-			t.Fatalf("record at %s/%d@%d lies past the ledger's final offsets", e.topic, m.TopicPartition.Partition, m.TopicPartition.Offset)
+		for _, m := range b.Records {
+			t.Fatalf("record at %s/%d@%d lies past the ledger's final offsets", m.Topic, m.Partition, m.Offset)
 		}
 	}
 }

@@ -1,11 +1,14 @@
-// Command rawconsume is the baseline of relay's throughput benchmark: a bare confluent-kafka-go
-// consumer with relay's own librdkafka settings (read_committed, manual assignment, no commits),
-// reading every partition of a topic from offset 0 to its end offset and doing nothing but count.
+// Command rawconsume is the baseline of relay's throughput benchmark: a bare consumer with relay's
+// own librdkafka settings (read_committed, manual assignment, no commits), reading every partition
+// of a topic from offset 0 to its end offset and doing nothing but count. --reader poll (the
+// default) is confluent-kafka-go's Poll, a *kafka.Message per record; --reader batch is relay's
+// own read path (internal/consumer: one cgo call per batch), with nothing of relay after it.
 //
 // It prints one JSON object: records read and the time from the first record to the last.
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -15,7 +18,10 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"go.uber.org/zap"
+
 	"github.com/relay-sh/relay/internal/consumer"
+	"github.com/relay-sh/relay/internal/ledger"
 )
 
 type result struct {
@@ -33,6 +39,7 @@ func main() {
 	brokers := flag.String("brokers", "127.0.0.1:19092", "Kafka bootstrap servers")
 	topic := flag.String("topic", "", "topic to read")
 	limit := flag.Duration("timeout", 10*time.Minute, "give up after this long")
+	reader := flag.String("reader", "poll", "poll: confluent-kafka-go's Poll; batch: relay's consumer.Read")
 	props := map[string]string{}
 	flag.Func("X", "extra librdkafka property key=value (repeatable; for experiments, not used by make bench)", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")
@@ -47,7 +54,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rawconsume: --topic is required")
 		os.Exit(2)
 	}
-	r, err := run(*brokers, *topic, props, start, *limit)
+	read := run
+	if *reader == "batch" {
+		read = runBatch
+	} else if *reader != "poll" {
+		fmt.Fprintln(os.Stderr, "rawconsume: --reader is poll or batch")
+		os.Exit(2)
+	}
+	r, err := read(*brokers, *topic, props, start, *limit)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rawconsume:", err)
 		os.Exit(1)
@@ -117,10 +131,67 @@ func run(brokers, topic string, props map[string]string, start time.Time, limit 
 			}
 		}
 	}
+	return r.finish(start, first, last), nil
+}
+
+// runBatch is run through relay's consumer: its Assign (from the start) and its batch Read.
+func runBatch(brokers, topic string, props map[string]string, start time.Time, limit time.Duration) (result, error) {
+	var r result
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	c, err := consumer.New(consumer.Options{Brokers: brokers, Topics: []string{topic}, GroupID: "relay-bench-raw",
+		StartOffset: "earliest", Properties: props}, zap.NewNop())
+	if err != nil {
+		return r, err
+	}
+	defer c.Close()
+	from, err := c.Assign(ctx, ledger.Offsets{})
+	if err != nil {
+		return r, err
+	}
+	end := map[int32]int64{}
+	for p := range from[topic] {
+		if _, hi, err := c.AssignedWatermarks(topic, p, 0); err != nil {
+			return r, err
+		} else if hi > 0 {
+			end[p] = hi
+		}
+	}
+	if len(end) == 0 {
+		return r, fmt.Errorf("topic %s is empty or missing", topic)
+	}
+	left := len(end)
+	b := consumer.NewBatch(512, 256<<10)
+	var first, last time.Time
+	for left > 0 {
+		if err := c.Read(20*time.Millisecond, b); err != nil {
+			return r, err
+		}
+		if len(b.Records) == 0 && ctx.Err() != nil {
+			return r, fmt.Errorf("timed out after %d records", r.Records)
+		}
+		if len(b.Records) > 0 && r.Records == 0 {
+			first = time.Now()
+		}
+		for i := range b.Records {
+			rec := &b.Records[i]
+			r.Records++
+			r.PayloadBytes += int64(len(rec.Value))
+			if rec.Offset+1 == end[rec.Partition] {
+				left--
+				last = time.Now()
+			}
+		}
+	}
+	return r.finish(start, first, last), nil
+}
+
+// finish sets the times and rates of a run that read its first record at first and its last at last.
+func (r result) finish(start, first, last time.Time) result {
 	r.Seconds = last.Sub(first).Seconds()
 	r.Rate = float64(r.Records) / r.Seconds
 	r.StartupSecs = first.Sub(start).Seconds()
 	r.ProcessSecs = last.Sub(start).Seconds()
 	r.CPUSecs = cpuSeconds()
-	return r, nil
+	return r
 }

@@ -60,9 +60,9 @@ func throughputPanel(w func(string, ...any), tp *TPResult, x, width int) {
 		return
 	}
 	client := tp.Clients[0]
-	colors := map[string]string{"baseline": "#888888", "xa": "#1f77b4", "held": "#2ca02c", "xa+append": "#ff7f0e"}
+	colors := map[string]string{"baseline": "#888888", "reader": "#bbbbbb", "xa": "#1f77b4", "held": "#2ca02c", "xa+append": "#ff7f0e"}
 	var bars []bar
-	for _, kind := range []string{"baseline", "xa", "held", "xa+append"} {
+	for _, kind := range []string{"baseline", "reader", "xa", "held", "xa+append"} {
 		s, ok := tp.Summary[client+"/"+kind]
 		if !ok {
 			continue
@@ -71,9 +71,9 @@ func throughputPanel(w func(string, ...any), tp *TPResult, x, width int) {
 		if kind != "baseline" {
 			note = fmt.Sprintf("%.2f× bare", s.MedianRatio)
 		}
-		label := kind
-		if kind == "baseline" {
-			label = "bare consumer"
+		label := map[string]string{"baseline": "bare Poll", "reader": "bare, relay's reader"}[kind]
+		if label == "" {
+			label = kind
 		}
 		bars = append(bars, bar{label: label, note: note, value: s.MedianRate, color: colors[kind]})
 	}

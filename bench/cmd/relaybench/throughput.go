@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -62,7 +61,7 @@ func sweep(e *kit.Env, r *TPResult, topic string, reps int) error {
 	for rep := 1; rep <= reps; rep++ {
 		for i := range rows {
 			clientProps["sweep"] = rows[i].Props
-			run, err := runBaseline(e, topic, "sweep", rep)
+			run, err := runBaseline(e, topic, "sweep", "baseline", rep)
 			if err != nil {
 				return fmt.Errorf("sweep %s: %w", rows[i].Name, err)
 			}
@@ -129,33 +128,29 @@ func (r *TPResult) crossRatio(kind string) (float64, bool) {
 }
 
 // Client settings compared, on both sides (relay: RELAY_KAFKA_PROPERTIES, baseline: -X): relay's
-// librdkafka configuration as shipped (internal/consumer.ConfigMap, fetch.queue.backoff.ms=10), and
+// librdkafka configuration as shipped (internal/consumer.ConfigMap, fetch.queue.backoff.ms=1), and
 // the same with librdkafka's own default of 1000 ms back, as relay ran before 45921ea: a consumer
 // with more than queued.min.messages buffered then waits up to a second before its next fetch.
-var clientProps = map[string]string{"shipped": "", "backoff-1s": "fetch.queue.backoff.ms=1000", "image": ""}
-
-// clientEnv is the process environment of a client setting, on both sides: "image" runs as relay's
-// container image does (Dockerfile: GODEBUG=cgocheck=0), and the bare consumer likewise.
-var clientEnv = map[string][]string{"image": {"GODEBUG=cgocheck=0"}}
+var clientProps = map[string]string{"shipped": "", "backoff-1s": "fetch.queue.backoff.ms=1000"}
 
 // clientNames describe the client settings in the report.
 var clientNames = map[string]string{
 	"shipped":    "shipped (relay's `consumer.ConfigMap`)",
 	"backoff-1s": "`fetch.queue.backoff.ms=1000` (librdkafka's default; relay before 45921ea)",
-	"image":      "shipped, and `GODEBUG=cgocheck=0` as in relay's container image (both sides)",
 }
 
 // TPRun is one measured run. Only what the report shows of it is kept in last-run.json (client,
 // kind, rate); the rest feeds the summary's medians and the log.
 type TPRun struct {
 	Client      string             `json:"client"` // shipped | backoff-1s (librdkafka properties, both sides)
-	Kind        string             `json:"kind"`   // baseline | xa | held | xa+append
+	Kind        string             `json:"kind"`   // baseline | reader | xa | held | xa+append
 	Rate        float64            `json:"rate"`   // records/s over Seconds
 	Rep         int                `json:"-"`
 	Records     int64              `json:"-"`
 	Seconds     float64            `json:"-"` // first record (relay: "running") to last commit (baseline: last record)
 	ProcessSecs float64            `json:"-"` // process start to the same end
 	Ratio       float64            `json:"-"` // Rate / the same repetition's baseline Rate
+	ReaderRatio float64            `json:"-"` // relay: Rate / the same repetition's reader Rate
 	CPU         map[string]float64 `json:"-"` // CPU seconds: the measured process, kafka, mysql
 	Checkpoints int                `json:"-"`
 	// XA only: records of the checkpoints after the first, over the time between the first and the
@@ -166,14 +161,16 @@ type TPRun struct {
 
 // TPStats are the medians of one kind.
 type TPStats struct {
-	MedianRate     float64 `json:"median_rate"`
-	MedianRatio    float64 `json:"median_ratio"`
-	MedianSeconds  float64 `json:"median_seconds"`
-	CPUPerMillion  float64 `json:"cpu_secs_per_million"`
-	KafkaCPU       float64 `json:"kafka_cpu_secs"`
-	MySQLCPU       float64 `json:"mysql_cpu_secs"`
-	MedianProcSecs float64 `json:"median_process_secs"`
-	MedianSteady   float64 `json:"median_steady_rate,omitempty"`
+	MedianRate  float64 `json:"median_rate"`
+	MedianRatio float64 `json:"median_ratio"`
+	// MedianReaderRatio is relay's rate over the bare consumer on relay's own reader (relay kinds).
+	MedianReaderRatio float64 `json:"median_reader_ratio,omitempty"`
+	MedianSeconds     float64 `json:"median_seconds"`
+	CPUPerMillion     float64 `json:"cpu_secs_per_million"`
+	KafkaCPU          float64 `json:"kafka_cpu_secs"`
+	MySQLCPU          float64 `json:"mysql_cpu_secs"`
+	MedianProcSecs    float64 `json:"median_process_secs"`
+	MedianSteady      float64 `json:"median_steady_rate,omitempty"`
 }
 
 // defaultOrders is the size of the throughput topic: several million orders, so that relay's
@@ -226,24 +223,31 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 	}
 	for rep := 1; rep <= reps; rep++ {
 		for _, client := range r.Clients {
-			base, err := runBaseline(e, topic, client, rep)
+			base, err := runBaseline(e, topic, client, "baseline", rep)
 			if err != nil {
 				return nil, "", nil, err
 			}
 			r.Runs = append(r.Runs, base)
+			rd, err := runBaseline(e, topic, client, "reader", rep)
+			if err != nil {
+				return nil, "", nil, err
+			}
+			rd.Ratio = rd.Rate / base.Rate
+			r.Runs = append(r.Runs, rd)
 			for _, kind := range r.Kinds {
 				run, env, err := runRelayThroughput(e, r, topic, end, client, kind, rep)
 				if err != nil {
 					return nil, "", nil, fmt.Errorf("%s/%s rep %d: %w", client, kind, rep, err)
 				}
 				run.Ratio = run.Rate / base.Rate
+				run.ReaderRatio = run.Rate / rd.Rate
 				r.Runs = append(r.Runs, run)
 				r.RelayEnv[client+"/"+kind] = env
 			}
 		}
 	}
 	for _, key := range r.keys() {
-		var rates, ratios, secs, cpu, kcpu, mcpu, psecs, steady []float64
+		var rates, ratios, rratios, secs, cpu, kcpu, mcpu, psecs, steady []float64
 		for _, run := range r.Runs {
 			if run.Client+"/"+run.Kind != key {
 				continue
@@ -253,13 +257,16 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 				steady = append(steady, run.SteadyRate)
 			}
 			ratios = append(ratios, run.Ratio)
+			if run.ReaderRatio > 0 {
+				rratios = append(rratios, run.ReaderRatio)
+			}
 			secs = append(secs, run.Seconds)
 			psecs = append(psecs, run.ProcessSecs)
 			cpu = append(cpu, run.CPU["self"]/float64(run.Records)*1e6)
 			kcpu = append(kcpu, run.CPU["kafka"])
 			mcpu = append(mcpu, run.CPU["mysql"])
 		}
-		r.Summary[key] = TPStats{MedianRate: kit.Median(rates), MedianRatio: kit.Median(ratios), MedianSeconds: kit.Median(secs),
+		r.Summary[key] = TPStats{MedianRate: kit.Median(rates), MedianRatio: kit.Median(ratios), MedianReaderRatio: kit.Median(rratios), MedianSeconds: kit.Median(secs),
 			CPUPerMillion: kit.Median(cpu), KafkaCPU: kit.Median(kcpu), MySQLCPU: kit.Median(mcpu), MedianProcSecs: kit.Median(psecs), MedianSteady: kit.Median(steady)}
 	}
 	return r, topic, end, nil
@@ -269,7 +276,7 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 func (r *TPResult) keys() []string {
 	var out []string
 	for _, c := range r.Clients {
-		for _, k := range append([]string{"baseline"}, r.Kinds...) {
+		for _, k := range append([]string{"baseline", "reader"}, r.Kinds...) {
 			out = append(out, c+"/"+k)
 		}
 	}
@@ -287,17 +294,21 @@ func quoteEmpty(args []string) []string {
 	return out
 }
 
-func runBaseline(e *kit.Env, topic, client string, rep int) (TPRun, error) {
-	run := TPRun{Client: client, Kind: "baseline", Rep: rep}
+// runBaseline runs the bare consumer: kind "baseline" is confluent-kafka-go's Poll, "reader" relay's
+// batch reader (rawconsume --reader).
+func runBaseline(e *kit.Env, topic, client, kind string, rep int) (TPRun, error) {
+	run := TPRun{Client: client, Kind: kind, Rep: rep}
 	cpu := e.StartCPU(nil)
 	args := []string{"--brokers", e.Brokers, "--topic", topic}
+	if kind == "reader" {
+		args = append(args, "--reader", "batch")
+	}
 	if p := clientProps[client]; p != "" {
 		for _, kv := range strings.Split(p, ",") {
 			args = append(args, "-X", kv)
 		}
 	}
 	cmd := exec.Command(filepath.Join(e.BinDir, "rawconsume"), args...)
-	cmd.Env = append(os.Environ(), clientEnv[client]...)
 	out, err := cmd.Output()
 	run.CPU = cpu.Stop()
 	if err != nil {
@@ -316,7 +327,7 @@ func runBaseline(e *kit.Env, topic, client string, rep int) (TPRun, error) {
 	run.Records, run.Seconds, run.Rate, run.ProcessSecs = res.Records, res.Seconds, res.Rate, res.ProcessSecs
 	run.CPU["self"] = res.CPUSecs
 	run.Ratio = 1
-	kit.Logf("%s/baseline rep %d: %d records in %.2fs = %.0f/s", client, rep, run.Records, run.Seconds, run.Rate)
+	kit.Logf("%s/%s rep %d: %d records in %.2fs = %.0f/s", client, kind, rep, run.Records, run.Seconds, run.Rate)
 	return run, nil
 }
 
@@ -335,7 +346,6 @@ func runRelayThroughput(e *kit.Env, r *TPResult, topic string, end map[int32]int
 	if p := clientProps[client]; p != "" {
 		o.Extra = append(o.Extra, "RELAY_KAFKA_PROPERTIES="+p)
 	}
-	o.Extra = append(o.Extra, clientEnv[client]...)
 	cpu := e.StartCPU(nil)
 	p, err := e.StartRelay(o, fmt.Sprintf("tp-%s-%s-%d.log", client, strings.ReplaceAll(kind, "+", "-"), rep))
 	if err != nil {
