@@ -1,9 +1,9 @@
 // Package gctuner keeps the Go heap from being collected while it is small.
 //
-// Why: the Kafka client allocates a few hundred bytes of garbage per record, so at hundreds of
-// thousands of records per second a process with a small live heap (relay's usual state: the
-// epoch's keys and some buffers) runs the collector many times a second, and the collector's CPU is
-// taken from the poll loop. Invariant: after every collection the heap goal is set to about
+// Why: a process with a small live heap (relay's usual state: the epoch's keys and some buffers)
+// collects whenever it allocated as much again, and the collector's CPU is taken from the fold.
+// (Until relay read Kafka in batches the client's few hundred bytes of garbage per record made that
+// many times a second; relay's own garbage, each epoch's new keys and its SQL, is far less.) Invariant: after every collection the heap goal is set to about
 // max(2 x live heap, live heap + floor): below the floor GOGC is raised, above it the Go default
 // (GOGC=100) applies unchanged, so a large epoch costs no more memory than without the tuner.
 // The percent is retuned after every collection, but it is applied by the runtime at the end of

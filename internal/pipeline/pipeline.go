@@ -6,8 +6,9 @@
 // implementations; subtask.go the sink writers; recovery.go and resolver.go the in-doubt branches.
 //
 // Invariants:
-//   - One goroutine (the loop) polls Kafka, decodes and aggregates; it alone cuts epochs, so the
-//     offsets recorded for checkpoint c are exactly the records folded into c.
+//   - One goroutine (the loop) decodes and aggregates the batches a reader goroutine takes from
+//     Kafka; it alone cuts epochs, between batches, so the offsets recorded for checkpoint c are
+//     exactly the records folded into c.
 //   - At most one checkpoint is in flight; records after its barrier go to epoch c+1 meanwhile.
 //   - The ledger row is written only after every participating branch prepared, only before the
 //     fence's lease deadline, and XA COMMIT is issued only after that row is durable. Any failure
