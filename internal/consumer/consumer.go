@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -161,17 +162,16 @@ func (c *Consumer) Assign(ctx context.Context, from ledger.Offsets) (ledger.Offs
 	if err != nil {
 		return nil, err
 	}
-	c.marks = map[string]map[int32][2]int64{}
+	marks, err := c.watermarks(ctx, parts)
+	if err != nil {
+		return nil, err
+	}
+	c.marks = marks
 	start := ledger.Offsets{}
 	var tps []kafka.TopicPartition
 	for t, ps := range parts {
-		c.marks[t] = map[int32][2]int64{}
 		for _, p := range ps {
-			lo, hi, err := c.queryWatermarks(ctx, t, p)
-			if err != nil {
-				return nil, err
-			}
-			c.marks[t][p] = [2]int64{lo, hi}
+			lo, hi := marks[t][p][0], marks[t][p][1]
 			off, ok := from.Get(t, p)
 			if !ok {
 				off = startOffset(lo, hi, c.opts.StartOffset)
@@ -260,6 +260,46 @@ func (c *Consumer) AssignedWatermarks(t string, p int32, _ int) (lo, hi int64, e
 		return 0, 0, fmt.Errorf("watermarks %s/%d: not read at assignment", t, p)
 	}
 	return m[0], m[1], nil
+}
+
+// watermarks reads the watermarks of every partition in parts, up to 16 queries at a time (one is
+// a round trip to the partition's leader, ~1 ms here: hundreds of partitions one after another
+// would add that many milliseconds to every start).
+func (c *Consumer) watermarks(ctx context.Context, parts map[string][]int32) (map[string]map[int32][2]int64, error) {
+	type query struct {
+		t      string
+		p      int32
+		lo, hi int64
+		err    error
+	}
+	var qs []query
+	for t, ps := range parts {
+		for _, p := range ps {
+			qs = append(qs, query{t: t, p: p})
+		}
+	}
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i := range qs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(q *query) {
+			defer func() { <-sem; wg.Done() }()
+			q.lo, q.hi, q.err = c.queryWatermarks(ctx, q.t, q.p)
+		}(&qs[i])
+	}
+	wg.Wait()
+	out := map[string]map[int32][2]int64{}
+	for _, q := range qs {
+		if q.err != nil {
+			return nil, q.err
+		}
+		if out[q.t] == nil {
+			out[q.t] = map[int32][2]int64{}
+		}
+		out[q.t][q.p] = [2]int64{q.lo, q.hi}
+	}
+	return out, nil
 }
 
 // queryWatermarks asks the partition leader for a partition's low and high watermark.
