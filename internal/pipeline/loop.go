@@ -8,6 +8,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -36,14 +37,13 @@ func (s *session) run(ctx context.Context) (err error) {
 	// (no periodic wake-up: an idle relay sleeps until the interval or the idle cut).
 	wake := time.NewTimer(cfg.Checkpoint.Interval)
 	defer wake.Stop()
-	batches := make(chan polled, 4)
-	free := make(chan *consumer.Batch, pollBatches)
+	batches := make(chan *polled, 4)
+	free := make(chan *polled, pollBatches)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		s.poll(batches, free)
 	}()
-	var rec spec.Record
 	for {
 		select {
 		case <-ctx.Done():
@@ -81,14 +81,14 @@ func (s *session) run(ctx context.Context) (err error) {
 			s.lastRecord = time.Now()
 			// Whole batches only: a barrier falls between two records, never inside the fold of one.
 			for i := range b.recs.Records {
-				if err := s.fold(&b.recs.Records[i], &rec); err != nil {
+				if err := s.fold(&b.recs.Records[i], &b.dec[i]); err != nil {
 					return err
 				}
 			}
 			if b.err != nil {
 				return b.err
 			}
-			free <- b.recs // nothing folded keeps a value: keys, dead letters and details are copies
+			free <- b // nothing folded keeps a value: keys, dead letters and details are copies
 		}
 		if s.inflight == nil && (!time.Now().Before(nextCut) || s.idle()) {
 			if err := s.cut(); err != nil {
@@ -123,64 +123,80 @@ func (s *session) idle() bool {
 		!now.Before(s.lastEnd.Add(cp.MinPause))
 }
 
-// polled is a batch of records in the order librdkafka delivered them, and the error that ended it.
+// polled is a batch of records in the order librdkafka delivered them, each decoded, and the error
+// that ended it.
 type polled struct {
 	recs *consumer.Batch
+	dec  []decoded // dec[i] is recs.Records[i]
 	err  error
+}
+
+// decoded is a record as the decoder left it: its values (pointing into the batch's buffer) or
+// why it is bad input.
+type decoded struct {
+	rec    spec.Record
+	reason spec.Reason
+	field  string
 }
 
 // pollBatches is how many batches exist: the one being read, the channel's four, the one being
 // folded. A batch is 512 records or 256 KiB of values, whichever is reached first.
 const pollBatches = 6
 
-// poll runs on its own goroutine so that reading from librdkafka and the fold use two cores. It
-// stops with the session; the session closes the consumer only after it returned. A batch is what
-// librdkafka has queued once a record arrived: only the wait for the first is long. (Waiting until
-// a batch is full held a slow topic's records back: at 200 records/s, 256 of them took 1.3 s,
-// unseen by the visibility histogram, which starts at the fold.) The fold hands each batch back
-// through free, so reading allocates nothing per record once the batches exist.
-func (s *session) poll(out chan<- polled, free chan *consumer.Batch) {
+// poll runs on its own goroutine: it reads from librdkafka and decodes, while the loop folds, so
+// the two use two cores. It stops with the session; the session closes the consumer only after it
+// returned. A batch is what librdkafka has queued once a record arrived: only the wait for the
+// first is long. (Waiting until a batch is full held a slow topic's records back: at 200
+// records/s, 256 of them took 1.3 s, unseen by the visibility histogram, which starts at the
+// fold.) The loop hands each batch back through free, so reading and decoding allocate nothing per
+// record once the batches exist. Decoding is pure: where a record goes, and what a bad one does,
+// is the fold's.
+func (s *session) poll(out chan<- *polled, free chan *polled) {
 	made := 0
 	for s.ctx.Err() == nil {
-		var recs *consumer.Batch
+		var b *polled
 		select {
-		case recs = <-free:
+		case b = <-free:
 		default:
 			if made < pollBatches {
 				made++
-				recs = consumer.NewBatch(512, 256<<10)
+				b = &polled{recs: consumer.NewBatch(512, 256<<10)}
 				break
 			}
 			select {
-			case recs = <-free:
+			case b = <-free:
 			case <-s.ctx.Done():
 				return
 			}
 		}
 		// 100 ms bounds how long the goroutine takes to notice the session ended.
 		for {
-			err := s.cons.Read(100*time.Millisecond, recs)
-			if len(recs.Records) > 0 || err != nil {
-				b := polled{recs: recs, err: err}
-				select {
-				case out <- b:
-				case <-s.ctx.Done():
-					return
-				}
-				if err != nil {
-					return
-				}
+			b.err = s.cons.Read(100*time.Millisecond, b.recs)
+			if len(b.recs.Records) > 0 || b.err != nil {
 				break
 			}
 			if s.ctx.Err() != nil {
 				return
 			}
 		}
+		b.dec = slices.Grow(b.dec[:0], len(b.recs.Records))[:len(b.recs.Records)]
+		for i := range b.recs.Records {
+			d := &b.dec[i]
+			d.reason, d.field = s.p.decoder.Decode(b.recs.Records[i].Value, &d.rec)
+		}
+		select {
+		case out <- b:
+		case <-s.ctx.Done():
+			return
+		}
+		if b.err != nil {
+			return
+		}
 	}
 }
 
-// fold decodes one record into the current epoch.
-func (s *session) fold(msg *consumer.Record, rec *spec.Record) error {
+// fold adds one decoded record to the current epoch.
+func (s *session) fold(msg *consumer.Record, d *decoded) error {
 	p := s.p
 	e := s.cur
 	s.positions.Set(msg.Topic, msg.Partition, msg.Offset+1)
@@ -193,7 +209,7 @@ func (s *session) fold(msg *consumer.Record, rec *spec.Record) error {
 	}
 	// A partition-affine protocol keeps each partition on one subtask: its offsets commit with its rows.
 	owner := int(msg.Partition) % len(s.subs)
-	reason, field := p.decoder.Decode(msg.Value, rec)
+	rec, reason, field := &d.rec, d.reason, d.field
 	if reason == spec.OK {
 		// Every aggregate's keys are routed among the subtasks by their encoded primary key; a
 		// partition-affine protocol gives the fold only the owner's tables.
