@@ -9,7 +9,8 @@
 # XA+append, first record to last commit), latency (checkpoint phases and visibility at 200ms, 1s and
 # 10s intervals under half the measured maximum load), recovery (start-up with 100 in-doubt XA
 # branches), rss (peak memory with ~1M keys in one epoch), profile (pprof of relay's pipeline
-# in-process, perf of the binary).
+# in-process, perf of the binary); flink (relay against Apache Flink's XA JDBC sink, bench/flink; only
+# when BENCH_STEPS names it: it needs Maven and ≈85 MB of Flink jars).
 #
 # Scale (defaults): BENCH_ORDERS=4000000 BENCH_REPS=3 BENCH_SKUS=1000 BENCH_WINDOWS=10
 # BENCH_SUBTASKS=2 BENCH_TP_INTERVAL=1s BENCH_TP_CLIENTS=tuned,shipped BENCH_LAT_DURATION=30s

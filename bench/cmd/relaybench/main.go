@@ -3,7 +3,8 @@
 // docs/benchmarks.svg and bench/results/last-run.json. `make bench` (scripts/bench.sh) builds and runs it.
 //
 // Steps (BENCH_STEPS, comma-separated; default all): micro, throughput, latency, recovery, rss,
-// profile. A step that is not run keeps its previous results from last-run.json, so one step can be
+// profile; and, only when named, flink (relay against Apache Flink's XA JDBC sink; needs Maven and
+// Java 17). A step that is not run keeps its previous results from last-run.json, so one step can be
 // re-measured alone. Every topic, database and job is created with a random suffix and removed at
 // the end.
 package main
@@ -34,6 +35,7 @@ type Results struct {
 	Recovery   *RecoveryResult   `json:"recovery,omitempty"`
 	RSS        *RSSResult        `json:"rss,omitempty"`
 	Profile    *ProfileResult    `json:"profile,omitempty"`
+	Flink      *FlinkResult      `json:"flink,omitempty"`
 }
 
 // Step records the provenance of one step's results.
@@ -47,6 +49,9 @@ type Step struct {
 }
 
 var allSteps = []string{"micro", "throughput", "latency", "recovery", "rss", "profile"}
+
+// extraSteps run only when BENCH_STEPS names them (flink needs Maven and ≈85 MB of jars).
+var extraSteps = []string{"flink"}
 
 // reportOnly re-renders docs/BENCHMARKS.md from last-run.json (BENCH_STEPS=report).
 const reportOnly = "report"
@@ -100,8 +105,8 @@ func run() error {
 	want := map[string]bool{}
 	for _, s := range steps {
 		s = strings.TrimSpace(s)
-		if !contains(allSteps, s) {
-			return fmt.Errorf("BENCH_STEPS: unknown step %q (steps: %s)", s, strings.Join(allSteps, ","))
+		if !contains(allSteps, s) && !contains(extraSteps, s) {
+			return fmt.Errorf("BENCH_STEPS: unknown step %q (steps: %s)", s, strings.Join(append(allSteps, extraSteps...), ","))
 		}
 		want[s] = true
 	}
@@ -145,7 +150,8 @@ func run() error {
 	step("recovery", func() (err error) { res.Recovery, err = runRecovery(e); return })
 	step("rss", func() (err error) { res.RSS, err = runRSS(e); return })
 	step("profile", func() (err error) { res.Profile, err = runProfile(e, tpTopic, tpEnd); return })
-	if len(errs) == 0 && !want["throughput"] && !want["latency"] && !want["recovery"] && !want["rss"] && !want["profile"] && !want["micro"] {
+	step("flink", func() (err error) { res.Flink, err = runFlink(e); return })
+	if len(errs) == 0 && len(want) == 0 {
 		return errors.New("no step ran")
 	}
 	return errors.Join(errs...)

@@ -58,7 +58,7 @@ func render(res *Results) string {
 	if m := res.Machine; m != nil {
 		w("### Machine and command\n\n")
 		w("| fact | value |\n|---|---|\n")
-		for _, name := range allSteps {
+		for _, name := range append(allSteps, extraSteps...) {
 			if st, ok := res.Steps[name]; ok {
 				failed := ""
 				if st.Failed != "" {
@@ -141,6 +141,9 @@ func render(res *Results) string {
 			w("# %s\n%s RELAY_KAFKA_BROKERS=… RELAY_MYSQL_DSN=… RELAY_HTTP_ADDR=127.0.0.1:<free> bin/relay run\n", k, tp.RelayEnv[k])
 		}
 		w("# baseline and reader\nbin/rawconsume --brokers … --topic <topic> [--reader batch] [-X fetch.queue.backoff.ms=1000]\n```\n\n")
+	}
+	if fl := res.Flink; fl != nil {
+		renderFlink(w, fl)
 	}
 	if lt := res.Latency; lt != nil {
 		w("### Checkpoint phases and visibility under steady load\n\n")
@@ -310,4 +313,32 @@ func targets(res *Results) [][3]string {
 			yes(c.ToFirstCommit < 1 && l.ToFirstCommit > 0 && l.ToFirstCommit < 1)})
 	}
 	return out
+}
+
+// renderFlink is the flink step's section.
+func renderFlink(w func(string, ...any), fl *FlinkResult) {
+	w("### relay against Apache Flink's exactly-once JDBC sink (process start to exact totals)\n\n")
+	w("%d orders in %d partitions, %d skus × %d windows, produced by `%s`. Each repetition runs relay XA (%d subtasks), Flink writing every record as an additive upsert (per-record), and Flink summing per key and writing once per checkpoint (pre-aggregated), each on a fresh database reading the topic from offset 0, checkpoint interval %s. Time: process start (exec) → the first poll (every 25 ms) at which `SUM(order_count)` of `order_stats_minute` equals the orders produced; every Flink table equals relay's of the same repetition (rows, `SUM(order_count)`, `SUM(amount_sum)`, `BIT_XOR` of each row's CRC32). Flink runs in-process (a local MiniCluster in one JVM), parallelism %d, EXACTLY_ONCE checkpoints, KafkaSource read_committed, keyBy (window, sku), JdbcSink.buildExactlyOnce (MySQL Connector/J XA, a connection per transaction, READ COMMITTED, batches flushed at the checkpoint only), no restarts. CPU seconds are read when the totals are reached. Versions: %s.\n\n",
+		fl.Orders, fl.Partitions, fl.SKUs, fl.Windows, fl.Loadgen, fl.Subtasks, fl.Interval, fl.Parallelism, fl.Versions)
+	w("| configuration | median time | median orders/s | relay ÷ this, orders/s (median of per-repetition ratios) | per-repetition time | to first record (Flink) / to consuming (relay) | CPU s of the process | Kafka CPU s | MariaDB CPU s |\n|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	for _, kind := range flinkKinds {
+		s := fl.Summary[kind]
+		var per []string
+		for _, r := range fl.Runs {
+			if r.Kind == kind {
+				per = append(per, fmt.Sprintf("%.2f s", r.Seconds))
+			}
+		}
+		w("| %s | %.2f s | **%s** | **%.2f×** | %s | %.2f s | %.1f | %.1f | %.1f |\n", map[string]string{"relay": "relay, XA",
+			"per-record": "Flink, per-record upserts", "pre-aggregated": "Flink, pre-aggregated per checkpoint"}[kind],
+			s.Seconds, kps(s.Rate), s.Ratio, strings.Join(per, ", "), s.First, s.CPU, s.KafkaCPU, s.MySQLCPU)
+	}
+	if len(fl.Runs) > 0 {
+		w("\nTable of every run: `%s`.\n", fl.Runs[0].Checksum)
+	}
+	w("\n```sh\n%s\n", fl.Build)
+	for _, kind := range flinkKinds {
+		w("# %s\n%s\n", kind, fl.Commands[kind])
+	}
+	w("```\n\n")
 }
