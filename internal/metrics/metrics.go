@@ -35,6 +35,7 @@ type Metrics struct {
 	PhaseDuration       *prometheus.HistogramVec
 	Transactions        *prometheus.CounterVec
 	Records             *prometheus.CounterVec
+	UpsertedRows        *prometheus.CounterVec
 	BadRecords          *prometheus.CounterVec
 	ConsumerLag         *prometheus.GaugeVec
 	LastCommittedID     prometheus.Gauge
@@ -70,6 +71,8 @@ func New(job string) *Metrics {
 			"XA transaction actions by action (prepare, commit, rollback) and origin (normal, recovery, resolver, manual).", "action", "origin"),
 		Records: f.counterVec("relay_records_total",
 			"Kafka records processed by result: ok, dlq, skipped.", "result"),
+		UpsertedRows: f.counterVec("relay_upserted_rows_total",
+			"Rows upserted into each aggregate table by committed checkpoints: one per distinct key per checkpoint (a checkpoint's write cost, which its records do not show).", "table"),
 		BadRecords: f.counterVec("relay_bad_records_total",
 			"Bad input records by reason.", "reason"),
 		ConsumerLag: f.gaugeVec("relay_consumer_lag_records",
@@ -149,17 +152,11 @@ func (m *Metrics) WatchPool(job, pool string, db *sql.DB) {
 	}
 }
 
-// InitRestartCauses pre-registers the restart causes so their series exist at zero.
-func (m *Metrics) InitRestartCauses(causes []string) {
-	for _, c := range causes {
-		m.Restarts.WithLabelValues(c)
-	}
-}
-
-// InitReasons pre-registers the bad-record reasons so their series exist at zero.
-func (m *Metrics) InitReasons(reasons []string) {
-	for _, r := range reasons {
-		m.BadRecords.WithLabelValues(r)
+// Zero creates the series of v for each label value, so they exist at zero before the first
+// increment (a label set known at start: restart causes, bad-record reasons, the spec's tables).
+func Zero(v *prometheus.CounterVec, values []string) {
+	for _, x := range values {
+		v.WithLabelValues(x)
 	}
 }
 

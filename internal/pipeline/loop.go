@@ -240,6 +240,7 @@ func (s *session) fold(msg *consumer.Record, d *decoded) error {
 		for i, t := range e.tables {
 			if t.Keys() >= p.Config.Checkpoint.BufferKeys {
 				e.tables[i] = p.Plan.NewTables()
+				e.handOver(t)
 				if err := s.send(i, batch{epoch: e.id, table: t}); err != nil {
 					return err
 				}
@@ -296,6 +297,7 @@ func (s *session) cut() error {
 		replies: make(chan prepared, len(s.subs))}
 	decided := *s.decided.Load()
 	for i := range s.subs {
+		e.handOver(e.tables[i])
 		b := batch{epoch: e.id, table: e.tables[i], dlq: e.dlq[i], details: e.details[i], prepare: cp.replies,
 			offsets: s.p.proto.barrierOffsets(decided, cp.offsets, i, len(s.subs))}
 		if err := s.send(i, b); err != nil {

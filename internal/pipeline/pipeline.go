@@ -125,8 +125,9 @@ func New(d Deps) *Pipeline {
 	for _, r := range d.Plan.Reasons() {
 		reasons = append(reasons, r.String())
 	}
-	d.Metrics.InitReasons(reasons)
-	d.Metrics.InitRestartCauses(fault.Causes)
+	metrics.Zero(d.Metrics.BadRecords, reasons)
+	metrics.Zero(d.Metrics.Restarts, fault.Causes)
+	metrics.Zero(d.Metrics.UpsertedRows, d.Plan.Tables())
 	return p
 }
 

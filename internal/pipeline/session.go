@@ -29,6 +29,7 @@ type epoch struct {
 	dlq       [][]sink.DLQRow
 	details   [][]sink.DetailRow
 	records   int64
+	rows      []int64 // per aggregate: the keys of every table handed to a subtask
 	ok        int64
 	dlqCount  int64
 	skipped   int64
@@ -41,7 +42,7 @@ type epoch struct {
 func (p *Pipeline) newEpoch(id int64) *epoch {
 	n := p.Config.Subtasks
 	e := &epoch{id: id, tables: make([]*spec.Tables, n), dlq: make([][]sink.DLQRow, n), details: make([][]sink.DetailRow, n),
-		affine: p.proto.partitionAffine()}
+		rows: make([]int64, len(p.Plan.Tables())), affine: p.proto.partitionAffine()}
 	for i := range e.tables {
 		e.tables[i] = p.Plan.NewTables()
 	}
@@ -49,6 +50,13 @@ func (p *Pipeline) newEpoch(id int64) *epoch {
 }
 
 func (e *epoch) empty() bool { return e.records == 0 }
+
+// handOver counts the rows of a table the loop hands to a subtask: each key is one upsert.
+func (e *epoch) handOver(t *spec.Tables) {
+	for a := range e.rows {
+		e.rows[a] += int64(t.Len(a))
+	}
+}
 
 // session is one consumer plus N subtasks between two recoveries.
 type session struct {
@@ -226,6 +234,9 @@ func (s *session) committed(cp *pending, tags []string, log *zap.Logger) {
 	p.Metrics.Records.WithLabelValues("ok").Add(float64(cp.e.ok))
 	p.Metrics.Records.WithLabelValues("dlq").Add(float64(cp.e.dlqCount))
 	p.Metrics.Records.WithLabelValues("skipped").Add(float64(cp.e.skipped))
+	for a, table := range p.Plan.Tables() {
+		p.Metrics.UpsertedRows.WithLabelValues(table).Add(float64(cp.e.rows[a]))
+	}
 	p.lastOK.Store(now.UnixNano())
 	s.committedAny.Store(true)
 	s.decided.Store(&cp.offsets)

@@ -440,3 +440,40 @@ func TestReadyzStaleCheckpoint(t *testing.T) {
 	}
 	e.finish(totals)
 }
+
+// relay_upserted_rows_total counts one row per key per committed checkpoint: with every order on
+// one (window, sku), each checkpoint upserts exactly one row, so the counter equals the committed
+// checkpoints (counting the rows of a table twice, or not at all, breaks the equality).
+func TestUpsertedRowsPerCheckpoint(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	totals := loadgen.NewTotals()
+	p := e.start()
+	addr := httpAddr(t, p)
+	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "recovery to finish")
+	// Paced over about a second, so the orders span several 200 ms checkpoints.
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 600, Batch: 50, Rate: 600, SKUs: 1, Windows: 1, Seed: 31}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, good := totals.Snapshot()
+	var s scrape
+	waitFor(t, 60*time.Second, func() bool {
+		s = scrapeMetrics(t, addr)
+		return s.value(t, "relay_records_total", "result", "ok") >= float64(good)
+	}, "relay to commit every order")
+	cps := s.value(t, "relay_checkpoints_total", "result", "committed")
+	rows := s.value(t, "relay_upserted_rows_total", "table", "order_stats_minute")
+	if cps < 2 {
+		t.Fatalf("%d orders fit in %v checkpoint(s): the count would prove little", good, cps)
+	}
+	if rows != cps {
+		t.Errorf("relay_upserted_rows_total = %v after %v committed checkpoints of one key each", rows, cps)
+	}
+	t.Logf("%d orders in %v checkpoints, %v rows upserted", good, cps, rows)
+	_ = p.Signal(syscall.SIGTERM)
+	if err := p.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.Log, 20))
+	}
+	e.finish(totals)
+}
