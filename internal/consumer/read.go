@@ -170,6 +170,10 @@ type Batch struct {
 	buf     []byte
 }
 
+// DefaultBatch is the batch relay reads with: 512 records or 256 KiB of values, whichever comes
+// first, so one cgo call serves hundreds of records while a batch stays in the CPU's cache.
+func DefaultBatch() *Batch { return NewBatch(512, 256<<10) }
+
 // NewBatch makes a batch of at most records records and bytes bytes of values (a larger record
 // grows the buffer).
 func NewBatch(records, bytes int) *Batch {

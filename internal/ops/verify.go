@@ -484,7 +484,7 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 	// The first line comes at once: it tells the operator how much there is to read.
 	progress()
 	var rec spec.Record
-	batch := consumer.NewBatch(512, 256<<10)
+	batch := consumer.DefaultBatch()
 	for nextLog := time.Now().Add(progressEvery); left > 0; {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, fmt.Errorf("recount: %s: %w", unfinished(), err)

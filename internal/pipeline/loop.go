@@ -140,7 +140,7 @@ type decoded struct {
 }
 
 // pollBatches is how many batches exist: the one being read, the channel's four, the one being
-// folded. A batch is 512 records or 256 KiB of values, whichever is reached first.
+// folded (consumer.DefaultBatch each).
 const pollBatches = 6
 
 // poll runs on its own goroutine: it reads from librdkafka and decodes, while the loop folds, so
@@ -160,7 +160,7 @@ func (s *session) poll(out chan<- *polled, free chan *polled) {
 		default:
 			if made < pollBatches {
 				made++
-				b = &polled{recs: consumer.NewBatch(512, 256<<10)}
+				b = &polled{recs: consumer.DefaultBatch()}
 				break
 			}
 			select {

@@ -161,7 +161,7 @@ func runBatch(brokers, topic string, props map[string]string, start time.Time, l
 		return r, fmt.Errorf("topic %s is empty or missing", topic)
 	}
 	left := len(end)
-	b := consumer.NewBatch(512, 256<<10)
+	b := consumer.DefaultBatch()
 	var first, last time.Time
 	for left > 0 {
 		if err := c.Read(20*time.Millisecond, b); err != nil {
