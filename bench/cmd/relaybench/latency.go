@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
+	"runtime"
 	"strings"
 	"time"
 
@@ -15,12 +15,33 @@ import (
 
 // LatencyResult is checkpoint phase and visibility latency under steady load, per interval.
 type LatencyResult struct {
-	TargetRate float64      `json:"target_rate"` // orders/s asked of loadgen
-	RateSource string       `json:"rate_source"`
-	Runs       []LatencyRun `json:"runs"`
-	Load       string       `json:"load"`      // the first run's load and relay environment, for the report
-	RelayEnv   string       `json:"relay_env"` // (the others differ only in rate, interval and names)
+	TargetRate float64 `json:"target_rate"` // orders/s asked of loadgen
+	RateSource string  `json:"rate_source"`
+	// MaxLoad is the search for the highest load this machine sustains live (producer, Kafka,
+	// relay and MariaDB together) at the target interval; the target rate is half of it.
+	MaxLoad *MaxLoad     `json:"max_load,omitempty"`
+	Runs    []LatencyRun `json:"runs"`
+	Load    string       `json:"load"` // the first run's load and relay environment, for the report
+	// (the others differ only in rate, interval and names)
+	RelayEnv string `json:"relay_env"`
 }
+
+// MaxLoad is the sustained-load search: probes in the order run, and the highest sustained rate.
+type MaxLoad struct {
+	CatchUp   float64      `json:"catch_up_rate"` // relay XA on a backlog (the throughput step), without a live producer
+	ProbeSecs float64      `json:"probe_secs"`
+	Cores     int          `json:"cores"`
+	Probes    []LatencyRun `json:"probes"`
+	Sustained float64      `json:"sustained_rate"` // highest probe rate relay kept up with; 0 if none
+}
+
+// sustainedDrain is how far behind the producer a probe may end and still count as sustained: a
+// relay short of the load by a tenth falls 2 s behind in a 20 s probe.
+const sustainedDrain = 2 * time.Second
+
+// sustained says relay kept up with the probe's load: it had committed everything within
+// sustainedDrain of the producer's last record.
+func (r LatencyRun) sustained() bool { return r.DrainSecs <= sustainedDrain.Seconds() }
 
 // Q is a p50/p99 pair (seconds); Lo/Hi are the histogram bucket bounds of p99 when from a histogram.
 type Q struct {
@@ -39,7 +60,9 @@ type LatencyRun struct {
 	Orders       int64   `json:"-"`
 	TargetRate   float64 `json:"target_rate"`
 	AchievedRate float64 `json:"achieved_rate"`          // orders / producer wall time
+	DrainSecs    float64 `json:"drain_secs"`             // producer's last record → relay committed everything
 	RecordsPerCP float64 `json:"records_per_checkpoint"` // median, from the ledger
+	RowsPerCP    float64 `json:"rows_per_checkpoint"`    // mean, relay_upserted_rows_total / committed checkpoints
 	Checkpoints  int     `json:"checkpoints"`
 	// From relay's debug log, one sample per checkpoint (millisecond timestamps).
 	LogPhases map[string]Q `json:"log_phases"` // flush+prepare, decide, commit, total
@@ -55,23 +78,21 @@ type LatencyRun struct {
 
 func runLatency(e *kit.Env, tp *TPResult) (*LatencyResult, error) {
 	r := &LatencyResult{}
-	// "Half the measured maximum": relay's maximum with its shipped settings.
-	shipped := xaRate(tp, "shipped")
-	switch {
-	case kit.EnvInt("BENCH_LAT_RATE", 0) > 0:
-		r.TargetRate, r.RateSource = float64(kit.EnvInt("BENCH_LAT_RATE", 0)), "BENCH_LAT_RATE"
-	case shipped > 0:
-		r.TargetRate, r.RateSource = math.Round(shipped/2/1000)*1000, "half the median XA throughput measured above"
-	default:
-		r.TargetRate, r.RateSource = 50000, "default (no throughput result)"
+	if rate := kit.EnvInt("BENCH_LAT_RATE", 0); rate > 0 {
+		r.TargetRate, r.RateSource = float64(rate), "BENCH_LAT_RATE"
+	} else {
+		// "Half the measured maximum load": the maximum is what this machine sustains live, with
+		// the producer on the same cores. relay's rate on a backlog (the throughput step) is not a
+		// load it can be given here: producing it alone takes most of a core.
+		m, err := searchMaxLoad(e, xaRate(tp, "shipped"))
+		r.MaxLoad = m
+		if err != nil {
+			return r, err
+		}
+		r.TargetRate = math.Round(m.Sustained/2/1000) * 1000
+		r.RateSource = "half the highest load sustained live at 200 ms checkpoints, searched below"
 	}
 	base := kit.EnvDuration("BENCH_LAT_DURATION", 30*time.Second)
-	type plan struct {
-		interval time.Duration
-		rate     float64
-		dur      time.Duration
-	}
-	var plans []plan
 	for _, iv := range strings.Split(kit.EnvString("BENCH_LAT_INTERVALS", "200ms,1s,10s"), ",") {
 		d, err := time.ParseDuration(iv)
 		if err != nil || d <= 0 {
@@ -82,23 +103,16 @@ func runLatency(e *kit.Env, tp *TPResult) (*LatencyResult, error) {
 		if d >= 10*time.Second {
 			dur = 2 * base
 		}
-		plans = append(plans, plan{d, r.TargetRate, dur})
-	}
-	if r.TargetRate >= 20000 && slices.ContainsFunc(plans, func(pl plan) bool { return pl.interval == targetInterval }) {
-		// The shortest interval at half that load too: where per-checkpoint work stops being the limit.
-		plans = append(plans, plan{targetInterval, math.Round(r.TargetRate/2/1000) * 1000, base})
-	}
-	for _, pl := range plans {
-		// The run the target is about is the noisiest (checkpoints back to back on a saturated
-		// machine): it is repeated and judged by the median of its repetitions.
+		// The run the target is about is the noisiest (checkpoints close to the interval on a
+		// busy machine): it is repeated and judged by the median of its repetitions.
 		reps := 1
-		if r.isTarget(pl.interval.String(), pl.rate) {
+		if r.isTarget(d.String(), r.TargetRate) {
 			reps = max(kit.EnvInt("BENCH_LAT_REPS", 3), 1)
 		}
 		for rep := 1; rep <= reps; rep++ {
-			run, err := latencyRun(e, pl.rate, pl.interval, pl.dur)
+			run, err := latencyRun(e, r.TargetRate, d, dur)
 			if err != nil {
-				return r, fmt.Errorf("interval %s: %w", pl.interval, err)
+				return r, fmt.Errorf("interval %s: %w", d, err)
 			}
 			if reps > 1 {
 				run.Rep = rep
@@ -110,6 +124,60 @@ func runLatency(e *kit.Env, tp *TPResult) (*LatencyResult, error) {
 		}
 	}
 	return r, nil
+}
+
+// searchMaxLoad finds the highest load relay keeps up with live at targetInterval: probes of
+// BENCH_LAT_PROBE_DURATION (20 s), at most BENCH_LAT_PROBES (6) of them.
+func searchMaxLoad(e *kit.Env, catchUp float64) (*MaxLoad, error) {
+	dur := kit.EnvDuration("BENCH_LAT_PROBE_DURATION", 20*time.Second)
+	m, err := bisectLoad(catchUp, max(kit.EnvInt("BENCH_LAT_PROBES", 6), 1), func(rate float64) (LatencyRun, error) {
+		run, err := latencyRun(e, rate, targetInterval, dur)
+		if err == nil {
+			kit.Logf("probe %.0f orders/s: relay done %.2fs after the producer: sustained %v", rate, run.DrainSecs, run.sustained())
+		}
+		return run, err
+	})
+	m.ProbeSecs, m.Cores = dur.Seconds(), runtime.NumCPU()
+	return m, err
+}
+
+// bisectLoad runs up to n probes: the first at half the backlog rate catchUp, then the geometric
+// mean of the highest sustained and the lowest unsustained rate (catchUp itself counting as
+// unsustained, since relay reads no faster than that with no producer running), 0.6 of the lowest
+// while none was sustained; it stops once the two are within 10 %.
+func bisectLoad(catchUp float64, n int, probe func(rate float64) (LatencyRun, error)) (*MaxLoad, error) {
+	m := &MaxLoad{CatchUp: catchUp}
+	fail := catchUp
+	if fail <= 0 {
+		fail = 400000 // no throughput result: start the search at 200 k/s
+	}
+	lo, rate := 0.0, fail/2
+	for range n {
+		rate = math.Round(rate/1000) * 1000
+		run, err := probe(rate)
+		if err != nil {
+			return m, fmt.Errorf("probe at %.0f/s: %w", rate, err)
+		}
+		m.Probes = append(m.Probes, run)
+		if run.sustained() {
+			lo = rate
+		} else {
+			fail = rate
+		}
+		if lo > 0 && fail <= lo*1.1 {
+			break
+		}
+		if lo == 0 {
+			rate = fail * 0.6
+		} else {
+			rate = math.Sqrt(lo * fail)
+		}
+	}
+	m.Sustained = lo
+	if lo == 0 {
+		return m, fmt.Errorf("relay kept up with none of the probes (lowest %.0f orders/s)", fail)
+	}
+	return m, nil
 }
 
 func xaRate(tp *TPResult, client string) float64 {
@@ -150,10 +218,11 @@ func latencyRun(e *kit.Env, rate float64, interval, dur time.Duration) (LatencyR
 	kit.Logf("interval %s: %d orders at %.0f/s for %s", interval, run.Orders, rate, dur)
 	cpu := e.StartCPU(map[string]int{"relay": p.PID(), "producer": os.Getpid()})
 	start := time.Now()
-	if _, err := e.PacedProduce(lg); err != nil {
+	took, err := e.PacedProduce(lg)
+	if err != nil {
 		return run, fmt.Errorf("produce: %w", err)
 	}
-	run.AchievedRate = float64(run.Orders) / time.Since(start).Seconds()
+	run.AchievedRate = float64(run.Orders) / took.Seconds()
 	end, err := harness.EndOffsets(e.Brokers, topic)
 	if err != nil {
 		return run, err
@@ -161,10 +230,23 @@ func latencyRun(e *kit.Env, rate float64, interval, dur time.Duration) (LatencyR
 	if harness.Total(end) != run.Orders {
 		return run, fmt.Errorf("topic holds %d records, want %d", harness.Total(end), run.Orders)
 	}
-	if _, err := harness.WaitCommitted(db, job, topic, false, end, 50*time.Millisecond, 2*time.Minute+2*interval, p.Alive); err != nil {
+	done, err := harness.WaitCommitted(db, job, topic, false, end, 50*time.Millisecond, 2*time.Minute+2*interval, p.Alive)
+	if err != nil {
 		return run, err
 	}
+	run.DrainSecs = max(done.Sub(start.Add(took)).Seconds(), 0)
 	run.CPU = cpu.Stop()
+	rows, err := p.ScrapeCounter("relay_upserted_rows_total", "")
+	if err != nil {
+		return run, err
+	}
+	cps, err := p.ScrapeCounter("relay_checkpoints_total", "result")
+	if err != nil {
+		return run, err
+	}
+	if cps["committed"] > 0 {
+		run.RowsPerCP = rows[""] / cps["committed"]
+	}
 	hist, err := p.ScrapeHistograms("relay_checkpoint_phase_duration_seconds", "phase")
 	if err != nil {
 		return run, err
@@ -188,7 +270,7 @@ func latencyRun(e *kit.Env, rate float64, interval, dur time.Duration) (LatencyR
 	run.LogPhases, run.Checkpoints = logPhases(lines)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cps, err := harness.Checkpoints(ctx, db, job, topic)
+	ledger, err := harness.Checkpoints(ctx, db, job, topic)
 	if err != nil {
 		return run, err
 	}
@@ -197,14 +279,14 @@ func latencyRun(e *kit.Env, rate float64, interval, dur time.Duration) (LatencyR
 		return run, err
 	}
 	var recs []float64
-	for _, c := range cps {
+	for _, c := range ledger {
 		recs = append(recs, float64(c.Records))
 	}
 	run.RecordsPerCP = kit.Median(recs)
-	v := kit.VisibilityPerRecord(cps, times)
+	v := kit.VisibilityPerRecord(ledger, times)
 	run.ProduceToVisible = sampleQ(v)
-	kit.Logf("interval %s: achieved %.0f/s, %d checkpoints, total p50/p99 %.0f/%.0f ms, visibility (hist) p50/p99 %.0f/%.0f ms, produce→visible p50/p99 %.0f/%.0f ms",
-		interval, run.AchievedRate, run.Checkpoints, run.LogPhases["total"].P50*1e3, run.LogPhases["total"].P99*1e3,
+	kit.Logf("interval %s: achieved %.0f/s, done %.2fs after the producer, %d checkpoints of %.0f rows, total p50/p99 %.0f/%.0f ms, visibility (hist) p50/p99 %.0f/%.0f ms, produce→visible p50/p99 %.0f/%.0f ms",
+		interval, run.AchievedRate, run.DrainSecs, run.Checkpoints, run.RowsPerCP, run.LogPhases["total"].P50*1e3, run.LogPhases["total"].P99*1e3,
 		run.Visibility.P50*1e3, run.Visibility.P99*1e3, run.ProduceToVisible.P50*1e3, run.ProduceToVisible.P99*1e3)
 	return run, nil
 }
@@ -303,4 +385,77 @@ func (r *LatencyResult) targetRuns() []LatencyRun {
 		}
 	}
 	return out
+}
+
+// renderLatency writes the latency section: the sustained-load search, the runs at the target
+// load, and what bounds the checkpoint.
+func renderLatency(w func(string, ...any), lt *LatencyResult, cores int) {
+	w("### Checkpoint phases and visibility under steady load\n\n")
+	row := func(r LatencyRun, label string) {
+		lp := r.LogPhases
+		w("| %s | %.0f s | %s / %s | %.2f s | %d (%.0f / %.0f) | %s / %s | %s / %s | %s / %s | %s / %s | %s / %s [%s–%s] | %s / %s / %s |\n", label, r.DurationSecs, kps(r.TargetRate), kps(r.AchievedRate), r.DrainSecs,
+			r.Checkpoints, r.RecordsPerCP, r.RowsPerCP,
+			ms(lp["flush+prepare"].P50), ms(lp["flush+prepare"].P99), ms(lp["decide"].P50), ms(lp["decide"].P99),
+			ms(lp["commit"].P50), ms(lp["commit"].P99), ms(lp["total"].P50), ms(lp["total"].P99),
+			ms(r.Visibility.P50), ms(r.Visibility.P99), ms(r.Visibility.P99Lo), bound(r.Visibility.P99Hi),
+			ms(r.ProduceToVisible.P50), ms(r.ProduceToVisible.P99), ms(r.ProduceToVisible.Max))
+	}
+	const head = "| run | duration | load orders/s (asked / achieved) | relay done after the producer | checkpoints (median records / mean rows each) | flush+prepare p50 / p99 ms | decide p50 / p99 ms | commit p50 / p99 ms | total p50 / p99 ms | visibility (histogram) p50 / p99 ms | produce→visible per record p50 / p99 / max ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+	cpu := func(runs []LatencyRun, label func(LatencyRun) string) {
+		w("\nCPU seconds spent during each run (relay, the producer, Kafka, MariaDB; the machine has %d per second):", cores)
+		for _, r := range runs {
+			w(" %s: relay %.1f, producer %.1f, Kafka %.1f, MariaDB %.1f;", label(r), r.CPU["relay"], r.CPU["producer"], r.CPU["kafka"], r.CPU["mysql"])
+		}
+		w("\n\n")
+	}
+	if m := lt.MaxLoad; m != nil {
+		w("**The maximum load.** Each probe runs relay XA at 200 ms checkpoints for %.0f s of live load, the producer on the same machine. A probe is sustained when relay committed the last record within %s of the producer's last, so a relay a tenth short of the load fails it. The first probe is at half relay's rate on a backlog (%s orders/s, the throughput step, with no producer running); the next ones bisect. Highest sustained: **%s orders/s**; the target load is half of it.\n\n",
+			m.ProbeSecs, sustainedDrain, kps(m.CatchUp), kps(m.Sustained))
+		w(head)
+		for i, r := range m.Probes {
+			verdict := "not sustained"
+			if r.sustained() {
+				verdict = "sustained"
+			}
+			row(r, fmt.Sprintf("probe %d (%s)", i+1, verdict))
+		}
+		cpu(m.Probes, func(r LatencyRun) string { return "probe at " + kps(r.TargetRate) + "/s" })
+	}
+	w("**At the target load**, %.0f orders/s (%s). Phases from relay's debug log, one sample per checkpoint (millisecond timestamps): flush+prepare = last subtask `prepared` − cut (cut = `committed` − its `duration`), decide = `decided` − last `prepared`, commit = `committed` − `decided`, total = `duration`. Rows: `relay_upserted_rows_total` over committed checkpoints (one row per distinct key). Visibility: relay's `relay_visibility_latency_seconds` histogram (per checkpoint, oldest record polled → commit; interpolated inside its 5 ms·2^k buckets, p99's bucket in brackets) and, measured from outside, per record: the ledger's `committed_at` of the checkpoint covering the record − the record's Kafka producer timestamp.\n\n",
+		lt.TargetRate, lt.RateSource)
+	w(head)
+	for _, r := range lt.Runs {
+		iv := r.Interval
+		if r.Rep > 0 {
+			iv = fmt.Sprintf("%s (run %d)", iv, r.Rep)
+		}
+		row(r, iv)
+	}
+	cpu(lt.Runs, func(r LatencyRun) string { return r.Interval + " at " + kps(r.TargetRate) + "/s" })
+	if t := lt.targetRuns(); len(t) > 0 {
+		var rows, flush, total, mysql, relay, all []float64
+		for _, r := range t {
+			fp := r.LogPhases["flush+prepare"].P50
+			rows, flush, total = append(rows, r.RowsPerCP), append(flush, fp), append(total, r.LogPhases["total"].P50)
+			n := r.RowsPerCP * float64(r.Checkpoints)
+			if n > 0 {
+				mysql = append(mysql, r.CPU["mysql"]/n)
+			}
+			relay = append(relay, r.CPU["relay"]/r.DurationSecs)
+			all = append(all, (r.CPU["relay"]+r.CPU["producer"]+r.CPU["kafka"]+r.CPU["mysql"])/r.DurationSecs)
+		}
+		fr := kit.Median(rows) / max(kit.Median(flush), 1e-9)
+		w("**What bounds it** (200 ms runs at the target load, medians): a checkpoint writes %.0f rows (distinct keys), and its flush and prepare take %s ms, so the sink takes in %.0f k rows/s at the barrier; the whole checkpoint takes %s ms of the %s interval, and a record waits for the cut (up to an interval, longer while the previous checkpoint is in flight), then its own checkpoint. MariaDB spends %.1f µs of CPU per upserted row; relay uses %.2f cores, and the four processes together %.2f of the machine's %d.\n\n",
+			kit.Median(rows), ms(kit.Median(flush)), fr/1e3, ms(kit.Median(total)), targetInterval, kit.Median(mysql)*1e6, kit.Median(relay), kit.Median(all), cores)
+	}
+	w("The same phases from relay's `relay_checkpoint_phase_duration_seconds` histogram (p50 / p99 ms, interpolated; flush and prepare are the slowest subtask's):\n\n")
+	w("| run | flush | prepare | decide | commit | total |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, r := range lt.Runs {
+		h := r.HistPhases
+		q := func(k string) string { return ms(h[k].P50) + " / " + ms(h[k].P99) }
+		w("| %s at %s/s | %s | %s | %s | %s | %s |\n", r.Interval, kps(r.TargetRate), q("flush"), q("prepare"), q("decide"), q("commit"), q("total"))
+	}
+	if len(lt.Runs) > 0 {
+		w("\nLoad: %s. relay: `%s … bin/relay run`.\n\n", lt.Load, lt.RelayEnv)
+	}
 }

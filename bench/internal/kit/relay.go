@@ -111,25 +111,36 @@ func (h Histogram) Quantile(q float64) (v, lo, hi float64) {
 // ScrapeHistograms reads /metrics and returns the histograms of family name by the value of label
 // (or "" when unlabelled).
 func (r *Relay) ScrapeHistograms(name, label string) (map[string]Histogram, error) {
+	text, err := r.scrape()
+	return ParseHistograms(text, name, label), err
+}
+
+// ScrapeCounter reads /metrics and returns counter name's value by the value of label (or "").
+func (r *Relay) ScrapeCounter(name, label string) (map[string]float64, error) {
+	text, err := r.scrape()
+	out := map[string]float64{}
+	samples(text, name, func(series, labels string, val float64) {
+		if series == name {
+			out[labelValue(labels, label)] += val
+		}
+	})
+	return out, err
+}
+
+func (r *Relay) scrape() (string, error) {
 	resp, err := http.Get("http://" + r.HTTP + "/metrics")
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	return ParseHistograms(string(body), name, label), nil
+	return string(body), err
 }
 
-// ParseHistograms parses Prometheus text format for one histogram family.
-func ParseHistograms(text, name, label string) map[string]Histogram {
-	type bucket struct{ le, c float64 }
-	buckets := map[string][]bucket{}
-	out := map[string]Histogram{}
+// samples calls fn with each sample of Prometheus text format whose series starts with prefix.
+func samples(text, prefix string, fn func(series, labels string, val float64)) {
 	for _, line := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(line, name+"_") {
+		if !strings.HasPrefix(line, prefix) {
 			continue
 		}
 		sp := strings.LastIndexByte(line, ' ')
@@ -141,13 +152,23 @@ func ParseHistograms(text, name, label string) map[string]Histogram {
 			continue
 		}
 		series, labels, _ := strings.Cut(line[:sp], "{")
+		fn(series, labels, val)
+	}
+}
+
+// ParseHistograms parses Prometheus text format for one histogram family.
+func ParseHistograms(text, name, label string) map[string]Histogram {
+	type bucket struct{ le, c float64 }
+	buckets := map[string][]bucket{}
+	out := map[string]Histogram{}
+	samples(text, name+"_", func(series, labels string, val float64) {
 		lv := labelValue(labels, label)
 		h := out[lv]
 		switch series {
 		case name + "_bucket":
 			le, err := strconv.ParseFloat(labelValue(labels, "le"), 64)
 			if err != nil {
-				continue
+				return
 			}
 			buckets[lv] = append(buckets[lv], bucket{le, val})
 		case name + "_sum":
@@ -156,7 +177,7 @@ func ParseHistograms(text, name, label string) map[string]Histogram {
 			h.Count = val
 		}
 		out[lv] = h
-	}
+	})
 	for lv, bs := range buckets {
 		sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
 		h := out[lv]
