@@ -20,7 +20,7 @@ func TestBisectLoad(t *testing.T) {
 			if rate > c.limit {
 				drain = 5
 			}
-			return LatencyRun{TargetRate: rate, DrainSecs: drain}, nil
+			return LatencyRun{TargetRate: rate, AchievedRate: rate, DrainSecs: drain}, nil
 		})
 		if err != nil {
 			t.Fatalf("limit %.0f: %v (probes %v)", c.limit, err, asked)
@@ -36,8 +36,12 @@ func TestBisectLoad(t *testing.T) {
 		}
 	}
 	if _, err := bisectLoad(600000, 3, func(rate float64) (LatencyRun, error) {
-		return LatencyRun{DrainSecs: math.Inf(1)}, nil
+		return LatencyRun{TargetRate: rate, AchievedRate: rate, DrainSecs: math.Inf(1)}, nil
 	}); err == nil {
 		t.Error("no probe sustained, and no error")
+	}
+	// A producer that falls short of the rate asked: the machine did not carry that load.
+	if (LatencyRun{TargetRate: 500000, AchievedRate: 400000, DrainSecs: 0.3}).sustained() {
+		t.Error("a probe whose producer made 80 % of the load counts as sustained")
 	}
 }

@@ -140,12 +140,12 @@ var clientNames = map[string]string{
 }
 
 // TPRun is one measured run. Only what the report shows of it is kept in last-run.json (client,
-// kind, rate); the rest feeds the summary's medians and the log.
+// kind, rate, rep); the rest feeds the summary's medians and the log.
 type TPRun struct {
 	Client      string             `json:"client"` // shipped | backoff-1s (librdkafka properties, both sides)
 	Kind        string             `json:"kind"`   // baseline | reader | xa | held | xa+append
 	Rate        float64            `json:"rate"`   // records/s over Seconds
-	Rep         int                `json:"-"`
+	Rep         int                `json:"rep"`    // the repetition, which crossRatio pairs runs by
 	Records     int64              `json:"-"`
 	Seconds     float64            `json:"-"` // first record (relay: "running") to last commit (baseline: last record)
 	ProcessSecs float64            `json:"-"` // process start to the same end
