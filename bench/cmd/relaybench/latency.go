@@ -93,7 +93,7 @@ func runLatency(e *kit.Env, tp *TPResult) (*LatencyResult, error) {
 			return r, err
 		}
 		r.TargetRate = math.Round(m.Sustained/2/1000) * 1000
-		r.RateSource = "half the highest load sustained live at 200 ms checkpoints, searched below"
+		r.RateSource = "half the highest load sustained live at 200 ms checkpoints"
 	}
 	base := kit.EnvDuration("BENCH_LAT_DURATION", 30*time.Second)
 	for _, iv := range strings.Split(kit.EnvString("BENCH_LAT_INTERVALS", "200ms,1s,10s"), ",") {
