@@ -83,7 +83,7 @@ func (h heldProtocol) barrier(ctx context.Context, s *subtask, b batch, r *prepa
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("subtask %d: %w", s.global, err)
 	}
-	s.m.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
+	s.p.Metrics.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
 	s.log.Debug("committed", zap.String("tag", tx.Tag()), zap.Int64("checkpoint", b.epoch))
 	r.tag = tx.Tag()
 	return false, nil
@@ -120,9 +120,6 @@ func (h *heldTxn) Tag() string     { return h.tag }
 func (h *heldTxn) State() xa.State { return h.state }
 func (h *heldTxn) Conn() *sql.Conn { return h.conn }
 func (h *heldTxn) fail()           { h.Close(); h.state = xa.Broken }
-func (h *heldTxn) Prepare(context.Context) error {
-	return fmt.Errorf("held transaction %s cannot be prepared", h.tag)
-}
 
 func (h *heldTxn) Start(ctx context.Context, tag string) error {
 	if h.state != xa.Idle {

@@ -121,8 +121,7 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	parts := make([]participant, p.Config.Subtasks)
 	for i := 0; i < p.Config.Subtasks; i++ {
 		global := p.Config.InstanceIndex()*p.Config.Subtasks + i
-		st := newSubtask(i, global, p.Config.Job.Name, p.Sink, p.schema, p.Plan, p.Config.MySQL.BatchRows, p.Config.MySQL.LockWait/5,
-			p.proto, fence, p.Log.Named("subtask"), p.Metrics)
+		st := newSubtask(p, i, global, fence)
 		s.subs = append(s.subs, st)
 		parts[i] = st
 		s.wg.Add(1)

@@ -17,7 +17,6 @@ package pipeline
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -51,14 +50,15 @@ type prepared struct {
 	prep    time.Duration
 }
 
-// txn is a subtask's transaction of one epoch: *xa.Branch, or *heldTxn in held mode.
+// txn is a subtask's transaction of one epoch: *xa.Branch, or *heldTxn in held mode. How it ends
+// at the barrier is the protocol's (an XA branch prepares, a held transaction commits with its
+// offsets): each protocol's barrier reaches its own type.
 type txn interface {
 	Tag() string
 	State() xa.State
 	ConnID() int64
 	Start(ctx context.Context, tag string) error
 	Exec(ctx context.Context, q string, args ...any) error
-	Prepare(ctx context.Context) error
 	Commit(ctx context.Context) error
 	Close()
 }
@@ -71,31 +71,20 @@ type decision struct {
 }
 
 type subtask struct {
-	idx    int // index within this process
-	global int // index across every instance of the job: names the tag
-	job    string
-	db     *sql.DB
-	schema sink.Schema
-	plan   *spec.Plan
-	rows   int // rows per statement
+	p      *Pipeline     // the job's configuration, sink pool, schema, plan, protocol and metrics
+	idx    int           // index within this process
+	global int           // index across every instance of the job: names the tag
+	fence  *ledger.Fence // the session's: a barrier that decides (held mode's COMMIT) does so under it
 	data   chan batch
 	ctrl   chan decision
 	branch txn
 	buf    []byte
 	log    *zap.Logger
-	m      *metrics.Metrics
-	// lockReport: a statement still running after this long has the lock it waits for explained in
-	// the log, while the wait lasts (afterwards the server no longer says who held it).
-	lockReport time.Duration
-	proto      protocol      // opens the transaction and ends it at the barrier
-	fence      *ledger.Fence // the session's: a barrier that decides (held mode's COMMIT) does so under it
 }
 
-func newSubtask(idx, global int, job string, db *sql.DB, schema sink.Schema, plan *spec.Plan, rows int, lockReport time.Duration,
-	proto protocol, fence *ledger.Fence, log *zap.Logger, m *metrics.Metrics) *subtask {
-	return &subtask{idx: idx, global: global, job: job, db: db, schema: schema, plan: plan, rows: rows,
-		data: make(chan batch, 4), ctrl: make(chan decision, 1), lockReport: lockReport, proto: proto,
-		fence: fence, log: log.With(zap.Int("subtask", global)), m: m}
+func newSubtask(p *Pipeline, idx, global int, fence *ledger.Fence) *subtask {
+	return &subtask{p: p, idx: idx, global: global, fence: fence, data: make(chan batch, 4), ctrl: make(chan decision, 1),
+		log: p.Log.Named("subtask").With(zap.Int("subtask", global))}
 }
 
 // commit is the coordinator's order, once the checkpoint is decided, to commit the prepared branch.
@@ -133,7 +122,7 @@ func (s *subtask) run(ctx context.Context) error {
 		r := prepared{subtask: s.idx, flush: time.Since(start)}
 		waits := false
 		if err == nil {
-			waits, err = s.proto.barrier(ctx, s, b, &r)
+			waits, err = s.p.proto.barrier(ctx, s, b, &r)
 		}
 		r.err = err
 		b.prepare <- r
@@ -170,8 +159,8 @@ func (s *subtask) commitBranch(ctx context.Context, epoch int64) error {
 			zap.Int64("checkpoint", epoch), zap.String("action", "commit"), zap.Error(err))
 		return err
 	}
-	s.m.PendingTransactions.Dec()
-	s.m.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
+	s.p.Metrics.PendingTransactions.Dec()
+	s.p.Metrics.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
 	s.log.Debug("commit", zap.String("tag", tag), zap.Int64("checkpoint", epoch))
 	return nil
 }
@@ -187,29 +176,29 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 	}
 	// Aggregates in spec order, each one's rows in primary-key order: every transaction takes its
 	// row locks in the same order, table by table.
-	for a := range s.plan.Tables() {
+	for a := range s.p.Plan.Tables() {
 		if !hasRows {
 			break
 		}
 		rows := b.table.Drain(a)
-		for i := 0; i < len(rows); i += s.rows {
-			j := min(i+s.rows, len(rows))
-			s.buf = s.plan.AppendUpsert(s.buf[:0], a, rows[i:j])
+		for i := 0; i < len(rows); i += s.p.Config.MySQL.BatchRows {
+			j := min(i+s.p.Config.MySQL.BatchRows, len(rows))
+			s.buf = s.p.Plan.AppendUpsert(s.buf[:0], a, rows[i:j])
 			if err := s.exec(ctx); err != nil {
-				return fmt.Errorf("subtask %d: %s: %w", s.global, s.plan.Tables()[a], err)
+				return fmt.Errorf("subtask %d: %s: %w", s.global, s.p.Plan.Tables()[a], err)
 			}
 		}
 	}
-	for i := 0; i < len(b.details); i += s.rows {
-		j := min(i+s.rows, len(b.details))
-		s.buf = s.schema.AppendDetailInsert(s.buf[:0], b.details[i:j])
+	for i := 0; i < len(b.details); i += s.p.Config.MySQL.BatchRows {
+		j := min(i+s.p.Config.MySQL.BatchRows, len(b.details))
+		s.buf = s.p.schema.AppendDetailInsert(s.buf[:0], b.details[i:j])
 		if err := s.exec(ctx); err != nil {
 			return fmt.Errorf("subtask %d: detail rows: %w", s.global, err)
 		}
 	}
-	for i := 0; i < len(b.dlq); i += s.rows {
-		j := min(i+s.rows, len(b.dlq))
-		s.buf = s.schema.AppendDLQInsert(s.buf[:0], s.job, b.epoch, b.dlq[i:j])
+	for i := 0; i < len(b.dlq); i += s.p.Config.MySQL.BatchRows {
+		j := min(i+s.p.Config.MySQL.BatchRows, len(b.dlq))
+		s.buf = s.p.schema.AppendDLQInsert(s.buf[:0], s.p.Config.Job.Name, b.epoch, b.dlq[i:j])
 		if err := s.exec(ctx); err != nil {
 			return fmt.Errorf("subtask %d: dead-letter rows: %w", s.global, err)
 		}
@@ -217,13 +206,14 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 	return nil
 }
 
-// exec runs the statement in s.buf inside the epoch's transaction; one still running after
-// lockReport has what it waits for logged.
+// exec runs the statement in s.buf inside the epoch's transaction. One still running after a fifth
+// of the lock wait timeout has the lock it waits for explained in the log, while the wait lasts
+// (afterwards the server no longer says who held it).
 func (s *subtask) exec(ctx context.Context) error {
 	tag, conn := s.branch.Tag(), s.branch.ConnID()
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	t := time.AfterFunc(s.lockReport, func() {
+	t := time.AfterFunc(s.p.Config.MySQL.LockWait/5, func() {
 		defer close(done)
 		s.reportLocks(wctx, tag, conn)
 	})
@@ -239,7 +229,7 @@ func (s *subtask) exec(ctx context.Context) error {
 // wait lasts. A blocker without a session is a prepared branch nobody resolved yet: its locks stay
 // until recovery or the resolver (or an operator, for another job's branch) finishes it.
 func (s *subtask) reportLocks(ctx context.Context, tag string, conn int64) {
-	bs, err := database.Blockers(ctx, s.db, conn)
+	bs, err := database.Blockers(ctx, s.p.Sink, conn)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("statement slow; cannot read its lock waits", zap.String("tag", tag), zap.Int64("connection", conn), zap.Error(err))
@@ -256,7 +246,7 @@ func (s *subtask) reportLocks(ctx context.Context, tag string, conn int64) {
 }
 
 func (s *subtask) begin(ctx context.Context, epoch int64) error {
-	tag := config.Tag(s.job, epoch, s.global)
+	tag := config.Tag(s.p.Config.Job.Name, epoch, s.global)
 	if s.branch != nil && s.branch.State() == xa.Active {
 		if s.branch.Tag() == tag {
 			return nil
@@ -264,7 +254,7 @@ func (s *subtask) begin(ctx context.Context, epoch int64) error {
 		return fmt.Errorf("subtask %d: branch %s still active at epoch %d", s.global, s.branch.Tag(), epoch)
 	}
 	if s.branch == nil || s.branch.State() == xa.Broken {
-		b, err := s.proto.newTxn(ctx, s.db)
+		b, err := s.p.proto.newTxn(ctx, s.p.Sink)
 		if err != nil {
 			return fmt.Errorf("subtask %d: connect: %w", s.global, err)
 		}

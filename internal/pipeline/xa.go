@@ -42,14 +42,14 @@ func (xaProtocol) barrier(ctx context.Context, s *subtask, b batch, r *prepared)
 	}
 	crashpoint.Hit(crashpoint.AfterFlush)
 	t := time.Now()
-	err := s.branch.Prepare(ctx)
+	err := s.branch.(*xa.Branch).Prepare(ctx)
 	r.prep = time.Since(t)
 	if err != nil {
 		return false, err
 	}
 	r.tag = s.branch.Tag()
-	s.m.PendingTransactions.Inc()
-	s.m.Transactions.WithLabelValues("prepare", metrics.OriginNormal).Inc()
+	s.p.Metrics.PendingTransactions.Inc()
+	s.p.Metrics.Transactions.WithLabelValues("prepare", metrics.OriginNormal).Inc()
 	s.log.Debug("prepared", zap.String("tag", r.tag), zap.Int64("checkpoint", b.epoch))
 	return true, nil
 }
