@@ -174,6 +174,7 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 	if err := s.begin(ctx, b.epoch); err != nil {
 		return err
 	}
+	n := s.p.Config.MySQL.BatchRows // rows per statement
 	// Aggregates in spec order, each one's rows in primary-key order: every transaction takes its
 	// row locks in the same order, table by table.
 	for a := range s.p.Plan.Tables() {
@@ -181,23 +182,23 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 			break
 		}
 		rows := b.table.Drain(a)
-		for i := 0; i < len(rows); i += s.p.Config.MySQL.BatchRows {
-			j := min(i+s.p.Config.MySQL.BatchRows, len(rows))
+		for i := 0; i < len(rows); i += n {
+			j := min(i+n, len(rows))
 			s.buf = s.p.Plan.AppendUpsert(s.buf[:0], a, rows[i:j])
 			if err := s.exec(ctx); err != nil {
 				return fmt.Errorf("subtask %d: %s: %w", s.global, s.p.Plan.Tables()[a], err)
 			}
 		}
 	}
-	for i := 0; i < len(b.details); i += s.p.Config.MySQL.BatchRows {
-		j := min(i+s.p.Config.MySQL.BatchRows, len(b.details))
+	for i := 0; i < len(b.details); i += n {
+		j := min(i+n, len(b.details))
 		s.buf = s.p.schema.AppendDetailInsert(s.buf[:0], b.details[i:j])
 		if err := s.exec(ctx); err != nil {
 			return fmt.Errorf("subtask %d: detail rows: %w", s.global, err)
 		}
 	}
-	for i := 0; i < len(b.dlq); i += s.p.Config.MySQL.BatchRows {
-		j := min(i+s.p.Config.MySQL.BatchRows, len(b.dlq))
+	for i := 0; i < len(b.dlq); i += n {
+		j := min(i+n, len(b.dlq))
 		s.buf = s.p.schema.AppendDLQInsert(s.buf[:0], s.p.Config.Job.Name, b.epoch, b.dlq[i:j])
 		if err := s.exec(ctx); err != nil {
 			return fmt.Errorf("subtask %d: dead-letter rows: %w", s.global, err)
