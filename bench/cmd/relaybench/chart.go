@@ -35,13 +35,16 @@ func chart(res *Results) string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", chartW, chartH, chartW, chartH)
 	w(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
+	// The title has the day only: the panels may come from different runs (BENCH_STEPS runs some
+	// steps and keeps the others), so each panel says when its step ran.
 	date := ""
 	if res.Machine != nil {
-		date = fmt.Sprintf(" — %s, %d cores, %s", res.Machine.Date, res.Machine.NProc, res.Machine.MySQL)
+		day, _, _ := strings.Cut(res.Machine.Date, " ")
+		date = fmt.Sprintf(" — %s, %d cores, %s", day, res.Machine.NProc, res.Machine.MySQL)
 	}
 	w(`<text x="16" y="24" font-size="15" font-weight="bold">relay benchmarks%s</text>`+"\n", html.EscapeString(date))
-	throughputPanel(w, res.Throughput, 16, 440)
-	visibilityPanel(w, res.Latency, 500, 440)
+	throughputPanel(w, res.Throughput, res.Steps["throughput"].Date, 16, 440)
+	visibilityPanel(w, res.Latency, res.Steps["latency"].Date, 500, 440)
 	w("</svg>\n")
 	return b.String()
 }
@@ -53,7 +56,7 @@ type bar struct {
 	color       string
 }
 
-func throughputPanel(w func(string, ...any), tp *TPResult, x, width int) {
+func throughputPanel(w func(string, ...any), tp *TPResult, ran string, x, width int) {
 	w(`<text x="%d" y="48" font-size="13" font-weight="bold">Throughput, first record to last commit (median orders/s)</text>`+"\n", x)
 	if tp == nil || len(tp.Clients) == 0 {
 		w(`<text x="%d" y="%d">not measured</text>`+"\n", x, panelTop+20)
@@ -80,10 +83,10 @@ func throughputPanel(w func(string, ...any), tp *TPResult, x, width int) {
 	drawBars(w, bars, x, width, func(v float64) string { return fmt.Sprintf("%.0f k/s", v/1e3) }, 0)
 	w(`<text x="%d" y="%d" fill="#555">%d orders, %d partitions, %d subtasks, %s checkpoints</text>`+"\n",
 		x, panelTop+panelH+30, tp.Orders, tp.Partitions, tp.Subtasks, tp.Interval)
-	w(`<text x="%d" y="%d" fill="#555">client settings: %s</text>`+"\n", x, panelTop+panelH+48, html.EscapeString(client))
+	w(`<text x="%d" y="%d" fill="#555">client settings: %s%s</text>`+"\n", x, panelTop+panelH+48, html.EscapeString(client), html.EscapeString(runOn(ran)))
 }
 
-func visibilityPanel(w func(string, ...any), lr *LatencyResult, x, width int) {
+func visibilityPanel(w func(string, ...any), lr *LatencyResult, ran string, x, width int) {
 	w(`<text x="%d" y="48" font-size="13" font-weight="bold">Produced → visible in MySQL, per record (p50 / p99, s)</text>`+"\n", x)
 	if lr == nil || len(lr.Runs) == 0 {
 		w(`<text x="%d" y="%d">not measured</text>`+"\n", x, panelTop+20)
@@ -117,8 +120,16 @@ func visibilityPanel(w func(string, ...any), lr *LatencyResult, x, width int) {
 			bar{label: iv + " p99", note: reps, value: kit.Median(p99), color: "#08519c"})
 	}
 	drawBars(w, bars, x, width, func(v float64) string { return fmt.Sprintf("%.2f s", v) }, 1)
-	w(`<text x="%d" y="%d" fill="#555">at %.0f k orders/s; dashed line: 1 s</text>`+"\n", x, panelTop+panelH+30, lr.TargetRate/1e3)
+	w(`<text x="%d" y="%d" fill="#555">at %.0f k orders/s; dashed line: 1 s%s</text>`+"\n", x, panelTop+panelH+30, lr.TargetRate/1e3, html.EscapeString(runOn(ran)))
 	w(`<text x="%d" y="%d" fill="#555">(%s)</text>`+"\n", x, panelTop+panelH+48, html.EscapeString(lr.RateSource))
+}
+
+// runOn says when a panel's step ran, if the results know.
+func runOn(date string) string {
+	if date == "" {
+		return ""
+	}
+	return "; run " + date
 }
 
 // drawBars draws horizontal bars scaled to the largest value (and to mark, if above 0, drawn as a

@@ -11,6 +11,8 @@ import (
 // its value says.
 func TestChart(t *testing.T) {
 	res := &Results{
+		Machine: &Machine{Date: "2026-12-03 11:14 UTC", NProc: 2, MySQL: "10.11"},
+		Steps:   map[string]Step{"throughput": {Date: "2026-12-03 08:35 UTC"}, "latency": {Date: "2026-12-03 11:14 UTC"}},
 		Throughput: &TPResult{Clients: []string{"shipped"}, Summary: map[string]TPStats{
 			"shipped/baseline": {MedianRate: 400e3}, "shipped/xa": {MedianRate: 200e3, MedianRatio: 0.5}}},
 		Latency: &LatencyResult{TargetRate: 100e3, Runs: []LatencyRun{
@@ -53,7 +55,9 @@ func TestChart(t *testing.T) {
 	if widths["#888888"] != "240.0" || widths["#1f77b4"] != "120.0" {
 		t.Errorf("throughput bars %s and %s wide, want 240.0 and 120.0", widths["#888888"], widths["#1f77b4"])
 	}
-	for _, want := range []string{"0.35 s", "0.80 s (median of 2)", "1.20 s", "0.50× bare", "200 k/s"} {
+	// Each panel says when its own step ran; the title gives the day only.
+	for _, want := range []string{"0.35 s", "0.80 s (median of 2)", "1.20 s", "0.50× bare", "200 k/s",
+		"relay benchmarks — 2026-12-03, 2 cores", "client settings: shipped; run 2026-12-03 08:35 UTC", "dashed line: 1 s; run 2026-12-03 11:14 UTC"} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("chart lacks %q", want)
 		}
