@@ -4,6 +4,7 @@
 package order
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -513,30 +514,34 @@ func BenchmarkEncodingJSON(b *testing.B) {
 // TestKeyMatch holds the scanner's key matching (a word compare of the first eight bytes, the rest
 // only for longer names, the search starting after the last match) to plain string equality: names
 // that share their first eight bytes, that differ only in length, nested under a key, keys in any
-// order, escaped, and in a payload whose capacity ends right after it.
+// order, escaped, in a payload whose capacity ends right after it (a short last key is then read
+// byte by byte) and in one followed by other bytes within its capacity (which must not count).
 func TestKeyMatch(t *testing.T) {
-	paths := [][]string{{"ab"}, {"abcdefgh"}, {"abcdefghij"}, {"abcdefghik"}, {"x", "abcdefghij"}, {"abcdefgh", "y"}}
+	paths := [][]string{{"ab"}, {"abcdefgh"}, {"abcdefghij"}, {"abcdefghik"}, {"x", "abcdefghij"}, {"abcdefgh", "y"}, {"a"}}
 	s := NewScanner(paths)
 	for _, c := range []struct {
 		in   string
 		want []string // per field, "" when it has no string value
 	}{
-		{`{"ab":"1","abcdefgh":"2","abcdefghij":"3","abcdefghik":"4","x":{"abcdefghij":"5"}}`, []string{"1", "2", "3", "4", "5", ""}},
-		{`{"x":{"abcdefghij":"5"},"abcdefghik":"4","abcdefghij":"3","abcdefgh":"2","ab":"1"}`, []string{"1", "2", "3", "4", "5", ""}},
-		{`{"abcdefghik":"4","ab":"1","abcdefghi":"no","abcdefghijk":"no","a":"no","abc":"no"}`, []string{"1", "", "", "4", "", ""}},
-		{`{"abcdefgh":{"y":"6"},"x":{"ab":"no","abcdefghik":"no"}}`, []string{"", "", "", "", "", "6"}},
-		{`{"\u0061b":"1","abcdefgh\u0069j":"3","ab\u0000":"no","abcdefg\u0000":"no"}`, []string{"1", "", "3", "", "", ""}},
-		{`{"ab":"1"}`, []string{"1", "", "", "", "", ""}},
-		{`{"b":"no","a":"no"}`, []string{"", "", "", "", "", ""}},
+		{`{"ab":"1","abcdefgh":"2","abcdefghij":"3","abcdefghik":"4","x":{"abcdefghij":"5"}}`, []string{"1", "2", "3", "4", "5", "", ""}},
+		{`{"x":{"abcdefghij":"5"},"abcdefghik":"4","abcdefghij":"3","abcdefgh":"2","ab":"1"}`, []string{"1", "2", "3", "4", "5", "", ""}},
+		{`{"abcdefghik":"4","ab":"1","abcdefghi":"no","abcdefghijk":"no","abc":"no","b":"no"}`, []string{"1", "", "", "4", "", "", ""}},
+		{`{"abcdefgh":{"y":"6"},"x":{"ab":"no","abcdefghik":"no"}}`, []string{"", "", "", "", "", "6", ""}},
+		{`{"\u0061b":"1","abcdefgh\u0069j":"3","ab\u0000":"no","a\u0000":"no"}`, []string{"1", "", "3", "", "", "", ""}},
+		{`{"ab":"1"}`, []string{"1", "", "", "", "", "", ""}},
+		{`{"a":"7"}`, []string{"", "", "", "", "", "", "7"}},
+		{`{"b":"no","ab":"1","a":"7"}`, []string{"1", "", "", "", "", "", "7"}},
 	} {
-		for _, p := range [][]byte{[]byte(c.in), append(make([]byte, 0, len(c.in)+64), c.in...)} {
-			if r := s.Scan(p[:len(p):len(p)]); r != OK {
+		exact := []byte(c.in)
+		spare := append(bytes.Repeat([]byte{'a'}, len(c.in)+64)[:0], c.in...)
+		for _, p := range [][]byte{exact[:len(exact):len(exact)], spare} {
+			if r := s.Scan(p); r != OK {
 				t.Fatalf("%s: %v", c.in, r)
 			}
 			for f, w := range c.want {
 				got, r := s.String(p, f)
 				if w == "" && r == OK || w != "" && (r != OK || string(got) != w) {
-					t.Errorf("%s: field %v = %q, %v; want %q", c.in, paths[f], got, r, w)
+					t.Errorf("%s (capacity %d): field %v = %q, %v; want %q", c.in, cap(p), paths[f], got, r, w)
 				}
 			}
 		}
