@@ -256,9 +256,21 @@ func TestMetricsAfterCrash(t *testing.T) {
 			t.Errorf("relay_checkpoint_phase_duration_seconds%v: %v samples, want one per committed checkpoint (%v)", m.GetLabel(), n, committedSoFar)
 		}
 	}
-	open := last.value(t, "relay_mysql_pool_connections", "pool", "sink", "state", "open")
-	if open < 2 || last.value(t, "relay_mysql_threads_connected") < open {
-		t.Errorf("sink pool %v open connections (2 subtasks), server Threads_connected %v", open, last.value(t, "relay_mysql_threads_connected"))
+	// Threads_connected is sampled every 5 s while the pool gauge is read at each scrape: the
+	// subtasks may have opened their connections after the last sample, so wait for the next one.
+	open, threads := 0.0, 0.0
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		s := scrapeMetrics(t, addr)
+		open = s.value(t, "relay_mysql_pool_connections", "pool", "sink", "state", "open")
+		threads = s.value(t, "relay_mysql_threads_connected")
+		if (open >= 2 && threads >= open) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if open < 2 || threads < open {
+		t.Errorf("sink pool %v open connections (2 subtasks), server Threads_connected %v", open, threads)
 	}
 	if got := last.value(t, "relay_build_info"); got != 1 {
 		t.Errorf("relay_build_info = %v, want 1", got)
