@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 	"time"
 )
@@ -62,31 +63,41 @@ func TestGrowingHeapGetsTheDefault(t *testing.T) {
 	done := make(chan struct{})
 	go func() { Run(ctx, 16<<20); close(done) }()
 	defer func() { cancel(); <-done }()
-	waitPercent(t, func(p int) bool { return p > 100 }, "GOGC raised for a small heap")
+	waitPercent(t, func(p int, _ int64) bool { return p > 100 }, "GOGC raised for a small heap")
 	big := make([][]byte, 0, 64)
 	for i := 0; i < 64; i++ {
 		big = append(big, make([]byte, 1<<20)) // 64 MiB live, four times the floor
 	}
-	waitPercent(t, func(p int) bool { return p == 100 }, "GOGC back to 100 with a live heap above the floor")
+	waitPercent(t, func(p int, _ int64) bool { return p == 100 }, "GOGC back to 100 with a live heap above the floor")
 	runtime.KeepAlive(big)
 }
 
-func waitPercent(t *testing.T, ok func(int) bool, what string) {
+// waitPercent collects until ok holds for GOGC and the memory limit, read together.
+func waitPercent(t *testing.T, ok func(percent int, limit int64) bool, what string) {
 	t.Helper()
 	var p int
+	var limit int64
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		runtime.GC()
-		if p = gcPercent(); ok(p) {
+		if p, limit = gcSettings(); ok(p, limit) {
 			return
 		}
 	}
-	t.Fatalf("timed out waiting for %s (GOGC %d)", what, p)
+	t.Fatalf("timed out waiting for %s (GOGC %d, memory limit %d)", what, p, limit)
 }
 
-// gcPercent reads GOGC without changing it for longer than the call.
+// gcSettings reads GOGC and the memory limit without writing them: a read through
+// debug.SetGCPercent writes, and could put back a value the tuner replaced in between. The
+// percent is read first (metrics.Read reads in order): the tuner caps the limit before it raises
+// the percent, so a raised percent is never read with the limit from before.
+func gcSettings() (percent int, limit int64) {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
+	metrics.Read(s)
+	return int(s[0].Value.Uint64()), int64(s[1].Value.Uint64())
+}
+
 func gcPercent() int {
-	p := debug.SetGCPercent(100)
-	debug.SetGCPercent(p)
+	p, _ := gcSettings()
 	return p
 }
 
@@ -100,18 +111,20 @@ func TestRaisedPercentIsCapped(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { Run(ctx, floor); close(done) }()
-	waitPercent(t, func(p int) bool { return p > 100 }, "GOGC raised for a small heap")
-	if got := debug.SetMemoryLimit(-1); got != capFloors*floor {
-		t.Fatalf("memory limit %d with GOGC raised, want %d", got, capFloors*floor)
-	}
+	// The tuner lowers the limit before it raises the percent, so a raised percent comes with
+	// the cap in every read.
+	waitPercent(t, func(p int, limit int64) bool {
+		if p > 100 && limit != capFloors*floor {
+			t.Fatalf("memory limit %d with GOGC %d, want %d", limit, p, capFloors*floor)
+		}
+		return p > 100
+	}, "GOGC raised for a small heap")
 	big := make([][]byte, 0, 64)
 	for i := 0; i < 64; i++ {
 		big = append(big, make([]byte, 1<<20))
 	}
-	waitPercent(t, func(p int) bool { return p == 100 }, "GOGC back to 100 above the floor")
-	if got := debug.SetMemoryLimit(-1); got != before {
-		t.Fatalf("memory limit %d with GOGC at the default, want the original %d", got, before)
-	}
+	// It lowers the percent before it restores the limit: wait for both.
+	waitPercent(t, func(p int, limit int64) bool { return p == 100 && limit == before }, "GOGC back to 100 and the original memory limit, above the floor")
 	runtime.KeepAlive(big)
 	cancel()
 	<-done

@@ -176,10 +176,15 @@ func TestGuard(t *testing.T) {
 	release := make(chan struct{})
 	var fnDone time.Time
 	guarded := make(chan error, 1)
+	started := make(chan struct{}) // fn runs once the guard holds its lock
 	go func() {
-		guarded <- l.Guard(ctx, first.Epoch, func() error { <-release; fnDone = time.Now(); return nil })
+		guarded <- l.Guard(ctx, first.Epoch, func() error { close(started); <-release; fnDone = time.Now(); return nil })
 	}()
-	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-started:
+	case err := <-guarded:
+		t.Fatalf("guarded action of the owner did not run: %v", err)
+	}
 	first.Release()
 	time.AfterFunc(time.Second, func() { close(release) })
 	second, err := Acquire(ctx, l, FenceConfig{Owner: "b", Pools: []Pool{pool}, TakeOver: true})

@@ -131,7 +131,9 @@ func (p *Pipeline) exportDoubt(ctx context.Context, log *zap.Logger, doubt, list
 	for _, a := range ages {
 		oldest = max(oldest, a)
 	}
-	// Age before count: a scrape in between never pairs a new branch with the old age.
+	// Age before count, so a dashboard refreshing between the two sets sees the old count
+	// with the new age rather than a new branch aged 0. (One scrape reads its gauges in no fixed
+	// order, so this narrows the window; it does not make a scrape a snapshot.)
 	p.Metrics.InDoubtOldestAge.Set(oldest.Seconds())
 	p.Metrics.InDoubtBranches.Set(float64(len(doubt)))
 	if oldest > p.Config.Checkpoint.InDoubtAlertAge {

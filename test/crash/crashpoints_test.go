@@ -125,7 +125,10 @@ func TestHeldCrashPoints(t *testing.T) {
 			if err := e.produce(ctx, totals, loadgen.Options{Orders: 4000, Batch: 100, AbortRate: 0.2, BadRate: 0.01, Seed: 17}); err != nil {
 				t.Fatal(err)
 			}
-			e.crashAt(tc.point)
+			// The first checkpoint must hold both partitions' records, all already in Kafka: it is
+			// cut only once reading paused for a second (a 200 ms cut could come between the two
+			// partitions' first batches).
+			e.crashAt(tc.point, "RELAY_CHECKPOINT_INTERVAL=2s", "RELAY_CHECKPOINT_IDLE_AFTER=1s")
 			offs, _, err := ledger.New(e.db, e.job).PartitionOffsets(ctx)
 			if err != nil {
 				t.Fatal(err)

@@ -474,8 +474,16 @@ func TestUpsertedRowsPerCheckpoint(t *testing.T) {
 		s = scrapeMetrics(t, addr)
 		return s.value(t, "relay_records_total", "result", "ok") >= float64(good)
 	}, "relay to commit every order")
-	cps := s.value(t, "relay_checkpoints_total", "result", "committed")
-	rows := s.value(t, "relay_upserted_rows_total", "table", "order_stats_minute")
+	// A scrape is no snapshot: it may fall between the last checkpoint's counter updates. Nothing
+	// commits once every order has, so two scrapes that agree are at rest.
+	var cps, rows float64
+	waitFor(t, 10*time.Second, func() bool {
+		prevCps, prevRows := cps, rows
+		s = scrapeMetrics(t, addr)
+		cps = s.value(t, "relay_checkpoints_total", "result", "committed")
+		rows = s.value(t, "relay_upserted_rows_total", "table", "order_stats_minute")
+		return cps == prevCps && rows == prevRows
+	}, "two scrapes with the same checkpoint and row counts")
 	if cps < 2 {
 		t.Fatalf("%d orders fit in %v checkpoint(s): the count would prove little", good, cps)
 	}

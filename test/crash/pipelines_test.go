@@ -116,10 +116,12 @@ func runExample(t *testing.T, ex example) {
 			t.Fatalf("relay exited: %v\n%s", err, tail(p.Log, 5))
 		default:
 		}
-		offs, _, err := led.PartitionOffsets(ctx)
+		// The offsets are written when the checkpoint is decided, before its branches commit:
+		// the tables are read once that checkpoint is marked COMMITTED.
+		offs, id, err := led.PartitionOffsets(ctx)
 		next, _ := offs.Get(e.topic, 0)
-		return err == nil && next == int64(len(ex.records))
-	}, "a checkpoint covering every record")
+		return err == nil && next == int64(len(ex.records)) && e.ledgerRows()[id] == string(ledger.Committed)
+	}, "a committed checkpoint covering every record")
 	for _, want := range ex.tables {
 		got := readTable(t, ctx, e, want)
 		if !slices.EqualFunc(got, want.rows, slices.Equal[[]string]) {
