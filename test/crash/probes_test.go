@@ -133,8 +133,8 @@ func TestInDoubtAgeSurvivesRestart(t *testing.T) {
 		// A scrape reads the two gauges in no set order: the age may still be the old 0.
 		return n == 1 && age > 0
 	}, "the second run to export the branch")
-	// The pass that set the gauge ran after the last scrape that saw no branch (a second of slack
-	// for the ledger's whole-second times).
+	// The pass that set the gauge ran after the last scrape that saw no branch (a second of slack:
+	// the ages are measured on the server's clock).
 	if low, high := unset.Sub(left).Seconds()-1, time.Since(prepared).Seconds(); age < low || age > high {
 		t.Fatalf("second run's first in-doubt age %.1fs, want between %.1fs (since the first run found it) and %.1fs (since it was prepared)", age, low, high)
 	}
