@@ -59,6 +59,7 @@ const (
 type Decoder struct {
 	sc  *Scanner
 	lim Limits
+	buf []byte // the unescaped order_id and sku of the last record
 }
 
 // NewDecoder returns a Decoder for the given field names and limits. A name
@@ -86,11 +87,12 @@ func (d *Decoder) Decode(payload []byte, o *Order) Reason {
 
 // extract checks the values recorded by Scan against types and limits.
 func (d *Decoder) extract(p []byte, o *Order) Reason {
-	id, r := d.sc.Text(p, fOrderID, d.lim.MaxOrderIDBytes, ReasonBadOrderID, ReasonOrderIDTooLong)
+	d.buf = d.buf[:0]
+	id, r := d.sc.Text(p, fOrderID, d.lim.MaxOrderIDBytes, ReasonBadOrderID, ReasonOrderIDTooLong, &d.buf)
 	if r != OK {
 		return r
 	}
-	sku, r := d.sc.Text(p, fSKU, d.lim.MaxSKUBytes, ReasonBadSKU, ReasonSKUTooLong)
+	sku, r := d.sc.Text(p, fSKU, d.lim.MaxSKUBytes, ReasonBadSKU, ReasonSKUTooLong, &d.buf)
 	if r != OK {
 		return r
 	}

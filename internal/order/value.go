@@ -7,13 +7,29 @@ package order
 import "github.com/relay-sh/relay/internal/money"
 
 // Text returns string field f, unescaped, if it is non-empty, valid UTF-8 and
-// at most max bytes; bad and tooLong are the reasons for the last two. The
-// bytes alias the payload or the Scanner's scratch memory until the next Scan.
-func (s *Scanner) Text(p []byte, f, max int, bad, tooLong Reason) ([]byte, Reason) {
-	str, ok, r := s.stringValue(p, f)
+// at most max bytes; bad and tooLong are the reasons for the last two. A string
+// with nothing to unescape aliases the payload; an escaped one is appended to
+// *arena and aliases that. The caller owns the arena, so the bytes outlive the
+// next Scan: a batch of decoded records, each with its own arena, keeps every
+// record's strings (the Scanner's own scratch would hold only the last one's).
+func (s *Scanner) Text(p []byte, f, max int, bad, tooLong Reason, arena *[]byte) ([]byte, Reason) {
+	var str []byte
+	ok := true
+	switch v := &s.vals[f]; v.kind {
+	case kindNone, kindNull:
+		return nil, ReasonMissingField
+	case kindString:
+		str = p[v.start:v.end]
+		if v.escaped {
+			from := len(*arena)
+			*arena, ok = unescape(*arena, str)
+			// Capped, so that nothing appended to this field's bytes can reach the next one's.
+			str = (*arena)[from:len(*arena):len(*arena)]
+		}
+	default:
+		return nil, ReasonWrongType
+	}
 	switch {
-	case r != OK:
-		return nil, r
 	case len(str) == 0:
 		return nil, ReasonEmptyField
 	case !ok:
@@ -26,21 +42,17 @@ func (s *Scanner) Text(p []byte, f, max int, bad, tooLong Reason) ([]byte, Reaso
 
 // String returns string field f unescaped, a lone surrogate escape written as
 // U+FFFD (Text refuses those). Absent or null is ReasonMissingField, any
-// other kind ReasonWrongType.
+// other kind ReasonWrongType. The bytes alias the payload or the Scanner's
+// scratch memory until the next Scan: for values parsed at once, never kept.
 func (s *Scanner) String(p []byte, f int) ([]byte, Reason) {
-	str, _, r := s.stringValue(p, f)
-	return str, r
-}
-
-func (s *Scanner) stringValue(p []byte, f int) ([]byte, bool, Reason) {
 	switch s.vals[f].kind {
 	case kindNone, kindNull:
-		return nil, false, ReasonMissingField
+		return nil, ReasonMissingField
 	case kindString:
-		str, ok := s.str(p, f)
-		return str, ok, OK
+		str, _ := s.str(p, f)
+		return str, OK
 	}
-	return nil, false, ReasonWrongType
+	return nil, ReasonWrongType
 }
 
 // str returns the unescaped content of string field f, aliasing the payload

@@ -16,10 +16,12 @@ type Value struct {
 }
 
 // Record is one decoded record, reused across Decode calls. Bytes alias the payload or the
-// decoder's scratch memory until the next Decode.
+// record's own buffer until the next Decode into this record: never memory another record's Decode
+// writes, so a batch of records decoded one after another keeps each one's strings.
 type Record struct {
 	Vals []Value // by input field, in declaration order
 	TS   int64   // event time, epoch milliseconds
+	buf  []byte  // the unescaped strings of Vals
 	key  []byte  // scratch for Fold
 }
 
@@ -50,7 +52,7 @@ func (d *Decoder) Decode(payload []byte, rec *Record) (Reason, string) {
 		return Reason(r), ""
 	}
 	n := len(d.p.fields) - 1
-	rec.Vals = rec.Vals[:0]
+	rec.Vals, rec.buf = rec.Vals[:0], rec.buf[:0]
 	for i := range n {
 		f := &d.p.fields[i]
 		var v Value
@@ -58,7 +60,7 @@ func (d *Decoder) Decode(payload []byte, rec *Record) (Reason, string) {
 		switch f.typ {
 		case typeString:
 			// The spec's own reasons pass through Text unchanged, like order's.
-			v.Bytes, r = d.sc.Text(payload, i, f.max, order.Reason(f.invalid), order.Reason(f.tooLong))
+			v.Bytes, r = d.sc.Text(payload, i, f.max, order.Reason(f.invalid), order.Reason(f.tooLong), &rec.buf)
 		case typeInt:
 			v.Int, r = d.sc.Int(payload, i, order.Reason(ReasonBadInt))
 		default:
