@@ -18,10 +18,12 @@ import (
 	"os"
 	"os/user"
 	"strings"
+	"time"
 
 	"golang.org/x/term"
 
 	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/ops"
 )
@@ -101,6 +103,16 @@ func openEnv(cfg config.Config) (*ops.Env, func(), error) {
 		return nil, nil, err
 	}
 	env := &ops.Env{Config: cfg, Sink: sinkDB, Ledger: ledger.New(ledgerDB, cfg.Job.Name), Log: log, Operator: operator()}
+	// The mode relay run would pick (unset: held on a Galera node). A server that cannot be read
+	// leaves it to the command to report; mode xa on Galera is preflight's to refuse.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if g, err := database.ReadGalera(ctx, sinkDB); err == nil {
+		env.Galera = g
+		env.ModePicked, _ = env.Config.ResolveMode(g.On)
+	} else {
+		_, _ = env.Config.ResolveMode(false)
+	}
+	cancel()
 	return env, func() {
 		if ledgerDB != sinkDB {
 			ledgerDB.Close()

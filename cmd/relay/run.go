@@ -127,8 +127,10 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	// MySQL may still be starting next to relay (compose, a restarted pod), or the network may
 	// drop a connection now and then: retry, bounded.
 	led := ledger.NewInstance(ledgerDB, cfg.Job.Name, cfg.InstanceIndex(), cfg.InstanceCount())
+	var galera database.Galera
 	err = fault.Do(startCtx, fault.DefaultPolicy(), func(ctx context.Context) error {
-		return prepareServer(ctx, cfg, plan, sinkDB, led, log)
+		galera, err = prepareServer(ctx, &cfg, plan, sinkDB, led, log)
+		return err
 	}, func(attempt int, err error) {
 		log.Warn("mysql not ready yet", zap.Int("attempt", attempt), zap.Error(err))
 	})
@@ -146,7 +148,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties,
 		Instance: cfg.InstanceIndex(), Instances: cfg.InstanceCount()}
 	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
-		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true},
+		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true, Cluster: galera.On},
 		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) }})
 
 	m.SetReadiness(func() bool { ok, _ := p.Ready(); return ok })
@@ -185,40 +187,54 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	return err
 }
 
-// prepareServer checks the server against the configuration, creates (or checks) what relay
-// writes, and claims the sink tables for the job.
-func prepareServer(ctx context.Context, cfg config.Config, plan *spec.Plan, sinkDB *sql.DB, led *ledger.Ledger, log *zap.Logger) error {
+// prepareServer checks the server against the configuration (and fixes an unset mode for it:
+// held on a Galera node), creates (or checks) what relay writes, and claims the sink tables for
+// the job.
+func prepareServer(ctx context.Context, cfg *config.Config, plan *spec.Plan, sinkDB *sql.DB, led *ledger.Ledger, log *zap.Logger) (database.Galera, error) {
 	flavor, version, err := sink.DetectFlavor(ctx, sinkDB)
 	if err != nil {
-		return fmt.Errorf("connect sink: %w", err)
+		return database.Galera{}, fmt.Errorf("connect sink: %w", err)
 	}
-	log.Info("mysql", zap.String("server_version", version))
+	galera, err := database.ReadGalera(ctx, sinkDB)
+	if err != nil {
+		return galera, err
+	}
+	picked, err := cfg.ResolveMode(galera.On)
+	log.Info("mysql", zap.String("server_version", version), zap.Bool("galera", galera.On), zap.Stringer("server", galera),
+		zap.String("mode", string(cfg.Mode)))
+	if err != nil {
+		return galera, err
+	}
+	if picked {
+		log.Info("mode unset: held, since this is a Galera node (no XA); sessions use causal reads",
+			zap.String("mode", string(cfg.Mode)), zap.Int("wsrep_sync_wait", database.SyncWaitReads))
+	}
 	binlog, err := database.ReadBinlog(ctx, sinkDB)
 	if err != nil {
-		return err
+		return galera, err
 	}
 	if err := binlog.CheckReadCommitted(); err != nil {
-		return err
+		return galera, err
 	}
 	maxConn, err := database.ServerVar(ctx, sinkDB, "SHOW GLOBAL VARIABLES LIKE 'max_connections'")
 	if err != nil {
-		return fmt.Errorf("read max_connections: %w", err)
+		return galera, fmt.Errorf("read max_connections: %w", err)
 	}
 	threads, err := database.ServerVar(ctx, sinkDB, "SHOW GLOBAL STATUS LIKE 'Threads_connected'")
 	if err != nil {
-		return fmt.Errorf("read Threads_connected: %w", err)
+		return galera, fmt.Errorf("read Threads_connected: %w", err)
 	}
 	if err := cfg.CheckServer(maxConn, threads); err != nil {
-		return err
+		return galera, err
 	}
 	schema := plan.Schema(cfg.MySQL.DLQTable, cfg.MySQL.DetailTable)
 	if err := schema.Create(ctx, sinkDB, flavor); err != nil {
-		return err
+		return galera, err
 	}
 	if err := ledger.EnsureSchema(ctx, led.DB()); err != nil {
-		return err
+		return galera, err
 	}
-	return schema.Claim(ctx, sinkDB, led)
+	return galera, schema.Claim(ctx, sinkDB, led)
 }
 
 // watch samples what no request drives: the server's Threads_connected, where connection

@@ -30,7 +30,29 @@ const (
 	ModeXA Mode = "xa"
 	// ModeHeld commits each epoch as one ordinary transaction per subtask (DESIGN §5).
 	ModeHeld Mode = "held"
+	// ModeAuto (mode unset, the default) is xa, or held on a Galera node, which has no XA:
+	// ResolveMode picks one once the server is known.
+	ModeAuto Mode = ""
 )
+
+// ResolveMode fixes the mode for the server relay talks to (galera: it is a Galera node). An unset
+// mode becomes held on Galera (picked reports it) and xa elsewhere; mode xa on Galera is refused at
+// once, naming held mode: Galera refuses XA (error 1235) and every checkpoint would fail.
+func (c *Config) ResolveMode(galera bool) (picked bool, err error) {
+	switch {
+	case c.Mode == ModeXA && galera:
+		return false, bad("mode", "xa is not possible on a Galera cluster (MariaDB Galera / Percona XtraDB Cluster refuse XA transactions, error 1235): "+
+			"use mode held (%s=held), or leave mode unset, which picks held on Galera", envOf("mode"))
+	case c.Mode == ModeAuto && galera:
+		c.Mode, picked = ModeHeld, true
+		if c.MySQL.LedgerDSN != "" {
+			return true, bad("mode", "unset, so held on this Galera node, which keeps the ledger in the sink database: mysql.ledger_dsn (%s) must be empty", envOf("mysql.ledger_dsn"))
+		}
+	case c.Mode == ModeAuto:
+		c.Mode = ModeXA
+	}
+	return picked, nil
+}
 
 // MySQLTLS is the TLS of relay's MySQL connections (zero: the DSN decides).
 func (c Config) MySQLTLS() database.TLS {
@@ -47,10 +69,11 @@ func (c Config) SinkSession() database.Session {
 }
 
 // LedgerSession is what the connections of a separate ledger server (mysql.ledger_dsn) get: the
-// server's default isolation, since the ledger writes a few rows of one job at a time.
+// server's default isolation, since the ledger writes a few rows of one job at a time. On a Galera
+// node both run with causal reads (database.Session.CausalReads).
 func (c Config) LedgerSession() database.Session {
 	return database.Session{WaitTimeout: c.MySQL.SessionTimeout, LockWaitTimeout: c.MySQL.LockWait, TLS: c.MySQLTLS(),
-		StatementTimeout: c.MySQL.StatementTimeout}
+		StatementTimeout: c.MySQL.StatementTimeout, CausalReads: true}
 }
 
 // Config is everything relay run needs. Field docs are in fields.go (and docs/CONFIG.md).
@@ -156,7 +179,7 @@ func Default() Config {
 			StatementTimeout: time.Minute,
 			BatchRows:        500,
 		},
-		Mode:     ModeXA,
+		Mode:     ModeAuto,
 		Subtasks: 2,
 		Checkpoint: Checkpoint{
 			Interval:          time.Second,
@@ -300,7 +323,7 @@ func (c *Config) Validate() error {
 		return bad("job.lease", "%s must be at least 1s and below mysql.session_timeout (%s)", c.Job.Lease, c.MySQL.SessionTimeout)
 	}
 	switch c.Mode {
-	case ModeXA, ModeHeld:
+	case ModeXA, ModeHeld, ModeAuto:
 	default:
 		return bad("mode", "%q is not xa or held", c.Mode)
 	}

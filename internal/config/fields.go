@@ -55,7 +55,7 @@ var (
 		"mysql.tls_cert_file":           "Client certificate (PEM) for servers that require one; with mysql.tls_key_file.",
 		"mysql.tls_key_file":            "Private key (PEM) of mysql.tls_cert_file.",
 		"mysql.tls_server_name":         "Host name to verify the server certificate against; default the DSN's host.",
-		"mode":                          "xa (XA two-phase commit, the default) or held (one ordinary transaction per subtask, for MySQL without XA; needs mysql.ledger_dsn empty).",
+		"mode":                          "xa (XA two-phase commit) or held (one ordinary transaction per subtask, for MySQL without XA; needs mysql.ledger_dsn empty). Unset: xa, or held on a Galera node (MariaDB Galera / Percona XtraDB Cluster have no XA; xa there is refused at start).",
 		"subtasks":                      "Number of sink writers, each with its own MySQL connection and transaction per checkpoint.",
 		"checkpoint.interval":           "Time between checkpoints (Go duration). Data becomes visible in MySQL at checkpoints.",
 		"checkpoint.min_pause":          "Minimum pause between the end of one checkpoint and the start of the next.",

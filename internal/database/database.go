@@ -35,6 +35,9 @@ type Session struct {
 	// inserting a new key just below one of its rows until the whole checkpoint ends. InnoDB logs
 	// READ COMMITTED writes only as rows: see Binlog.CheckReadCommitted.
 	ReadCommitted bool
+	// CausalReads runs every session on a Galera node with wsrep_sync_wait=1 (see galera.go);
+	// elsewhere it costs one SHOW per new connection and sets nothing.
+	CausalReads bool
 }
 
 // readCommitted is portable: MariaDB 10.11 names the variable tx_isolation, MySQL 8
@@ -81,6 +84,9 @@ func Open(dsn string, s Session) (*sql.DB, error) {
 	var c driver.Connector = conn
 	if s.ReadCommitted {
 		c = initConnector{Connector: c, stmts: []string{readCommitted}}
+	}
+	if s.CausalReads {
+		c = causalConnector{Connector: c}
 	}
 	if s.Track != nil {
 		c = trackingConnector{Connector: c, t: s.Track}

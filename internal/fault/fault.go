@@ -23,6 +23,7 @@ import (
 // MySQL / MariaDB server error numbers relay reacts to.
 const (
 	ErTooManyConnections = 1040
+	ErUnknownCom         = 1047 // Galera: "WSREP has not yet prepared node for application use" (not in the primary component)
 	ErServerShutdown     = 1053
 	ErNoSuchThread       = 1094 // KILL of a session that is gone
 	ErUnknownTable       = 1109 // e.g. a server without information_schema.INNODB_LOCK_WAITS
@@ -97,7 +98,7 @@ func Retryable(err error) bool {
 		return true
 	}
 	switch MySQLNumber(err) {
-	case ErTooManyConnections, ErLockWaitTimeout, ErLockDeadlock, ErQueryInterrupted,
+	case ErTooManyConnections, ErUnknownCom, ErLockWaitTimeout, ErLockDeadlock, ErQueryInterrupted,
 		XARBTimeout, XARBDeadlock, XAErDupID, ErLockAcquireFailed:
 		return true
 	}
@@ -120,7 +121,7 @@ func Retryable(err error) bool {
 }
 
 // Causes are the values Cause returns: a bounded set, fit for a metric label.
-var Causes = []string{"mysql_connection", "timeout", "lock_conflict", "fence_lost", "kafka", "mysql", "other"}
+var Causes = []string{"mysql_connection", "timeout", "lock_conflict", "commit_conflict", "cluster_not_ready", "fence_lost", "kafka", "mysql", "other"}
 
 // Classed is a sentinel error whose cause (one of Causes) is known where it is declared (the
 // fence's lock session lost, subtasks blocking each other), so that Cause stays the one place
@@ -141,6 +142,10 @@ func Cause(err error) string {
 	switch {
 	case errors.As(err, &ce):
 		return ce.cause
+	case CommitConflict(err):
+		return "commit_conflict"
+	case NotPrimary(err):
+		return "cluster_not_ready"
 	case LockConflict(err):
 		return "lock_conflict"
 	case errors.Is(err, context.DeadlineExceeded):
@@ -154,6 +159,38 @@ func Cause(err error) string {
 	}
 	return "other"
 }
+
+// AtCommit marks err as the answer to a COMMIT: a lock conflict there is a Galera certification
+// failure (CommitConflict), not a wait for a lock.
+func AtCommit(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &commitError{err}
+}
+
+type commitError struct{ err error }
+
+func (e *commitError) Error() string { return e.err.Error() }
+func (e *commitError) Unwrap() error { return e.err }
+
+// CommitConflict reports whether a COMMIT was refused for a conflict (1213 or 1205 at COMMIT): on
+// a Galera cluster, another node's transaction certified first on a row this one wrote. Nothing
+// of it was committed; the epoch is retried through recovery.
+func CommitConflict(err error) bool {
+	var ce *commitError
+	return errors.As(err, &ce) && LockConflict(err)
+}
+
+// NotPrimary reports whether the server is a Galera node outside the primary component (it lost
+// quorum, or is joining): it refuses every query but SHOW and SET until it rejoins, so relay
+// waits, never deciding there.
+func NotPrimary(err error) bool { return IsMySQL(err, ErUnknownCom) }
+
+// ClusterEvent reports whether err is a normal event of a Galera cluster rather than a failure of
+// relay's: a certification conflict at COMMIT, or a node outside the primary component. Both are
+// retried without counting towards the bound on failures in a row.
+func ClusterEvent(err error) bool { return CommitConflict(err) || NotPrimary(err) }
 
 // Permanent marks err as a condition no restart cures by itself: the operator must act (data
 // gone from Kafka, a topic that does not exist, a resume offset outside the topic).

@@ -29,7 +29,8 @@ import (
 type Fence struct {
 	conn   *sql.Conn
 	connID int64
-	boot   int64 // the ledger server's lifetime the lock session belongs to
+	boot   int64  // the ledger server's lifetime the lock session belongs to
+	node   string // the Galera node of the lock session (empty elsewhere)
 	key    string
 	Epoch  int64
 	cfg    FenceConfig
@@ -55,6 +56,9 @@ type FenceConfig struct {
 	// Prev is this process's own earlier fence, whose lock connection died: when the server still
 	// holds that session, it is ended at once (nobody else can own the epoch it holds).
 	Prev *Fence
+	// Cluster says the ledger is a Galera node: GET_LOCK holds only on that node, so a live lease
+	// recorded on another node is also an owner (see otherNode).
+	Cluster bool
 }
 
 // Pool is one connection pool whose server sessions are tracked.
@@ -101,6 +105,7 @@ func (c FenceConfig) renewEvery() time.Duration { return min(time.Second, c.Effe
 type recorded struct {
 	Lock  database.Sessions            `json:"lock"`
 	Pools map[string]database.Sessions `json:"pools"`
+	Node  string                       `json:"node,omitempty"` // Galera node of the lock session
 }
 
 // Acquire takes the instance's lock and bumps its owner epoch. When the lock is held, it fails
@@ -119,6 +124,11 @@ func Acquire(ctx context.Context, l *Ledger, cfg FenceConfig) (*Fence, error) {
 		kick: make(chan chan error)}
 	if f.connID, err = database.ConnID(ctx, conn); err == nil {
 		f.boot, err = database.Boot(ctx, l.db)
+	}
+	if err == nil && cfg.Cluster {
+		var g database.Galera
+		g, err = database.ReadGalera(ctx, conn)
+		f.node = g.Node
 	}
 	if err != nil {
 		xa.Discard(conn)
@@ -171,6 +181,11 @@ func (f *Fence) record() {
 func (f *Fence) claimRow(ctx context.Context, l *Ledger) error {
 	p := fault.DefaultPolicy()
 	for attempt := 1; ; attempt++ {
+		if f.cfg.Cluster {
+			if err := f.otherNode(ctx, l); err != nil {
+				return err
+			}
+		}
 		err := f.claim(ctx, l, f.cfg.Owner, l.layout)
 		if err == nil {
 			return nil
@@ -401,6 +416,9 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, l.key).Scan(&f.Epoch); err != nil {
 		return fmt.Errorf("fence %s: read epoch: %w", l.key, err)
 	}
+	if err := l.claimOwner(ctx, tx, f.Epoch); err != nil {
+		return fmt.Errorf("fence %s: %w", l.key, err)
+	}
 	sent := time.Now()
 	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_leases (job, owner_epoch, owner, conn_id, lease_until, sessions)
 		VALUES (?, ?, ?, CONNECTION_ID(), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?)
@@ -523,7 +541,7 @@ func (f *Fence) watch() {
 
 // sessions renders the lock session and the pools' server sessions as recorded with the lease.
 func (f *Fence) sessions() string {
-	r := recorded{Lock: database.Sessions{Boot: f.boot, IDs: []int64{f.connID}}, Pools: map[string]database.Sessions{}}
+	r := recorded{Lock: database.Sessions{Boot: f.boot, IDs: []int64{f.connID}}, Pools: map[string]database.Sessions{}, Node: f.node}
 	for _, p := range f.cfg.Pools {
 		r.Pools[p.Name] = p.Sessions.List()
 	}

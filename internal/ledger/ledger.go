@@ -27,7 +27,9 @@ import (
 // SchemaVersion is the ledger layout this build reads and writes. Version 2 added relay_leases,
 // the owner's lease and recorded sessions: a version-1 relay would neither renew a lease nor
 // record its sessions, so it must not run against a ledger that newer relays take over by lease.
-const SchemaVersion = 2
+// Version 3 added relay_owners, the owner row every decision writes (owner.go): an older relay
+// would decide without writing it, which on a Galera cluster lets two owners both decide.
+const SchemaVersion = 3
 
 // State of a checkpoint row.
 type State string
@@ -207,6 +209,7 @@ var schema = []string{
 	auditTable,
 	inDoubtTable,
 	tablesTable,
+	ownersTable,
 }
 
 // EnsureSchema creates the ledger tables and refuses a ledger written by a newer relay.
@@ -220,8 +223,9 @@ func EnsureSchema(ctx context.Context, db *sql.DB) error {
 		strconv.Itoa(SchemaVersion)); err != nil {
 		return fmt.Errorf("ledger schema: %w", err)
 	}
-	// Version 1 differs only by relay_leases, created above.
-	if _, err := db.ExecContext(ctx, `UPDATE relay_ledger_meta SET value = ? WHERE name = 'schema_version' AND value = '1'`,
+	// Versions 1 and 2 differ only by relay_leases and relay_owners, created above (an owner
+	// claimed under them has no owner row: its decisions fail, and the job is taken again).
+	if _, err := db.ExecContext(ctx, `UPDATE relay_ledger_meta SET value = ? WHERE name = 'schema_version' AND value IN ('1', '2')`,
 		strconv.Itoa(SchemaVersion)); err != nil {
 		return fmt.Errorf("ledger schema: %w", err)
 	}
@@ -261,8 +265,11 @@ func (l *Ledger) Decide(ctx context.Context, epoch int64, c Checkpoint) error {
 	if err := l.writeOffsets(ctx, tx, c.ID, c.Offsets); err != nil {
 		return fmt.Errorf("decide %d: %w", c.ID, err)
 	}
+	if err := l.stampOwner(ctx, tx, epoch); err != nil {
+		return fmt.Errorf("decide %d: %w", c.ID, err)
+	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("decide %d: commit: %w", c.ID, err)
+		return fmt.Errorf("decide %d: commit: %w", c.ID, fault.AtCommit(err))
 	}
 	return nil
 }

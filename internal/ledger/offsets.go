@@ -68,7 +68,8 @@ func (l *Ledger) writeOffsets(ctx context.Context, conn Execer, id int64, offs O
 }
 
 // WriteHeldOffsets checks the fence and records offs for checkpoint id inside the caller's open
-// held-mode transaction on conn; the caller's COMMIT makes them durable with the data.
+// held-mode transaction on conn, then writes the owner row (owner.go); the caller's COMMIT makes
+// them durable with the data.
 func (l *Ledger) WriteHeldOffsets(ctx context.Context, conn Execer, epoch, id int64, offs Offsets) error {
 	var cur int64
 	if err := conn.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ? LOCK IN SHARE MODE`, l.key).Scan(&cur); err != nil {
@@ -77,5 +78,8 @@ func (l *Ledger) WriteHeldOffsets(ctx context.Context, conn Execer, epoch, id in
 	if cur != epoch {
 		return fmt.Errorf("%w: owner epoch is %d, this process holds %d", ErrFenced, cur, epoch)
 	}
-	return l.writeOffsets(ctx, conn, id, offs)
+	if err := l.writeOffsets(ctx, conn, id, offs); err != nil {
+		return err
+	}
+	return l.stampOwner(ctx, conn, epoch)
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
+	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/xa"
 )
@@ -35,6 +36,10 @@ type Env struct {
 	Ledger   *ledger.Ledger // the configured job's ledger (its DB may be the sink's)
 	Log      *zap.Logger
 	Operator string // who runs the command (user@host pid), for audit rows and fence ownership
+	// Galera is what the sink server said about wsrep when the command started; with mode unset
+	// on a Galera node, Config.Mode is held and ModePicked is set (config.ResolveMode).
+	Galera     database.Galera
+	ModePicked bool
 }
 
 // Plan is what a command is about to change, rendered for people; as JSON for scripts.

@@ -50,6 +50,13 @@ func newEnv(t *testing.T, partitions int, mutate ...func(*config.Config)) (*Env,
 		t.Fatal(err)
 	}
 	e := &Env{Config: cfg, Sink: db, Ledger: ledger.New(db, cfg.Job.Name), Log: zaptest.NewLogger(t), Operator: "tester@testhost pid 1"}
+	// As relay's commands do (cmd/relay openEnv): an unset mode is xa on a server without Galera.
+	if e.Galera, err = database.ReadGalera(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if e.ModePicked, err = e.Config.ResolveMode(e.Galera.On); err != nil {
+		t.Fatal(err)
+	}
 	return e, ctx
 }
 

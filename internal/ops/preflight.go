@@ -116,20 +116,7 @@ func serverChecks(ctx context.Context, e *Env, cs *checks) bool {
 		cs.add("mysql", CheckOK, "%s %s (XA needs >= %d.%d.%d)", name, version, least[0], least[1], least[2])
 	}
 
-	wsrep, _, err := serverString(ctx, e.Sink, "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'")
-	switch {
-	case err != nil:
-		cs.add("galera", CheckFail, "reading wsrep_on: %v", err)
-	case strings.EqualFold(wsrep, "ON"):
-		size, _, _ := serverString(ctx, e.Sink, "SHOW GLOBAL STATUS LIKE 'wsrep_cluster_size'")
-		if cfg.Mode == config.ModeXA {
-			cs.add("galera", CheckFail, "Galera cluster (wsrep_on=ON, wsrep_cluster_size %s) does not support XA: use mode held (RELAY_MODE=held)", size)
-		} else {
-			cs.add("galera", CheckOK, "Galera cluster (wsrep_cluster_size %s): fine for mode held", size)
-		}
-	default:
-		cs.add("galera", CheckOK, "not a Galera node")
-	}
+	galeraCheck(ctx, e, cs)
 
 	plan, err := cfg.Plan()
 	if err != nil {
@@ -178,6 +165,25 @@ func serverChecks(ctx context.Context, e *Env, cs *checks) bool {
 			maxConn, threads, cfg.Subtasks)
 	}
 	return schemaOK
+}
+
+// galeraCheck says whether the sink is a Galera node and whether the mode fits it: Galera refuses
+// XA (error 1235), so mode xa fails here at once, naming held mode, instead of failing every
+// checkpoint of relay run.
+func galeraCheck(ctx context.Context, e *Env, cs *checks) {
+	g, err := database.ReadGalera(ctx, e.Sink)
+	switch {
+	case err != nil:
+		cs.add("galera", CheckFail, "%v", err)
+	case !g.On:
+		cs.add("galera", CheckOK, "%s", g)
+	case e.Config.Mode == config.ModeXA:
+		cs.add("galera", CheckFail, "%s: Galera refuses XA transactions (error 1235); use mode held (RELAY_MODE=held), or leave mode unset, which picks held on Galera", g)
+	case e.ModePicked:
+		cs.add("galera", CheckOK, "%s: mode unset, so held (Galera has no XA); sessions run with causal reads (wsrep_sync_wait=%d)", g, database.SyncWaitReads)
+	default:
+		cs.add("galera", CheckOK, "%s: fine for mode held; sessions run with causal reads (wsrep_sync_wait=%d)", g, database.SyncWaitReads)
+	}
 }
 
 // sessionChecks reads back what relay's sessions really get (the server may clamp what relay sets)
@@ -357,16 +363,6 @@ func probeXA(ctx context.Context, db *sql.DB, table string) error {
 		return fmt.Errorf("%s kept the row of the rolled-back probe branch %s, and deleting it failed (%w): it is not transactional", table, tag, err)
 	}
 	return fmt.Errorf("%s kept the row of the rolled-back probe branch %s (deleted now): it is not transactional, and a crash would duplicate its rows", table, tag)
-}
-
-// serverString reads one SHOW ... LIKE value; ok is false when the server has no such name.
-func serverString(ctx context.Context, db *sql.DB, query string) (val string, ok bool, err error) {
-	var name string
-	err = db.QueryRowContext(ctx, query).Scan(&name, &val)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, nil
-	}
-	return val, err == nil, err
 }
 
 // parseVersion reads the leading x.y.z of a server version string.

@@ -26,8 +26,11 @@ import (
 
 // StatusReport is `relay status`; its JSON field names are part of the operator interface.
 type StatusReport struct {
-	Job            string              `json:"job"`
-	Mode           string              `json:"mode"`
+	Job  string `json:"job"`
+	Mode string `json:"mode"`
+	// Server is what the sink server is: "not a Galera node", or the Galera node and its
+	// cluster's state (a node outside the primary component refuses relay's queries).
+	Server         string              `json:"server"`
 	Fences         []InstanceFence     `json:"fences"`          // one per instance (DESIGN §8)
 	LastCheckpoint *CheckpointInfo     `json:"last_checkpoint"` // null: the job never decided a checkpoint
 	Partitions     []PartitionLag      `json:"partitions"`
@@ -90,7 +93,7 @@ func checkpointInfo(c ledger.Checkpoint, now time.Time) CheckpointInfo {
 // instance ("" when unknown; see ReadyzURL).
 func Status(ctx context.Context, e *Env, readyz string) (*StatusReport, error) {
 	led := e.Ledger
-	r := &StatusReport{Job: led.Job(), Mode: string(e.Config.Mode), Partitions: []PartitionLag{}, Branches: []Txn{},
+	r := &StatusReport{Job: led.Job(), Mode: string(e.Config.Mode), Server: e.Galera.String(), Partitions: []PartitionLag{}, Branches: []Txn{},
 		Committing: []CheckpointInfo{}}
 	now, err := ledger.ServerNow(ctx, led.DB())
 	if err != nil {
@@ -354,6 +357,7 @@ func timeoutMS(ctx context.Context) int {
 func (r *StatusReport) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "job\t%s (mode %s)\n", r.Job, r.Mode)
+	fmt.Fprintf(tw, "server\t%s\n", r.Server)
 	for _, f := range r.Fences {
 		fmt.Fprintf(tw, "fence %s\t%s: %s\n", f.Instance, f.runState(), f.Holder)
 		if f.AcquiredAt != nil {

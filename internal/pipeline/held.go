@@ -18,6 +18,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/xa"
@@ -80,6 +81,7 @@ func (h heldProtocol) barrier(ctx context.Context, s *subtask, b batch, r *prepa
 		tx.fail()
 		return false, fmt.Errorf("subtask %d: %w", s.global, err)
 	}
+	crashpoint.Hit(crashpoint.HeldBeforeCommit)
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("subtask %d: %w", s.global, err)
 	}
@@ -152,7 +154,7 @@ func (h *heldTxn) Commit(ctx context.Context) error {
 	if _, err := h.conn.ExecContext(ctx, "COMMIT"); err != nil {
 		// The reply may be lost after the server committed: the offsets row says which on restart.
 		h.fail()
-		return fmt.Errorf("commit %s: %w", h.tag, err)
+		return fmt.Errorf("commit %s: %w", h.tag, fault.AtCommit(err))
 	}
 	h.state = xa.Idle
 	return nil

@@ -168,6 +168,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 	}()
 	failures := 0
+	streak := 0  // restarts in a row, cluster events included: what the back-off grows with
 	ran := false // a session committed a checkpoint
 	for {
 		committed := false
@@ -177,7 +178,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			if s, err = p.newSession(ctx, fence); err == nil {
 				err = s.run(ctx)
 				if committed = s.committedAny.Load(); committed {
-					failures = 0
+					failures, streak = 0, 0
 				}
 			}
 		}
@@ -191,7 +192,11 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			p.setState(Failed)
 			return err
 		}
-		failures++
+		// A Galera node outside the primary component is waited for, however long it takes, and a
+		// certification conflict at COMMIT is retried: neither is relay failing.
+		if streak++; !fault.ClusterEvent(err) {
+			failures++
+		}
 		cause := fault.Cause(err)
 		p.Metrics.Restarts.WithLabelValues(cause).Inc()
 		var ce *checkpointError
@@ -203,7 +208,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			return fmt.Errorf("%d consecutive failures without a committed checkpoint, last: %w", failures, err)
 		}
 		p.setState(Restarting)
-		wait := restartPolicy.Backoff(failures)
+		wait := restartPolicy.Backoff(streak)
 		p.Log.Warn("session failed; restarting in-process through recovery", zap.String("cause", cause),
 			zap.Int("consecutive_failures", failures), zap.Duration("backoff", wait), zap.Error(err))
 		if restartPolicy.Sleep(ctx, wait) != nil {

@@ -1,0 +1,147 @@
+// Galera: what relay must know about a MariaDB Galera / Percona XtraDB Cluster node.
+//
+// Invariant: a node is taken for a Galera node only when it says so (wsrep_on=ON with a provider
+// loaded), never from a version string; on such a node every session relay opens through a
+// CausalReads pool runs with wsrep_sync_wait=1, so each read first waits until the node applied
+// everything the cluster committed before it (a new owner on another node never resumes from
+// offsets older than the last commit). On any other server nothing is set.
+package database
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// SyncWaitReads is the wsrep_sync_wait bit for reads (SELECT, SHOW, BEGIN / START TRANSACTION).
+const SyncWaitReads = 1
+
+// Galera is what a node tells about its cluster.
+type Galera struct {
+	On          bool   // wsrep_on=ON and a provider is loaded
+	Provider    string // wsrep_provider (the library path)
+	ClusterSize string // wsrep_cluster_size
+	Status      string // wsrep_cluster_status: Primary, or non-Primary / Disconnected
+	State       string // wsrep_local_state_comment: Synced, Donor/Desynced, Joining..
+	Node        string // wsrep_gcomm_uuid: this node process, unique in the cluster
+}
+
+// String describes the node for logs and preflight.
+func (g Galera) String() string {
+	if !g.On {
+		return "not a Galera node"
+	}
+	return fmt.Sprintf("Galera node (wsrep_on=ON, provider %s, cluster size %s, %s, %s)", g.Provider, g.ClusterSize, g.Status, g.State)
+}
+
+// querier runs queries: a pool, a connection or a transaction.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// ReadGalera reads the node's wsrep variables and status; a server without them (MySQL, a MariaDB
+// built without wsrep) is simply not a Galera node. SHOW is answered even by a node outside the
+// primary component, which refuses every other query.
+func ReadGalera(ctx context.Context, q querier) (Galera, error) {
+	var g Galera
+	vars, err := show(ctx, q, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_provider')")
+	if err != nil {
+		return g, fmt.Errorf("read wsrep_on: %w", err)
+	}
+	g.Provider, g.On = vars["wsrep_provider"], wsrepOn(vars)
+	if !g.On {
+		return g, nil
+	}
+	st, err := show(ctx, q, "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_cluster_size', 'wsrep_cluster_status', 'wsrep_local_state_comment', 'wsrep_gcomm_uuid')")
+	if err != nil {
+		return g, fmt.Errorf("read wsrep status: %w", err)
+	}
+	g.ClusterSize, g.Status, g.State, g.Node = st["wsrep_cluster_size"], st["wsrep_cluster_status"], st["wsrep_local_state_comment"], st["wsrep_gcomm_uuid"]
+	return g, nil
+}
+
+// wsrepOn tells a Galera node from the values of wsrep_on and wsrep_provider.
+func wsrepOn(vars map[string]string) bool {
+	p := vars["wsrep_provider"]
+	return strings.EqualFold(vars["wsrep_on"], "ON") && p != "" && !strings.EqualFold(p, "none")
+}
+
+func show(ctx context.Context, q querier, query string) (map[string]string, error) {
+	rows, err := q.QueryContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		out[strings.ToLower(k)] = v
+	}
+	return out, rows.Err()
+}
+
+// causalConnector turns on causal reads on every new session of a Galera node (one SHOW per
+// connection to find out): a proxy may send each connection to another node, so each asks its own.
+type causalConnector struct{ driver.Connector }
+
+func (c causalConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := causal(ctx, conn); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("session setup (causal reads): %w", err)
+	}
+	return conn, nil
+}
+
+func causal(ctx context.Context, conn driver.Conn) error {
+	qc, ok1 := conn.(driver.QueryerContext)
+	ec, ok2 := conn.(driver.ExecerContext)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("driver connection %T cannot query", conn)
+	}
+	rows, err := qc.QueryContext(ctx, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_provider')", nil)
+	if err != nil {
+		return err
+	}
+	vals := map[string]string{}
+	row := make([]driver.Value, len(rows.Columns()))
+	for {
+		err := rows.Next(row)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			_ = rows.Close()
+			return err
+		}
+		vals[strings.ToLower(asString(row[0]))] = asString(row[1])
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	if !wsrepOn(vals) {
+		return nil
+	}
+	_, err = ec.ExecContext(ctx, fmt.Sprintf("SET SESSION wsrep_sync_wait = %d", SyncWaitReads), nil)
+	return err
+}
+
+func asString(v driver.Value) string {
+	switch x := v.(type) {
+	case []byte:
+		return string(x)
+	case string:
+		return x
+	}
+	return fmt.Sprint(v)
+}

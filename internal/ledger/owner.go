@@ -1,0 +1,99 @@
+// Owner rows: the fence where locks are not replicated.
+//
+// Invariant: the owner row of a scope — (job, scope), the scope being the instance key today (the
+// job, or job/i) and a partition's name once ownership is per partition (DESIGN §8) — holds the
+// epoch of its owner. Taking a scope writes its row with the new epoch; every decision for it
+// (held mode's data+offsets COMMIT, XA mode's ledger decision) writes it again, conditional on the
+// epoch it holds, in the same local transaction. On one server the job row's lock already orders
+// decisions and takeovers. On a Galera cluster (MariaDB Galera, Percona XtraDB Cluster) GET_LOCK
+// and locking reads stay on one node and only written rows are certified: there, two owners on
+// two nodes write the same row, so either the later sees the other's epoch and writes nothing, or
+// one of them fails certification (error 1213 at COMMIT). Both never decide.
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/relay-sh/relay/internal/database"
+)
+
+// ownersTable holds one row per owned scope.
+const ownersTable = `CREATE TABLE IF NOT EXISTS relay_owners (
+	job VARCHAR(64) NOT NULL,
+	scope VARCHAR(320) NOT NULL,
+	owner_epoch BIGINT NOT NULL,
+	decisions BIGINT NOT NULL DEFAULT 0,
+	written_at DATETIME(6) NOT NULL,
+	PRIMARY KEY (job, scope)
+) ENGINE=InnoDB`
+
+// claimOwner writes the owner row of this instance's scope with epoch, in the claim's transaction.
+func (l *Ledger) claimOwner(ctx context.Context, tx Execer, epoch int64) error {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_owners (job, scope, owner_epoch, written_at)
+		VALUES (?, ?, ?, UTC_TIMESTAMP(6))
+		ON DUPLICATE KEY UPDATE owner_epoch = VALUES(owner_epoch), written_at = VALUES(written_at)`,
+		l.job, l.key, epoch); err != nil {
+		return fmt.Errorf("owner row: %w", err)
+	}
+	return nil
+}
+
+// stampOwner writes the owner row of this instance's scope, conditional on epoch, inside the
+// caller's decision transaction (last, so its row lock is held only until the COMMIT that follows).
+func (l *Ledger) stampOwner(ctx context.Context, tx Execer, epoch int64) error {
+	res, err := tx.ExecContext(ctx, `UPDATE relay_owners SET decisions = decisions + 1, written_at = UTC_TIMESTAMP(6)
+		WHERE job = ? AND scope = ? AND owner_epoch = ?`, l.job, l.key, epoch)
+	if err != nil {
+		return fmt.Errorf("owner row: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		var cur int64
+		if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_owners WHERE job = ? AND scope = ?`, l.job, l.key).Scan(&cur); err != nil {
+			return fmt.Errorf("%w: owner row of %s: %w", ErrFenced, l.key, err)
+		}
+		return fmt.Errorf("%w: owner row of %s has epoch %d, this process holds %d", ErrFenced, l.key, cur, epoch)
+	}
+	return nil
+}
+
+// otherNode (Galera only) stands for the GET_LOCK this process just got, which only says that no
+// session of this node holds the job: an owner renewing its lease from another node holds it
+// there. A lease that is live and was recorded by another node (or by this node in an earlier
+// lifetime) is watched like a lock holder's: renewed meanwhile, the job runs elsewhere (ErrFenced);
+// run out, it is taken over. Its sessions live on another node and are not ended: the owner row
+// keeps its decisions out.
+func (f *Fence) otherNode(ctx context.Context, l *Ledger) error {
+	var seen sql.NullTime
+	start := time.Now()
+	for {
+		h, err := readHolder(ctx, l)
+		if err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
+		}
+		prev := f.cfg.Prev
+		switch {
+		case !h.claimed || !h.lease.Valid || h.remaining <= 0:
+			if seen.Valid {
+				f.TookOver = &Takeover{Owner: h.owner, Epoch: h.epoch, ExpiredFor: -h.remaining, WaitedLease: time.Since(start)}
+			}
+			return nil
+		case len(h.sessions.Lock.IDs) == 0:
+			return nil // released cleanly
+		case h.sessions.Node == f.node && database.SameBoot(h.sessions.Lock.Boot, f.boot):
+			return nil // this node's lifetime: its lock session is gone, since this one got the lock
+		case prev != nil && h.epoch == prev.Epoch:
+			return nil // this process's own earlier fence
+		case !f.cfg.TakeOver:
+			return fmt.Errorf("%w: job %s is running on another Galera node: owner %s (epoch %d) renews its lease", ErrFenced, l.key, h.owner, h.epoch)
+		case seen.Valid && !seen.Time.Equal(h.lease.Time):
+			return fmt.Errorf("%w: job %s is running on another Galera node: owner %s (epoch %d) renews its lease", ErrFenced, l.key, h.owner, h.epoch)
+		}
+		seen = h.lease
+		if err := waitLease(ctx, l, h); err != nil {
+			return err
+		}
+	}
+}

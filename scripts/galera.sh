@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# galera.sh up|down|status|env|start N|kill N|sql N [args] — a 3-node MariaDB Galera cluster on
+# loopback, for the tests of relay on a cluster (test/galera).
+#
+# Invariant: it touches only what it started: its own data dirs under .cache/galera, its own pids,
+# its own ports (SQL 13316..13318, group 14567/14577/14587, IST one above each, SST 14444/14454/14464;
+# RELAY_GALERA_PORT moves the SQL ports), never the shared MariaDB (services.sh) or its ports.
+# Node 1 bootstraps the cluster (--wsrep-new-cluster) when no node runs; the others join it by
+# SST (rsync) the first time and by IST after a restart. Everything listens on 127.0.0.1 only.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DIR="$ROOT/.cache/galera"
+SQL_BASE=${RELAY_GALERA_PORT:-13316}
+NODES=3
+PROVIDER=${RELAY_GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
+
+log() { printf 'galera: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+sql_port() { echo $((SQL_BASE + $1 - 1)); }
+gm_port() { echo $((14567 + 10 * ($1 - 1))); }
+ist_port() { echo $((14568 + 10 * ($1 - 1))); }
+sst_port() { echo $((14444 + 10 * ($1 - 1))); }
+node_dir() { echo "$DIR/node$1"; }
+pid_file() { echo "$DIR/node$1.pid"; }
+
+alive() { local f; f=$(pid_file "$1"); [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; }
+
+cli() { # cli N [mariadb args]
+  local n=$1; shift
+  mariadb --protocol=socket -S "$(node_dir "$n")/mysqld.sock" -uroot "$@"
+}
+
+# synced: the node is a member of the primary component and applies what it receives.
+synced() { [ "$(cli "$1" -N -e "SHOW STATUS LIKE 'wsrep_local_state_comment'" 2>/dev/null | cut -f2)" = "Synced" ]; }
+
+install_packages() {
+  local missing=()
+  command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server mariadb-client)
+  [ -f "$PROVIDER" ] || missing+=(galera-4)
+  command -v rsync >/dev/null || missing+=(rsync)
+  command -v socat >/dev/null || missing+=(socat)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]} from Debian (first run only)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq "${missing[@]}" >&2
+  fi
+  [ -f "$PROVIDER" ] || die "no Galera provider at $PROVIDER (Debian package galera-4)"
+}
+
+config() { # config N
+  local n=$1 d; d=$(node_dir "$1")
+  local peers="" i
+  for i in $(seq 1 $NODES); do peers="${peers:+$peers,}127.0.0.1:$(gm_port "$i")"; done
+  mkdir -p "$d"
+  cat >"$d/my.cnf" <<EOF
+[mariadbd]
+user=mysql
+datadir=$d/data
+socket=$d/mysqld.sock
+pid-file=$d/mysqld.pid
+bind-address=127.0.0.1
+port=$(sql_port "$n")
+log-error=$d/error.log
+server-id=$((100 + n))
+max-connections=300
+innodb-buffer-pool-size=128M
+innodb-log-file-size=64M
+innodb-autoinc-lock-mode=2
+binlog-format=ROW
+default-storage-engine=InnoDB
+character-set-server=utf8mb4
+collation-server=utf8mb4_unicode_ci
+skip-name-resolve
+wsrep_on=ON
+wsrep_provider=$PROVIDER
+wsrep_cluster_name=relay_test
+wsrep_cluster_address=gcomm://$peers
+wsrep_node_name=node$n
+wsrep_node_address=127.0.0.1:$(gm_port "$n")
+wsrep_sst_method=rsync
+wsrep_sst_receive_address=127.0.0.1:$(sst_port "$n")
+wsrep_provider_options="base_host=127.0.0.1;base_port=$(gm_port "$n");gmcast.listen_addr=tcp://127.0.0.1:$(gm_port "$n");ist.recv_addr=127.0.0.1:$(ist_port "$n");gcache.size=256M;evs.keepalive_period=PT1S;evs.suspect_timeout=PT3S;evs.inactive_timeout=PT5S;evs.install_timeout=PT5S"
+EOF
+}
+
+# start N [--wsrep-new-cluster]: start one node and wait until it is synced.
+start_node() {
+  local n=$1; shift
+  alive "$n" && { log "node $n already running (pid $(cat "$(pid_file "$n")"))"; return; }
+  local d; d=$(node_dir "$n")
+  config "$n"
+  mkdir -p "$d/data"
+  # The server runs as mysql, and so does the rsync daemon of an SST (as root, rsync would write
+  # as nobody).
+  chown -R mysql:mysql "$d"
+  if [ "${1:-}" = --wsrep-new-cluster ] && [ ! -d "$d/data/mysql" ]; then
+    mariadb-install-db --defaults-file="$d/my.cnf" --user=mysql --auth-root-authentication-method=socket \
+      >"$d/install.log" 2>&1 || { cat "$d/install.log" >&2; die "mariadb-install-db failed"; }
+  fi
+  if [ "${1:-}" = --wsrep-new-cluster ] && [ -f "$d/data/grastate.dat" ]; then
+    # Every node is down: node 1 may start the cluster again from its own state.
+    sed -i 's/^safe_to_bootstrap: 0/safe_to_bootstrap: 1/' "$d/data/grastate.dat"
+  fi
+  nohup mariadbd --defaults-file="$d/my.cnf" "$@" >"$d/stdout.log" 2>&1 </dev/null &
+  echo $! >"$(pid_file "$n")"
+  local deadline=$((SECONDS + 90))
+  until synced "$n"; do
+    alive "$n" || { tail -n 30 "$d/error.log" >&2; die "node $n exited while starting"; }
+    [ $SECONDS -lt $deadline ] || { tail -n 30 "$d/error.log" >&2; die "node $n did not sync within 90 s"; }
+    sleep 0.3
+  done
+  log "node $n synced on 127.0.0.1:$(sql_port "$n")"
+}
+
+up() {
+  install_packages
+  mkdir -p "$DIR"
+  local any=0 n
+  for n in $(seq 1 $NODES); do alive "$n" && any=1; done
+  if [ $any = 0 ]; then
+    for n in $(seq 1 $NODES); do
+      (exec 3<>"/dev/tcp/127.0.0.1/$(sql_port "$n")") 2>/dev/null &&
+        die "port $(sql_port "$n") is taken by something this script did not start (RELAY_GALERA_PORT moves the SQL ports)"
+    done
+    start_node 1 --wsrep-new-cluster
+    cli 1 -e "CREATE DATABASE IF NOT EXISTS relay;
+      CREATE USER IF NOT EXISTS 'relay'@'127.0.0.1' IDENTIFIED BY 'relay';
+      GRANT ALL PRIVILEGES ON *.* TO 'relay'@'127.0.0.1';"
+  fi
+  for n in $(seq 1 $NODES); do start_node "$n"; done
+}
+
+kill_node() { # SIGKILL, as a crashed host
+  local f; f=$(pid_file "$1")
+  if alive "$1"; then kill -9 "$(cat "$f")"; log "node $1 killed"; fi
+  rm -f "$f"
+}
+
+stop_node() {
+  local f; f=$(pid_file "$1")
+  if alive "$1"; then
+    local pid; pid=$(cat "$f")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$pid" 2>/dev/null || true
+    log "node $1 stopped"
+  fi
+  rm -f "$f"
+}
+
+print_env() {
+  local n
+  for n in $(seq 1 $NODES); do
+    printf 'RELAY_TEST_GALERA_DSN%d=%q\n' "$n" "relay:relay@tcp(127.0.0.1:$(sql_port "$n"))/relay"
+  done
+}
+
+case "${1:-}" in
+  up) up; print_env ;;
+  down) for n in $(seq $NODES -1 1); do stop_node "$n"; done ;;
+  status)
+    for n in $(seq 1 $NODES); do
+      if alive "$n"; then
+        echo "node $n: running (pid $(cat "$(pid_file "$n")")), $(cli "$n" -N -e "SHOW STATUS LIKE 'wsrep_local_state_comment'" 2>/dev/null | cut -f2 || echo unreachable)"
+      else
+        echo "node $n: not running"
+      fi
+    done
+    print_env ;;
+  env) print_env ;;
+  start) [ -n "${2:-}" ] || die "usage: $0 start N"; start_node "$2" ;;
+  kill) [ -n "${2:-}" ] || die "usage: $0 kill N"; kill_node "$2" ;;
+  sql) [ -n "${2:-}" ] || die "usage: $0 sql N [mariadb args]"; n=$2; shift 2; cli "$n" "$@" ;;
+  *) echo "usage: $0 up|down|status|env|start N|kill N|sql N [args]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,566 @@
+// Package galera runs the real relay binary (built with the crashpoints tag) against a real
+// 3-node MariaDB Galera cluster (scripts/galera.sh) and the real Kafka, and compares exact totals.
+//
+// Invariant of every test here: what the cluster holds at the end, read with causal reads on a
+// node the test never faults, equals what the committed Kafka transactions carried; each test
+// leaves the cluster with every node running and synced, for the next one.
+package galera
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/spec"
+	"github.com/relay-sh/relay/internal/testenv"
+)
+
+var relayBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "relay-galera")
+	if err != nil {
+		panic(err)
+	}
+	relayBin = filepath.Join(dir, "relay-crash")
+	build := exec.Command("go", "build", "-tags", "crashpoints", "-o", relayBin, "./cmd/relay")
+	build.Dir = "../.."
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building relay with crash points:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// long reports whether the long version runs (make crashtest sets RELAY_GALERA_LONG=1).
+func long() bool { return os.Getenv("RELAY_GALERA_LONG") == "1" }
+
+// scaled is n in the short version, n*k in the long one.
+func scaled(n, k int) int {
+	if long() {
+		return n * k
+	}
+	return n
+}
+
+// env is one job on the cluster.
+type env struct {
+	t       *testing.T
+	job     string
+	topic   string
+	brokers string
+	dsns    []string // the job's database through node 1, 2, 3
+	check   *sql.DB  // node 3, causal reads: the test's view of the cluster
+	dir     string
+	logs    []string
+}
+
+func newEnv(t *testing.T, partitions int) *env {
+	admin := testenv.Galera(t)
+	e := &env{t: t, job: "g" + testenv.Suffix(), topic: testenv.Topic(t, partitions), brokers: testenv.Brokers(t), dir: t.TempDir()}
+	// Every node back and synced, for the next test, whatever this one did to them.
+	t.Cleanup(func() { testenv.GaleraScript(t, "up") })
+	t.Cleanup(e.keepLogsIfFailed)
+	d, err := harness.CreateDatabase(admin[2], "relay_g_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Drop() })
+	for _, a := range admin {
+		cfg, err := mysql.ParseDSN(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DBName = d.Name
+		e.dsns = append(e.dsns, cfg.FormatDSN())
+	}
+	cfg, err := mysql.ParseDSN(e.dsns[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Params = map[string]string{"wsrep_sync_wait": "1"}
+	if e.check, err = harness.Open(cfg.FormatDSN()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.check.Close() })
+	return e
+}
+
+func (e *env) keepLogsIfFailed() {
+	if !e.t.Failed() || len(e.logs) == 0 {
+		return
+	}
+	dst := filepath.Join(os.TempDir(), "relay-galera-logs", strings.NewReplacer("/", "_").Replace(e.t.Name())+"-"+e.job)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return
+	}
+	for _, l := range e.logs {
+		if b, err := os.ReadFile(l); err == nil {
+			_ = os.WriteFile(filepath.Join(dst, filepath.Base(l)), b, 0o644)
+		}
+	}
+	e.t.Logf("relay logs of the failed test kept in %s", dst)
+}
+
+// start runs relay run against node (1-based); extra holds RELAY_* variables.
+func (e *env) start(node int, extra ...string) *harness.Relay {
+	logPath := filepath.Join(e.dir, fmt.Sprintf("relay-%d-node%d.log", len(e.logs)+1, node))
+	e.logs = append(e.logs, logPath)
+	env := append(os.Environ(),
+		"RELAY_JOB_NAME="+e.job,
+		"RELAY_KAFKA_BROKERS="+e.brokers,
+		"RELAY_KAFKA_TOPICS="+e.topic,
+		"RELAY_MYSQL_DSN="+e.dsns[node-1],
+		"RELAY_SUBTASKS=2",
+		"RELAY_CHECKPOINT_INTERVAL=100ms",
+		"RELAY_CHECKPOINT_TIMEOUT=20s",
+		"RELAY_MYSQL_LOCK_WAIT_TIMEOUT=10s",
+		"RELAY_HTTP_ADDR=127.0.0.1:0",
+		"RELAY_LOG_LEVEL=info",
+		"RELAY_MODE=held",
+	)
+	r, err := harness.Start(harness.Options{Bin: relayBin, Args: []string{"run"}, Log: logPath, Env: append(env, extra...)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(r.Kill)
+	return r
+}
+
+// streamOrders produces orders in Kafka transactions (some aborted, some bad) at rate until the
+// returned stop is called; stop returns the producer's error.
+func (e *env) streamOrders(totals *loadgen.Totals, rate float64, seed uint64) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- loadgen.Run(ctx, loadgen.Options{Brokers: e.brokers, Topic: e.topic, TxnID: "lg-" + e.topic + fmt.Sprint(seed),
+			Orders: 1 << 30, Rate: rate, Batch: 40, AbortRate: 0.1, BadRate: 0.005, SKUs: 300, Windows: 30, Seed: seed}, totals)
+	}()
+	return func() error {
+		cancel()
+		if err := <-done; err != nil && ctx.Err() == nil {
+			return err
+		}
+		return nil
+	}
+}
+
+// seed is the run's seed: RELAY_TEST_SEED when set (to replay a run), else the clock.
+func seed(t *testing.T) uint64 {
+	s := uint64(time.Now().UnixNano())
+	if v := os.Getenv("RELAY_TEST_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("RELAY_TEST_SEED: %v", err)
+		}
+		s = n
+	}
+	t.Logf("seed %d (RELAY_TEST_SEED=%d replays it)", s, s)
+	return s
+}
+
+// mismatch compares the aggregate tables with the totals: the keys that differ, and the first
+// few of them as MySQL prints them.
+func (e *env) mismatch(want loadgen.Tables) (keys int, first []string) {
+	p := want.Plan
+	for a, table := range p.Tables() {
+		rows, err := p.Read(context.Background(), e.check, a)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			var me *mysql.MySQLError
+			if !errors.As(err, &me) || me.Number != 1146 { // no table yet: relay never started
+				e.t.Fatal(err)
+			}
+		}
+		spec.Compare(want.Rows[a], rows, func(w, g *spec.Row) {
+			keys++
+			if len(first) < 8 {
+				show := func(r *spec.Row) string {
+					if r == nil {
+						return "none"
+					}
+					cols, err := p.Format(a, *r)
+					if err != nil {
+						return err.Error()
+					}
+					return fmt.Sprint(cols)
+				}
+				first = append(first, fmt.Sprintf("%s: want %s, got %s", table, show(w), show(g)))
+			}
+		})
+	}
+	return keys, first
+}
+
+// finish runs relay on node 3 until the cluster holds the totals (or a deadline), stops it with
+// SIGTERM and fails the test on any difference.
+func (e *env) finish(totals *loadgen.Totals) {
+	t := e.t
+	want, _, _ := totals.Snapshot()
+	r := e.start(3)
+	deadline := time.Now().Add(120 * time.Second)
+	for time.Now().Before(deadline) {
+		if n, _ := e.mismatch(want); n == 0 {
+			break
+		}
+		if !r.Alive() {
+			t.Fatalf("relay exited while finishing: %v\n%s", r.Err(), harness.Tail(r.Log, 30))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if err := r.Stop(60 * time.Second); err != nil {
+		t.Fatalf("relay did not stop cleanly: %v\n%s", err, harness.Tail(r.Log, 30))
+	}
+	if n, first := e.mismatch(want); n != 0 {
+		t.Fatalf("totals differ from what Kafka committed in %d keys (%d good records committed to Kafka):\n%s",
+			n, totals.Good, strings.Join(first, "\n"))
+	}
+}
+
+// exitCode is the process's exit status (-1 when killed by a signal).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return -1
+		}
+		return ee.ExitCode()
+	}
+	if err == nil {
+		return 0
+	}
+	return -2
+}
+
+// count is how many log lines of every relay run so far carry msg.
+func (e *env) count(msg string) int {
+	n := 0
+	for _, l := range e.logs {
+		lines, _ := harness.Events(l, msg)
+		n += len(lines)
+	}
+	return n
+}
+
+// TestTwoNodesOneJob runs two processes of one job at once, one on node 1 and one on node 2, each
+// restarted 0.3 s after it exits, while orders stream in (100 ms checkpoints). GET_LOCK is local to
+// a node, so the second process is not refused by the lock: the fence must hold through the
+// written owner row (one of two deciders fails certification, or reads a newer epoch), and the
+// second process is refused at start while the first renews its lease. Totals stay exact.
+func TestTwoNodesOneJob(t *testing.T) {
+	e := newEnv(t, 4)
+	totals := loadgen.NewTotals()
+	stop := e.streamOrders(totals, 3000, seed(t))
+	ss := []*supervised{e.supervise(1), e.supervise(2)}
+	runFor(time.Duration(scaled(25, 8))*time.Second, ss...)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ss {
+		_ = s.r.Stop(60 * time.Second)
+		t.Logf("node %d: %d starts, exits by status %v", s.node, s.starts, s.exits)
+	}
+	t.Logf("%d good orders committed to Kafka; the job was taken %d times, %d of them by lease; %d starts refused (another node renews)",
+		totals.Good, e.count("job fenced"), e.count("took the job over"), e.refusedElsewhere())
+	e.finish(totals)
+}
+
+// refusedElsewhere counts the runs that exited because the job runs on another Galera node.
+func (e *env) refusedElsewhere() int {
+	n := 0
+	for _, l := range e.logs {
+		for _, line := range logLines(e.t, l, "relay stopped") {
+			if strings.Contains(fmt.Sprint(line.Fields["error"]), "running on another Galera node") {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// admin runs a statement as the cluster's admin user on node (1-based).
+func admin(t *testing.T, node int, q string) {
+	t.Helper()
+	db, err := harness.Open(testenv.Galera(t)[node-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(q); err != nil {
+		t.Fatalf("node %d: %s: %v", node, q, err)
+	}
+}
+
+// lastCheckpoint is the highest checkpoint id among the job's offset rows (0: none yet).
+func (e *env) lastCheckpoint() int64 {
+	var id sql.NullInt64
+	err := e.check.QueryRow(`SELECT MAX(checkpoint_id) FROM relay_offsets WHERE job = ?`, e.job).Scan(&id)
+	var me *mysql.MySQLError
+	if err != nil && !(errors.As(err, &me) && me.Number == 1146) {
+		e.t.Fatal(err)
+	}
+	return id.Int64
+}
+
+// waitCheckpointAbove waits until the job committed a checkpoint above id.
+func (e *env) waitCheckpointAbove(r *harness.Relay, id int64, d time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(d)
+	for e.lastCheckpoint() <= id {
+		if r != nil && !r.Alive() {
+			e.t.Fatalf("relay exited: %v\n%s", r.Err(), harness.Tail(r.Log, 30))
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no checkpoint above %d within %s", id, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestXARefused: mode xa on a Galera node is refused by relay run within seconds, before anything
+// is written, and by preflight, both naming held mode. With mode unset relay picks held and says so.
+func TestXARefused(t *testing.T) {
+	e := newEnv(t, 2)
+	start := time.Now()
+	r := e.start(1, "RELAY_MODE=xa")
+	err := r.Wait(30 * time.Second)
+	took := time.Since(start)
+	if err == nil || errors.Is(err, harness.ErrNoExit) {
+		t.Fatalf("relay run with mode xa on Galera: %v, want a refusal\n%s", err, harness.Tail(r.Log, 20))
+	}
+	if took > 10*time.Second {
+		t.Fatalf("relay took %s to refuse mode xa", took)
+	}
+	log := harness.Tail(r.Log, 5)
+	for _, want := range []string{"Galera", "mode held", "1235"} {
+		if !strings.Contains(log, want) {
+			t.Fatalf("the refusal does not say %q:\n%s", want, log)
+		}
+	}
+	var tables int
+	if err := e.check.QueryRow(`SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()`).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 {
+		t.Fatalf("relay refused mode xa but created %d tables", tables)
+	}
+	t.Logf("relay run refused mode xa in %s (exit %d)", took.Round(time.Millisecond), exitCode(err))
+
+	pf := exec.Command(relayBin, "preflight")
+	pf.Env = append(os.Environ(), "RELAY_JOB_NAME="+e.job, "RELAY_KAFKA_BROKERS="+e.brokers, "RELAY_KAFKA_TOPICS="+e.topic,
+		"RELAY_MYSQL_DSN="+e.dsns[0], "RELAY_MODE=xa")
+	out, perr := pf.CombinedOutput()
+	if perr == nil || !strings.Contains(string(out), "FAIL galera: Galera node") || !strings.Contains(string(out), "use mode held") {
+		t.Fatalf("preflight with mode xa on Galera: %v\n%s", perr, out)
+	}
+
+	totals := loadgen.NewTotals()
+	stop := e.streamOrders(totals, 500, seed(t))
+	r = e.start(1, "RELAY_MODE=")
+	if _, err := r.WaitLog(func(l harness.LogLine) bool { return strings.HasPrefix(l.Msg, "mode unset: held") }, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCheckpointAbove(r, 0, 60*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Stop(30 * time.Second); err != nil {
+		t.Fatalf("relay did not stop cleanly: %v", err)
+	}
+	e.finish(totals)
+}
+
+// supervised keeps one relay running on node, restarted 0.3 s after each exit, as a container
+// runtime would, until stop; it counts the starts and the exits by status.
+type supervised struct {
+	e      *env
+	node   int
+	extra  []string
+	r      *harness.Relay
+	starts int
+	exits  map[int]int
+}
+
+func (e *env) supervise(node int, extra ...string) *supervised {
+	s := &supervised{e: e, node: node, extra: extra, exits: map[int]int{}}
+	s.r, s.starts = e.start(node, extra...), 1
+	return s
+}
+
+// tick restarts the process if it exited.
+func (s *supervised) tick() {
+	if s.r.Alive() {
+		return
+	}
+	s.exits[exitCode(s.r.Err())]++
+	time.Sleep(300 * time.Millisecond)
+	s.r = s.e.start(s.node, s.extra...)
+	s.starts++
+}
+
+// runFor ticks the processes for d.
+func runFor(d time.Duration, ss ...*supervised) {
+	until := time.Now().Add(d)
+	for time.Now().Before(until) {
+		for _, s := range ss {
+			s.tick()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestHeldThroughKills: held mode (picked, mode unset) on node 1 while orders stream in; relay is
+// SIGKILLed every 1-3 s, and node 1 itself is SIGKILLed once and restarted (it rejoins by IST)
+// while relay keeps trying it. Totals stay exact.
+func TestHeldThroughKills(t *testing.T) {
+	e := newEnv(t, 4)
+	totals := loadgen.NewTotals()
+	sd := seed(t)
+	stop := e.streamOrders(totals, 1500, sd)
+	s := e.supervise(1, "RELAY_MODE=")
+	kills := scaled(8, 10)
+	nodeKillAt := kills / 2
+	for i := 0; i < kills; i++ {
+		runFor(time.Duration(1000+int((sd>>uint(i%40))%2000))*time.Millisecond, s)
+		if i == nodeKillAt {
+			testenv.GaleraScript(t, "kill", "1")
+			runFor(2*time.Second, s)
+			testenv.GaleraScript(t, "start", "1")
+			continue
+		}
+		if s.r.Alive() {
+			s.r.Kill()
+		}
+	}
+	e.waitCheckpointAbove(nil, e.lastCheckpoint(), 60*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.r.Stop(60 * time.Second)
+	t.Logf("%d relay SIGKILLs, node 1 killed and rejoined once; %d starts, exits by status %v; %d good orders",
+		kills-1, s.starts, s.exits, totals.Good)
+	e.finish(totals)
+}
+
+// TestNodeKilledDuringCommit freezes relay (held mode, node 1) just before its COMMIT, lets it go
+// and SIGKILLs node 1 within a few milliseconds, so the COMMIT may or may not have been certified:
+// nobody knows. relay is then moved to node 2 (a short lease, so the takeover waits 3 s), node 1
+// rejoins, and the totals must be exact: the new owner resumes from what the cluster committed,
+// read with causal reads.
+func TestNodeKilledDuringCommit(t *testing.T) {
+	rounds := scaled(2, 5)
+	for round := 0; round < rounds; round++ {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			e := newEnv(t, 4)
+			totals := loadgen.NewTotals()
+			sd := seed(t)
+			stop := e.streamOrders(totals, 1500, sd)
+			n := 5 + int(sd%20)
+			r := e.start(1, "RELAY_JOB_LEASE=3s", fmt.Sprintf("RELAY_CRASH_AT=%s:%d", "held-before-commit", n), "RELAY_CRASH_ACTION=stop")
+			deadline := time.Now().Add(90 * time.Second)
+			for !strings.Contains(harness.Tail(r.Log, 50), "crashpoint: stopping at held-before-commit") {
+				if !r.Alive() || time.Now().After(deadline) {
+					t.Fatalf("relay never reached the crash point (alive %v)\n%s", r.Alive(), harness.Tail(r.Log, 30))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			// The process stopped itself; make sure it is stopped before racing the node's death.
+			time.Sleep(100 * time.Millisecond)
+			if err := r.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Duration(sd%3000) * time.Microsecond)
+			testenv.GaleraScript(t, "kill", "1")
+			time.Sleep(time.Second)
+			r.Kill()
+			r2 := e.start(2, "RELAY_JOB_LEASE=3s")
+			e.waitCheckpointAbove(r2, e.lastCheckpoint(), 60*time.Second)
+			testenv.GaleraScript(t, "start", "1")
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			if err := r2.Stop(60 * time.Second); err != nil {
+				t.Fatalf("relay on node 2 did not stop cleanly: %v\n%s", err, harness.Tail(r2.Log, 30))
+			}
+			took := e.count("took the job over")
+			t.Logf("commit raced node 1's death after checkpoint %d's crash point; the job taken over %d times; %d good orders", n, took, totals.Good)
+			e.finish(totals)
+		})
+	}
+}
+
+// TestNonPrimaryWaits isolates node 1 from the cluster (gmcast.isolate=1: it falls into a
+// non-primary component, which refuses queries with error 1047) under a running relay: relay must
+// stop deciding and wait without exiting, and resume by itself when node 1 rejoins. Totals exact.
+func TestNonPrimaryWaits(t *testing.T) {
+	rounds := scaled(1, 5)
+	for round := 0; round < rounds; round++ {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			e := newEnv(t, 4)
+			totals := loadgen.NewTotals()
+			stop := e.streamOrders(totals, 1500, seed(t))
+			r := e.start(1)
+			e.waitCheckpointAbove(r, 0, 60*time.Second)
+			t.Cleanup(func() { admin(t, 1, "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=0'") })
+			admin(t, 1, "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=1'")
+			// Once node 1 left the primary component, nothing more commits.
+			var before int64
+			stable := time.Now()
+			for time.Since(stable) < 5*time.Second {
+				if c := e.lastCheckpoint(); c != before {
+					before, stable = c, time.Now()
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			wait := time.Duration(scaled(20, 3)) * time.Second
+			time.Sleep(wait)
+			if c := e.lastCheckpoint(); c != before {
+				t.Fatalf("checkpoint %d committed while node 1 was outside the primary component (last before: %d)", c, before)
+			}
+			if !r.Alive() {
+				t.Fatalf("relay exited while node 1 was outside the primary component: %v\n%s", r.Err(), harness.Tail(r.Log, 30))
+			}
+			restarts := 0
+			for _, l := range logLines(t, r.Log, "session failed; restarting in-process through recovery") {
+				if l.Fields["cause"] == "cluster_not_ready" {
+					restarts++
+				}
+			}
+			admin(t, 1, "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=0'")
+			e.waitCheckpointAbove(r, before, 90*time.Second)
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Stop(60 * time.Second); err != nil {
+				t.Fatalf("relay did not stop cleanly: %v\n%s", err, harness.Tail(r.Log, 30))
+			}
+			t.Logf("node 1 isolated %s: no checkpoint above %d, %d restarts with cause cluster_not_ready, then resumed; %d good orders",
+				wait, before, restarts, totals.Good)
+			e.finish(totals)
+		})
+	}
+}
+
+func logLines(t *testing.T, path, msg string) []harness.LogLine {
+	t.Helper()
+	lines, err := harness.Events(path, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
