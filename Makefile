@@ -21,6 +21,7 @@ services:
 
 services-down:
 	scripts/services.sh down
+	scripts/galera.sh down
 
 # Every test, against real services (started here unless RELAY_TEST_KAFKA / RELAY_TEST_MYSQL_DSN name them).
 test: lint
@@ -29,9 +30,12 @@ test: lint
 test-unit:
 	$(GO) test ./...
 
-# The long crash test: hundreds of SIGKILLs of relay, and of MariaDB itself.
+# The long crash tests: hundreds of SIGKILLs of relay, and of MariaDB itself; then the Galera
+# scenarios (test/galera, on the 3-node cluster of scripts/galera.sh) with RELAY_GALERA_LONG=1:
+# longer runs, more kills and rounds.
 crashtest:
 	RELAY_CRASH_KILLS=$${RELAY_CRASH_KILLS:-200} RELAY_CRASH_KILL_DB=1 scripts/test.sh -v -run 'TestRandomKills' -timeout 60m ./test/crash/
+	RELAY_GALERA_LONG=1 scripts/test.sh -v -timeout 90m ./test/galera/
 
 demo:
 	scripts/demo.sh

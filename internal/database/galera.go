@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/relay-sh/relay/internal/fault"
 )
 
 // SyncWaitReads is the wsrep_sync_wait bit for reads (SELECT, SHOW, BEGIN / START TRANSACTION).
@@ -27,6 +29,7 @@ type Galera struct {
 	ClusterSize string // wsrep_cluster_size
 	Status      string // wsrep_cluster_status: Primary, or non-Primary / Disconnected
 	State       string // wsrep_local_state_comment: Synced, Donor/Desynced, Joining..
+	Ready       bool   // wsrep_ready: the node accepts queries
 	Node        string // wsrep_gcomm_uuid: this node process, unique in the cluster
 }
 
@@ -56,12 +59,26 @@ func ReadGalera(ctx context.Context, q querier) (Galera, error) {
 	if !g.On {
 		return g, nil
 	}
-	st, err := show(ctx, q, "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_cluster_size', 'wsrep_cluster_status', 'wsrep_local_state_comment', 'wsrep_gcomm_uuid')")
+	st, err := show(ctx, q, "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_cluster_size', 'wsrep_cluster_status', 'wsrep_local_state_comment', 'wsrep_gcomm_uuid', 'wsrep_ready')")
 	if err != nil {
 		return g, fmt.Errorf("read wsrep status: %w", err)
 	}
 	g.ClusterSize, g.Status, g.State, g.Node = st["wsrep_cluster_size"], st["wsrep_cluster_status"], st["wsrep_local_state_comment"], st["wsrep_gcomm_uuid"]
+	g.Ready = strings.EqualFold(st["wsrep_ready"], "ON")
 	return g, nil
+}
+
+// CheckPrimary fails with fault.ErrNotPrimary when db's node is a Galera node outside the primary
+// component (or not ready for queries); nil on any other server.
+func CheckPrimary(ctx context.Context, db querier) error {
+	g, err := ReadGalera(ctx, db)
+	if err != nil {
+		return err
+	}
+	if g.On && (!strings.EqualFold(g.Status, "Primary") || !g.Ready) {
+		return fmt.Errorf("%w: %s", fault.ErrNotPrimary, g)
+	}
+	return nil
 }
 
 // wsrepOn tells a Galera node from the values of wsrep_on and wsrep_provider.

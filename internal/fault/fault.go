@@ -182,10 +182,14 @@ func CommitConflict(err error) bool {
 	return errors.As(err, &ce) && LockConflict(err)
 }
 
+// ErrNotPrimary says a Galera node is outside the primary component, as its status tells (a
+// causal read there fails as a lock wait timeout, 1205, not as 1047).
+var ErrNotPrimary = Classed("cluster_not_ready", "Galera node outside the primary component")
+
 // NotPrimary reports whether the server is a Galera node outside the primary component (it lost
 // quorum, or is joining): it refuses every query but SHOW and SET until it rejoins, so relay
 // waits, never deciding there.
-func NotPrimary(err error) bool { return IsMySQL(err, ErUnknownCom) }
+func NotPrimary(err error) bool { return IsMySQL(err, ErUnknownCom) || errors.Is(err, ErrNotPrimary) }
 
 // ClusterEvent reports whether err is a normal event of a Galera cluster rather than a failure of
 // relay's: a certification conflict at COMMIT, or a node outside the primary component. Both are

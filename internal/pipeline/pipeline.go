@@ -33,6 +33,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
+	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
@@ -172,7 +173,10 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	ran := false // a session committed a checkpoint
 	for {
 		committed := false
-		err := p.ensureFence(ctx, &fence)
+		err := p.clusterReady(ctx)
+		if err == nil {
+			err = p.ensureFence(ctx, &fence)
+		}
 		if err == nil {
 			var s *session
 			if s, err = p.newSession(ctx, fence); err == nil {
@@ -233,6 +237,18 @@ var errFenceLost = fault.Classed("fence_lost", "fence lock session lost")
 // fault's classes, not a class of its own: what is Fatal or Permanent is fault's to say.
 func fatal(err error, ran bool) bool {
 	return fault.IsFatal(err) || (fault.IsPermanent(err) && !ran)
+}
+
+// clusterReady (Galera only) holds a session back while the node is outside the primary
+// component: it refuses relay's queries (1047), and its causal reads fail as lock wait timeouts
+// (1205), which would count as failures; fault.ErrNotPrimary is waited out instead.
+func (p *Pipeline) clusterReady(ctx context.Context) error {
+	if !p.Fence.Cluster {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return database.CheckPrimary(cctx, p.Ledger.DB())
 }
 
 // ensureFence leaves *f a live fence: the one held, or a new one when its lock session was lost.
