@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -50,4 +51,21 @@ func ServicePID(root, name string) (int, error) {
 		return 0, fmt.Errorf("pid of %s: %w", name, err)
 	}
 	return n, nil
+}
+
+// BuildRelay builds the relay binary of the module at root into dir, with the build tags given
+// (the crash tests use "crashpoints"), and returns its path; the go tool's output goes to stderr.
+func BuildRelay(root, dir, name string, tags ...string) (string, error) {
+	bin := filepath.Join(dir, name)
+	args := []string{"build"}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	build := exec.Command("go", append(args, "-o", bin, "./cmd/relay")...)
+	build.Dir = root
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("building relay (tags %v): %w", tags, err)
+	}
+	return bin, nil
 }

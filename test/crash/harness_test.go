@@ -36,23 +36,7 @@ import (
 
 var relayBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "relay-crash")
-	if err != nil {
-		panic(err)
-	}
-	relayBin = filepath.Join(dir, "relay-crash")
-	build := exec.Command("go", "build", "-tags", "crashpoints", "-o", relayBin, "./cmd/relay")
-	build.Dir = "../.."
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building relay with crash points:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.MainWithRelay(m, &relayBin) }
 
 // env is one job's test environment.
 type env struct {
