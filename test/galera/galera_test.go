@@ -603,3 +603,56 @@ func logLines(t *testing.T, path, msg string) []harness.LogLine {
 	}
 	return lines
 }
+
+// TestFrozenOwnerTakenOver freezes relay on node 1 just before a COMMIT (its data, offsets and
+// owner row written), past its lease (3 s): relay on node 2 waits the lease out, takes the job over
+// and commits; then the frozen owner wakes to send its COMMIT. It must not count: its lease
+// deadline has passed, so the COMMIT is not even sent (had it been, its transaction conflicts with
+// the takeover's owner row: aborted by node 1 applying the takeover, error 1213, or fenced by the
+// epoch), and the woken process stands down (exit 3: the job runs on another node). Totals exact.
+func TestFrozenOwnerTakenOver(t *testing.T) {
+	rounds := scaled(1, 5)
+	for round := 0; round < rounds; round++ {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			e := newEnv(t, 4)
+			totals := loadgen.NewTotals()
+			sd := seed(t)
+			stop := e.streamOrders(totals, 1500, sd)
+			n := 5 + int(sd%20)
+			a := e.start(1, "RELAY_JOB_LEASE=3s", fmt.Sprintf("RELAY_CRASH_AT=held-before-commit:%d", n), "RELAY_CRASH_ACTION=stop")
+			deadline := time.Now().Add(90 * time.Second)
+			for !strings.Contains(harness.Tail(a.Log, 50), "crashpoint: stopping at held-before-commit") {
+				if !a.Alive() || time.Now().After(deadline) {
+					t.Fatalf("relay never reached the crash point (alive %v)\n%s", a.Alive(), harness.Tail(a.Log, 30))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			frozenAt := e.lastCheckpoint()
+			b := e.start(2, "RELAY_JOB_LEASE=3s")
+			if _, err := b.WaitLog(func(l harness.LogLine) bool { return l.Msg == "took the job over" }, 60*time.Second); err != nil {
+				t.Fatalf("relay on node 2 did not take the job over: %v\n%s", err, harness.Tail(b.Log, 30))
+			}
+			e.waitCheckpointAbove(b, frozenAt, 60*time.Second)
+			if err := a.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			err := a.Wait(60 * time.Second)
+			if code := exitCode(err); code != 3 {
+				t.Fatalf("the woken owner exited with %v (status %d), want status 3 (fenced)\n%s", err, code, harness.Tail(a.Log, 30))
+			}
+			woke := "no session failure"
+			if ls := logLines(t, a.Log, "session failed; restarting in-process through recovery"); len(ls) > 0 {
+				woke = fmt.Sprintf("%v (cause %v)", ls[0].Fields["error"], ls[0].Fields["cause"])
+			}
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Stop(60 * time.Second); err != nil {
+				t.Fatalf("relay on node 2 did not stop cleanly: %v\n%s", err, harness.Tail(b.Log, 30))
+			}
+			t.Logf("owner on node 1 frozen before its COMMIT (crash point passed %d times), taken over from node 2; on waking: %s; %d good orders",
+				n, woke, totals.Good)
+			e.finish(totals)
+		})
+	}
+}
