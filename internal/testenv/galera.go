@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -98,5 +100,27 @@ func repoRoot() (string, error) {
 			return "", fmt.Errorf("no go.mod above the working directory")
 		}
 		dir = parent
+	}
+}
+
+// GaleraKill SIGKILLs node n (1-based) at once, from this process (the script would start a shell
+// first: milliseconds a test racing a COMMIT cannot spare); `GaleraScript(t, "start", n)` brings it
+// back.
+func GaleraKill(t testing.TB, n int) {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, ".cache", "galera", fmt.Sprintf("node%d.pid", n)))
+	if err != nil {
+		t.Fatalf("node %d pid: %v", n, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("node %d pid: %v", n, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill node %d (pid %d): %v", n, pid, err)
 	}
 }

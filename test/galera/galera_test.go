@@ -514,7 +514,7 @@ func TestNodeKilledDuringCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 			time.Sleep(time.Duration(sd%3000) * time.Microsecond)
-			testenv.GaleraScript(t, "kill", "1")
+			testenv.GaleraKill(t, 1)
 			time.Sleep(time.Second)
 			r.Kill()
 			r2 := e.start(2, "RELAY_JOB_LEASE=3s")
