@@ -16,6 +16,7 @@ import (
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/spec"
 	"github.com/relay-sh/relay/internal/testenv"
 )
 
@@ -70,18 +71,7 @@ type readerCounts struct {
 }
 
 func readerGuarantee(t *testing.T, seed uint64, subtasks int, extra ...string) {
-	cfgPath := filepath.Join(t.TempDir(), "relay.yaml")
-	if err := os.WriteFile(cfgPath, []byte(testenv.SalesSpec), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(cfgPath, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := cfg.Plan()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfgPath, plan := salesSpecConfig(t)
 	e := newEnv(t, 4, append([]string{"RELAY_SUBTASKS=" + strconv.Itoa(subtasks), "RELAY_CHECKPOINT_INTERVAL=100ms",
 		"RELAY_START_OFFSET=earliest"}, extra...)...)
 	rng := rand.New(rand.NewPCG(seed, 23))
@@ -299,4 +289,22 @@ func (e *env) readerSnapshot(ctx context.Context, conn *sql.Conn, subtasks int, 
 		}
 	}
 	return nil
+}
+
+// salesSpecConfig writes a configuration file holding testenv.SalesSpec and returns its path and
+// the spec's plan.
+func salesSpecConfig(t *testing.T) (string, *spec.Plan) {
+	cfgPath := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(cfgPath, []byte(testenv.SalesSpec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := cfg.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfgPath, plan
 }

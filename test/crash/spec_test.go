@@ -5,20 +5,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/money"
-	"github.com/relay-sh/relay/internal/testenv"
 )
 
 // TestSpecRandomKills runs relay with a three-aggregate pipeline spec, SIGKILLs it at random
@@ -51,18 +48,7 @@ func TestSpecRandomKills(t *testing.T) {
 }
 
 func specRandomKills(t *testing.T, kills int, extra ...string) {
-	cfgPath := filepath.Join(t.TempDir(), "relay.yaml")
-	if err := os.WriteFile(cfgPath, []byte(testenv.SalesSpec), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(cfgPath, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := cfg.Plan()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfgPath, plan := salesSpecConfig(t)
 	e := newEnv(t, 3, extra...)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
 	t.Logf("job %s topic %s, %d kills asked for (at least two per crash point)", e.job, e.topic, kills)
