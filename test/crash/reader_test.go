@@ -34,8 +34,9 @@ import (
 //     subtask and one checkpoint COMMITTING exactly one of the two, and with one subtask the rollup
 //     is the sum of its base in every snapshot.
 //
-// Runs: XA with 4 subtasks, XA with 1, held with 4. RELAY_READER_SEED replays a run's kill
-// schedule and load; RELAY_CRASH_MODE=xa4|xa1|held picks one run.
+// Runs: XA with 4 subtasks, XA with 1, held with 4, each SIGKILLed every 0.3-1.5 s while 24 000
+// orders arrive at 2 000/s (RELAY_READER_ORDERS sets the number, for a longer run).
+// RELAY_READER_SEED replays a run's kill schedule and load; RELAY_CRASH_MODE=xa4|xa1|held picks one.
 func TestReaderGuarantee(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if v, err := strconv.ParseUint(os.Getenv("RELAY_READER_SEED"), 10, 64); err == nil {
@@ -81,11 +82,14 @@ func readerGuarantee(t *testing.T, seed uint64, subtasks int, extra ...string) {
 	// Every record good, no Kafka transactions: offsets have no gaps, so Σ next_offset is the
 	// number of records a snapshot must count.
 	totals := loadgen.NewTotals()
-	const orders = 24000
+	orders := 24000 // 12 s at 2 000/s
+	if v, err := strconv.Atoi(os.Getenv("RELAY_READER_ORDERS")); err == nil && v > 0 {
+		orders = v
+	}
 	produced := make(chan error, 1)
 	go func() {
 		produced <- loadgen.Run(ctx, loadgen.Options{Brokers: e.brokers, Topic: e.topic, Plan: plan, Orders: orders, Rate: 2000,
-			Batch: 40, SKUs: 40, Distinct: map[string]int{"shop": 6, "region": 3}, Windows: 90, Seed: rng.Uint64()}, totals)
+			Batch: 200, SKUs: 40, Distinct: map[string]int{"shop": 6, "region": 3}, Windows: 90, Seed: rng.Uint64()}, totals)
 	}()
 	var counts readerCounts
 	checked := make(chan error, 1)
@@ -96,7 +100,7 @@ func readerGuarantee(t *testing.T, seed uint64, subtasks int, extra ...string) {
 	kills := 0
 	for done := false; !done; {
 		p := e.start("--config=" + cfgPath)
-		wait := time.Duration(400+rng.IntN(2000)) * time.Millisecond
+		wait := time.Duration(300+rng.IntN(1200)) * time.Millisecond
 		select {
 		case <-p.Done():
 			t.Fatalf("run %d exited by itself: %v\n%s", kills+1, p.Err(), tail(p.Log, 30))
@@ -114,7 +118,7 @@ func readerGuarantee(t *testing.T, seed uint64, subtasks int, extra ...string) {
 		kills++
 	}
 	_, _, good := totals.Snapshot()
-	if good != orders {
+	if good != int64(orders) {
 		t.Fatalf("loadgen delivered %d of %d orders", good, orders)
 	}
 
