@@ -147,8 +147,9 @@ func testRefusedRow(t *testing.T, extra []string, refuse func(ctx context.Contex
 			refused++
 		}
 	}
-	if refused != 2 || counted < 1 {
-		t.Fatalf("%d restarts logged with cause data_refused (want 2), relay_restarts_total{cause=\"data_refused\"} seen at %v (want >= 1)", refused, counted)
+	// Two restarts, then the exit; more only if a session committed records before the row's.
+	if refused < 2 || counted < 1 {
+		t.Fatalf("%d restarts logged with cause data_refused (want 2 or more), relay_restarts_total{cause=\"data_refused\"} seen at %v (want >= 1)", refused, counted)
 	}
 	if bs := e.branches(); len(bs) != 0 {
 		t.Fatalf("the refused checkpoints left branches: %v", bs)
