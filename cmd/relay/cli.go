@@ -11,6 +11,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/pipeline"
 )
 
 type usageError struct{ msg string }
@@ -55,7 +56,8 @@ Commands that change state (txns resolve, offsets reset) print their plan first 
 --yes or after "yes" typed at a terminal; without, nothing changes.
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 fenced (the job runs elsewhere), 4 differences found,
-5 nothing changed (a plan shown without --yes).
+5 nothing changed (a plan shown without --yes), 6 MySQL refused a checkpoint's data (relay run:
+restarting will fail the same way; see docs/RUNBOOK.md).
 `
 
 type command struct {
@@ -89,6 +91,9 @@ func run(ctx context.Context, args []string) error {
 			}
 			if errors.Is(err, ledger.ErrFenced) {
 				return codedError{3, err}
+			}
+			if errors.Is(err, pipeline.ErrDataRefused) {
+				return codedError{6, err}
 			}
 			return err
 		}

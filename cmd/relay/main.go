@@ -20,7 +20,8 @@ func main() {
 }
 
 // exitCode maps an error to the process status: 0 ok, 2 usage, 3 fenced (another instance owns
-// the job), 4 verification found differences, 1 anything else.
+// the job), 4 verification found differences, 5 a plan not confirmed, 6 MySQL refused a
+// checkpoint's data, 1 anything else.
 func exitCode(err error) int {
 	var ue usageError
 	var ce codedError
