@@ -207,7 +207,9 @@ func differ(t testing.TB, s diffSpec, recs *[]Record, payloads [][]byte, subtask
 			continue
 		}
 		fmt.Fprintf(&b, "table %s %q:\n", name, wt.Columns)
-		has := func(rows [][]string, r []string) bool { return slices.ContainsFunc(rows, func(x []string) bool { return slices.Equal(x, r) }) }
+		has := func(rows [][]string, r []string) bool {
+			return slices.ContainsFunc(rows, func(x []string) bool { return slices.Equal(x, r) })
+		}
 		for _, r := range tables[a] {
 			if !has(wt.Rows, r) {
 				fmt.Fprintf(&b, "  relay only:  %q\n", r)
@@ -328,7 +330,7 @@ func newGen(s diffSpec, seed uint64) *gen {
 	return g
 }
 
-func (g *gen) pick(n int) int { return g.rng.IntN(n) }
+func (g *gen) pick(n int) int        { return g.rng.IntN(n) }
 func (g *gen) chance(p float64) bool { return g.rng.Float64() < p }
 
 // member is one member of an object being built; val is raw JSON or a nested *object.
