@@ -32,6 +32,7 @@ type diffSpec struct {
 	plan   *Plan
 	oracle *oracle.Spec
 	limits Limits
+	yaml   string
 }
 
 // diffYAML are the specs beside the default: several tables, nested paths sharing prefixes,
@@ -116,20 +117,25 @@ func diffSpecs(t testing.TB) []diffSpec {
 	out := []diffSpec{{name: "default", plan: plan, oracle: oracle.Default(),
 		limits: Limits{MaxPayloadBytes: defLim.MaxPayloadBytes, MinTS: defLim.MinTS, MaxTS: defLim.MaxTS, MaxUnits: defLim.MaxAmountUnits}}}
 	for _, d := range diffYAML {
-		plan, err := Parse([]byte(d.yaml), d.limits)
-		if err != nil {
-			t.Fatalf("%s: %v", d.name, err)
-		}
-		o, err := oracle.Parse([]byte(d.yaml))
-		if err != nil {
-			t.Fatalf("%s: %v", d.name, err)
-		}
-		o.Limits = oracle.Limits{MaxPayloadBytes: d.limits.MaxPayloadBytes,
-			MinEventTime: time.UnixMilli(d.limits.MinTS).UTC(), MaxEventTime: time.UnixMilli(d.limits.MaxTS).UTC(),
-			MaxAmount: new(big.Rat).SetFrac64(d.limits.MaxUnits, 10000)}
-		out = append(out, diffSpec{name: d.name, plan: plan, oracle: o, limits: d.limits})
+		out = append(out, compileDiff(t, d.name, d.yaml, d.limits))
 	}
 	return out
+}
+
+// compileDiff compiles a spec for both sides, with the same limits.
+func compileDiff(t testing.TB, name, yaml string, l Limits) diffSpec {
+	plan, err := Parse([]byte(yaml), l)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", name, err, yaml)
+	}
+	o, err := oracle.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", name, err, yaml)
+	}
+	o.Limits = oracle.Limits{MaxPayloadBytes: l.MaxPayloadBytes,
+		MinEventTime: time.UnixMilli(l.MinTS).UTC(), MaxEventTime: time.UnixMilli(l.MaxTS).UTC(),
+		MaxAmount: new(big.Rat).SetFrac64(l.MaxUnits, 10000)}
+	return diffSpec{name: name, plan: plan, oracle: o, limits: l, yaml: yaml}
 }
 
 // relayFold decodes every payload into recs (grown as needed, reused across calls as the reader
@@ -229,6 +235,9 @@ func differ(t testing.TB, s diffSpec, recs *[]Record, payloads [][]byte, subtask
 	}
 	var seq strings.Builder
 	fmt.Fprintf(&seq, "spec %s, %d subtasks, %d records (relay | oracle | payload):\n", s.name, subtasks, len(payloads))
+	if s.name == "random" {
+		fmt.Fprintf(&seq, "%s(limits %+v)\n", s.yaml, s.limits)
+	}
 	for i, p := range payloads {
 		mark := " "
 		if verdicts[i] != oracleVerdicts[i] {
@@ -260,14 +269,14 @@ func TestDifferentialSequences(t *testing.T) {
 	}
 	t.Logf("seed %d, budget %s (replay: RELAY_DIFF_SEED=%d)", seed, budget, seed)
 	specs := diffSpecs(t)
-	pools := make([][]Record, len(specs))
+	pools := make([][]Record, len(specs)+1)
 	start := time.Now()
 	n, records := 0, 0
 	for ; n == 0 || time.Since(start) < budget; n++ {
 		s := seed + uint64(n)
-		i, payloads, subtasks := sequence(specs, s, nil)
+		spec, i, payloads, subtasks := sequence(t, specs, s, nil)
 		records += len(payloads)
-		if report := differ(t, specs[i], &pools[i], payloads, subtasks); report != "" {
+		if report := differ(t, spec, &pools[i], payloads, subtasks); report != "" {
 			t.Fatalf("relay and the oracle differ on sequence %d (seed %d); replay it with\n"+
 				"  RELAY_DIFF_SEED=%d RELAY_DIFF_SECONDS=0 go test -count=1 -run 'TestDifferentialSequences$' ./internal/spec/\n%s",
 				n, s, s, report)
@@ -282,29 +291,95 @@ func TestDifferentialSequences(t *testing.T) {
 // (testdata/fuzz/FuzzSequences); `make fuzz` explores.
 func FuzzSequences(f *testing.F) {
 	specs := diffSpecs(f)
-	pools := make([][]Record, len(specs))
+	pools := make([][]Record, len(specs)+1)
 	f.Fuzz(func(t *testing.T, seed uint64, lines []byte) {
 		var raw [][]byte
 		if len(lines) > 0 {
 			raw = bytes.Split(lines, []byte("\n"))
 		}
-		i, payloads, subtasks := sequence(specs, seed, raw)
-		if report := differ(t, specs[i], &pools[i], payloads, subtasks); report != "" {
+		spec, i, payloads, subtasks := sequence(t, specs, seed, raw)
+		if report := differ(t, spec, &pools[i], payloads, subtasks); report != "" {
 			t.Fatalf("relay and the oracle differ (seed %d):\n%s", seed, report)
 		}
 	})
 }
 
-// sequence derives from seed a spec, 1 to 3 subtasks and the records: first, then up to 40
-// generated ones.
-func sequence(specs []diffSpec, seed uint64, first [][]byte) (int, [][]byte, int) {
-	i := int(seed % uint64(len(specs)))
-	g := newGen(specs[i], seed)
-	payloads := first
+// sequence derives from seed a spec (one of specs, or with seed%(len(specs)+1) == len(specs) a
+// random one), 1 to 3 subtasks and the records: first, then up to 40 generated ones. i is the
+// spec's index, len(specs) for a random one.
+func sequence(t testing.TB, specs []diffSpec, seed uint64, first [][]byte) (s diffSpec, i int, payloads [][]byte, subtasks int) {
+	i = int(seed % uint64(len(specs)+1))
+	if i < len(specs) {
+		s = specs[i]
+	} else {
+		s = randomSpec(t, seed)
+	}
+	g := newGen(s, seed)
+	payloads = first
 	for range g.rng.IntN(41) {
 		payloads = append(payloads, g.record())
 	}
-	return i, payloads, 1 + g.rng.IntN(3)
+	return s, i, payloads, 1 + g.rng.IntN(3)
+}
+
+// randomPaths share prefixes on purpose: "a" can be both a field and the parent of "a.b".
+var randomPaths = []string{"a", "b", "a.b", "a.c", "c.d.e", "k", "c.x"}
+
+// randomSpec derives a spec from seed: 1 to 5 fields of random types and short bounds, either
+// event-time format, 1 or 2 aggregates with random windows, dimensions, measures and filters, and
+// tight limits, so that bounds are hit often.
+func randomSpec(t testing.TB, seed uint64) diffSpec {
+	rng := rand.New(rand.NewPCG(seed, 5))
+	var y strings.Builder
+	y.WriteString("input:\n  fields:\n")
+	type fld struct{ path, typ string }
+	var fields []fld
+	for _, i := range rng.Perm(len(randomPaths))[:1+rng.IntN(5)] {
+		typ := []string{"int", fmt.Sprintf("string(%d)", 1+rng.IntN(6)), fmt.Sprintf("decimal(%d)", rng.IntN(5))}[rng.IntN(3)]
+		fields = append(fields, fld{randomPaths[i], typ})
+		fmt.Fprintf(&y, "    %s: %s\n", randomPaths[i], typ)
+	}
+	format := []string{"epoch_ms", "rfc3339"}[rng.IntN(2)]
+	fmt.Fprintf(&y, "  event_time: {field: %s, format: %s}\naggregates:\n", []string{"t", "m.t"}[rng.IntN(2)], format)
+	for a := range 1 + rng.IntN(2) {
+		fmt.Fprintf(&y, "  - table: r%d\n    window: %s\n    dimensions: [", a, []string{"1s", "1m", "90s", "15m", "1h", "24h"}[rng.IntN(6)])
+		var keyable, numeric []fld
+		for _, f := range fields {
+			if strings.HasPrefix(f.typ, "decimal") {
+				numeric = append(numeric, f)
+			} else {
+				keyable = append(keyable, f)
+				if f.typ == "int" {
+					numeric = append(numeric, f)
+				}
+			}
+		}
+		rng.Shuffle(len(keyable), func(i, j int) { keyable[i], keyable[j] = keyable[j], keyable[i] })
+		for d, f := range keyable[:rng.IntN(len(keyable)+1)] {
+			if d > 0 {
+				y.WriteString(", ")
+			}
+			fmt.Fprintf(&y, "{column: d%d, field: %s}", d, f.path)
+		}
+		y.WriteString("]\n    measures:\n      - {column: n, kind: count}\n")
+		for m, f := range numeric {
+			fmt.Fprintf(&y, "      - {column: m%d, kind: %s, field: %s}\n", m, []string{"sum", "min", "max"}[rng.IntN(3)], f.path)
+		}
+		if len(keyable) > 0 && rng.IntN(3) == 0 {
+			f := keyable[rng.IntN(len(keyable))]
+			in := `["A", "é", "a/b", "\0", "1"]`
+			if f.typ == "int" {
+				in = `[0, "1", "-1", "007"]`
+			}
+			fmt.Fprintf(&y, "    filter: {field: %s, in: %s}\n", f.path, in)
+		}
+	}
+	l := Limits{MaxPayloadBytes: 150 + rng.IntN(200), MinTS: -86400000 - rng.Int64N(86400000), MaxTS: 86400000 + rng.Int64N(86400000),
+		MaxUnits: []int64{1000000, 999999999999999999, 0}[rng.IntN(3)]}
+	if format == "rfc3339" {
+		l.MinTS, l.MaxTS = -2208988800000, 4102444800000
+	}
+	return compileDiff(t, "random", y.String(), l)
 }
 
 // gen makes records of one spec: mostly valid, with keys that collide (a small vocabulary per
