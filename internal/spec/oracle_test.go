@@ -226,8 +226,13 @@ func differ(t testing.TB, s diffSpec, recs *[]Record, payloads [][]byte, subtask
 				fmt.Fprintf(&b, "  oracle only: %q\n", r)
 			}
 		}
-		if b.Len() > 0 && !strings.Contains(b.String(), " only: ") {
-			fmt.Fprintf(&b, "  same rows, other order:\n  relay  %q\n  oracle %q\n", tables[a], wt.Rows)
+		if !strings.Contains(b.String(), " only: ") {
+			for i := range tables[a] {
+				if !slices.Equal(tables[a][i], wt.Rows[i]) {
+					fmt.Fprintf(&b, "  same rows, other order; first at row %d:\n    relay  %q\n    oracle %q\n", i, tables[a][i], wt.Rows[i])
+					break
+				}
+			}
 		}
 	}
 	if b.Len() == 0 && slices.Equal(verdicts, oracleVerdicts) {
