@@ -114,8 +114,14 @@ func diffSpecs(t testing.TB) []diffSpec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := []diffSpec{{name: "default", plan: plan, oracle: oracle.Default(),
-		limits: Limits{MaxPayloadBytes: defLim.MaxPayloadBytes, MinTS: defLim.MinTS, MaxTS: defLim.MaxTS, MaxUnits: defLim.MaxAmountUnits}}}
+	lim := Limits{MaxPayloadBytes: defLim.MaxPayloadBytes, MinTS: defLim.MinTS, MaxTS: defLim.MaxTS, MaxUnits: defLim.MaxAmountUnits}
+	// The crash tests take the oracle's default limits as relay's: they must be the same.
+	def := oracle.Default()
+	if ol := def.Limits; ol.MaxPayloadBytes != lim.MaxPayloadBytes || ol.MinEventTime.UnixMilli() != lim.MinTS ||
+		ol.MaxEventTime.UnixMilli() != lim.MaxTS || ol.MaxAmount.Cmp(new(big.Rat).SetFrac64(lim.MaxUnits, 10000)) != 0 {
+		t.Fatalf("oracle.DefaultLimits %+v, relay's %+v", ol, lim)
+	}
+	out := []diffSpec{{name: "default", plan: plan, oracle: def, limits: lim}}
 	for _, d := range diffYAML {
 		out = append(out, compileDiff(t, d.name, d.yaml, d.limits))
 	}
