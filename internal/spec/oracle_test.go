@@ -146,7 +146,8 @@ func compileDiff(t testing.TB, name, yaml string, l Limits) diffSpec {
 
 // relayFold decodes every payload into recs (grown as needed, reused across calls as the reader
 // reuses a poll's records), then folds the valid ones into subtasks tables, and returns each
-// record's reason and field and each table's rows as Format renders them, in key order.
+// record's reason and field and each table's rows as Format renders them, in key order. Each row
+// must read back (ParseRow, as relay verify reads a table) to itself, and live in one subtask.
 func relayFold(t testing.TB, p *Plan, recs *[]Record, payloads [][]byte, subtasks int) (verdicts []string, tables [][][]string) {
 	d := p.NewDecoder()
 	if len(*recs) < len(payloads) {
@@ -179,6 +180,14 @@ func relayFold(t testing.TB, p *Plan, recs *[]Record, payloads [][]byte, subtask
 			cols, err := p.Format(a, r)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// What relay verify reads back from the table must be the row itself.
+			raw := make([][]byte, len(cols))
+			for i, c := range cols {
+				raw[i] = []byte(c)
+			}
+			if back, err := p.ParseRow(a, raw); err != nil || !Same(back, r) {
+				t.Fatalf("%s: ParseRow(Format(%q)) = %v, %v", p.Tables()[a], cols, back, err)
 			}
 			out = append(out, cols)
 		}
@@ -334,7 +343,8 @@ func sequence(t testing.TB, specs []diffSpec, seed uint64, first [][]byte) (s di
 }
 
 // randomPaths share prefixes on purpose: "a" can be both a field and the parent of "a.b".
-var randomPaths = []string{"a", "b", "a.b", "a.c", "c.d.e", "k", "c.x"}
+// Long names share their first eight bytes, which relay's key match compares as one word.
+var randomPaths = []string{"a", "b", "a.b", "a.c", "c.d.e", "k", "c.x", "long_name_field", "long_name_fielD", "order_id", "order_idx"}
 
 // randomSpec derives a spec from seed: 1 to 5 fields of random types and short bounds, either
 // event-time format, 1 or 2 aggregates with random windows, dimensions, measures and filters, and
@@ -388,7 +398,11 @@ func randomSpec(t testing.TB, seed uint64) diffSpec {
 	l := Limits{MaxPayloadBytes: 150 + rng.IntN(200), MinTS: -86400000 - rng.Int64N(86400000), MaxTS: 86400000 + rng.Int64N(86400000),
 		MaxUnits: []int64{1000000, 999999999999999999, 0}[rng.IntN(3)]}
 	if format == "rfc3339" {
+		// 1900..2100, or all DATETIME holds (input.min_event_time's bound .. max_event_time's).
 		l.MinTS, l.MaxTS = -2208988800000, 4102444800000
+		if rng.IntN(2) == 0 {
+			l.MinTS, l.MaxTS = -30610224000000, 253402214400000
+		}
 	}
 	return compileDiff(t, "random", y.String(), l)
 }
@@ -513,7 +527,8 @@ func (g *gen) render(b *strings.Builder, o *object, ws bool, depth int) {
 	}
 	if g.chance(0.1) {
 		junk := []member{{"zz", `[1,{"a":null},"\ud800"]`}, {"", `""`}, {"s\\ud800ku", `"x"`}, {"meta", `{"at":5}`},
-			{"ts\u0000", "1"}, {"nested", `{"a":{"b":{"c":[[],{}]}}}`}, {"\\u0000", "true"}}
+			{"ts\u0000", "1"}, {"nested", `{"a":{"b":{"c":[[],{}]}}}`}, {"\\u0000", "true"}, {"order_idx", `"zz"`},
+			{"skU", `"zz"`}, {"amount_", "5"}, {"long_name_fiel", "5"}, {"long_name_fieldd", "5"}}
 		ms = slices.Insert(ms, g.pick(len(ms)+1), junk[g.pick(len(junk))])
 	}
 	sp := ""
@@ -742,7 +757,10 @@ func (g *gen) rfc3339() string {
 		bad := []string{"2025-11-24t16:30:00z", "2025-11-24T16:30:00+24:00", "2025-11-24T16:30:00+2400", "2025-11-24 16:30:00Z",
 			"2025-02-29T00:00:00Z", "2024-02-29T00:00:00Z", "2025-11-24T24:00:00Z", "2025-12-31T23:59:60Z", "2025-11-24T16:30Z",
 			"2025-11-24T16:30:00.Z", "2025-11-24T16:30:00", "2025-11-24T16:30:00-00:00", "2025-11-24T16:30:00+23:59",
-			"1969-12-31T23:59:59.9999999Z", "0000-01-01T00:00:00Z", "2025-13-01T00:00:00Z", "+2025-11-24T16:30:00Z"}
+			"1969-12-31T23:59:59.9999999Z", "0000-01-01T00:00:00Z", "2025-13-01T00:00:00Z", "+2025-11-24T16:30:00Z",
+			"1600-02-29T12:00:00Z", "1700-02-29T12:00:00Z", "1900-02-29T12:00:00Z", "2000-02-29T12:00:00Z", "2100-02-29T12:00:00Z",
+			"1000-01-01T00:00:00Z", "1000-01-01T00:59:59+01:00", "9999-12-30T23:59:59.999Z", "9999-12-31T00:00:00Z",
+			"1582-10-10T00:00:00Z", "0999-12-31T23:59:59Z"}
 		if g.chance(0.2) {
 			return []string{"1764000000000", "true", "null", "[]"}[g.pick(4)]
 		}
