@@ -125,20 +125,24 @@ var (
 	rfc3339RE = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$`)
 )
 
+// numeric is the text a number field is read from: a JSON number as written, or the content of a
+// string; ok is false for any other JSON type.
+func numeric(raw json.RawMessage) (lit string, quoted, ok bool) {
+	switch {
+	case raw[0] == '"':
+		return unquote(raw), true, true
+	case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
+		return string(raw), false, true
+	}
+	return "", false, false
+}
+
 // integer reads an int or epoch_ms field: a JSON integer (no fraction, no exponent: 1.0 and 1e3
 // are floats, wrong_type), or a string of optionally signed-by-minus digits within int64 (bad
 // otherwise, as is an integer number past int64).
 func integer(raw json.RawMessage, bad string) (*big.Rat, string) {
-	var lit string
-	switch {
-	case raw[0] == '"':
-		lit = unquote(raw)
-	case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
-		lit = string(raw)
-		if strings.ContainsAny(lit, ".eE") {
-			return nil, "wrong_type"
-		}
-	default:
+	lit, quoted, ok := numeric(raw)
+	if !ok || !quoted && strings.ContainsAny(lit, ".eE") {
 		return nil, "wrong_type"
 	}
 	n, ok := new(big.Int).SetString(lit, 10)
@@ -155,13 +159,8 @@ var ten = big.NewInt(10)
 // when the value is also too large; then |value| past max is amount_range; then a digit below
 // 10^-scale is amount_precision.
 func decimal(raw json.RawMessage, scale int, max *big.Rat) (*big.Rat, string) {
-	var lit string
-	switch {
-	case raw[0] == '"':
-		lit = unquote(raw)
-	case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
-		lit = string(raw)
-	default:
+	lit, _, ok := numeric(raw)
+	if !ok {
 		return nil, "wrong_type"
 	}
 	m := decimalRE.FindStringSubmatch(lit)
