@@ -533,7 +533,7 @@ func (g *gen) render(b *strings.Builder, o *object, ws bool, depth int) {
 	}
 	sp := ""
 	if ws {
-		sp = " "
+		sp = []string{" ", "\t", "\r\n  ", " \n"}[g.pick(4)] // all the whitespace JSON allows
 	}
 	b.WriteString("{" + sp)
 	for i, m := range ms {
