@@ -9,6 +9,12 @@
 // names, following docs/PIPELINES.md and encoding/json's semantics (a repeated member: the last
 // one wins; keys compare exactly). Where relay is stricter than encoding/json on purpose (invalid
 // UTF-8, lone surrogate escapes, RFC 3339 offsets), this package says so where it checks it.
+//
+// Use: s := Default() (or Parse of the pipeline YAML relay ran; set s.Limits if relay's input.*
+// limits are not the defaults); res := s.Fold(payloads), the record values in any order (only
+// Bad's indexes depend on it); then read each table with SELECT CAST(c AS CHAR) of res.Table(name).
+// Columns, ORDER BY window_start and the dimensions, and compare with its Rows; res.Bad are the
+// records relay_dlq must hold, with their reasons.
 package oracle
 
 import (
