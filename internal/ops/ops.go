@@ -1,5 +1,5 @@
 // Package ops is the logic behind relay's operator commands: status, txns list/resolve, offsets
-// reset, verify and preflight (DESIGN §7), kept out of cmd/relay so it is testable without the
+// reset, verify and preflight (docs/RUNBOOK.md, "Tools"), kept out of cmd/relay so it is testable without the
 // binary.
 //
 // Invariant: an operator command never contradicts the ledger unless the operator forces it, and

@@ -28,7 +28,7 @@ import (
 type StatusReport struct {
 	Job            string              `json:"job"`
 	Mode           string              `json:"mode"`
-	Fences         []InstanceFence     `json:"fences"`          // one per instance (DESIGN §8)
+	Fences         []InstanceFence     `json:"fences"`          // one per instance (docs/PROTOCOL.md, "Several instances")
 	LastCheckpoint *CheckpointInfo     `json:"last_checkpoint"` // null: the job never decided a checkpoint
 	Partitions     []PartitionLag      `json:"partitions"`
 	Branches       []Txn               `json:"branches"`
