@@ -13,6 +13,9 @@ import (
 	"github.com/relay-sh/relay/internal/ledger"
 )
 
+// helpOut is where help goes (stdout: it was asked for).
+var helpOut io.Writer = os.Stdout
+
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
@@ -54,8 +57,6 @@ Run 'relay <command> --help' for a command's flags, examples and exit codes.
 Commands that change state (txns resolve, offsets reset) print their plan first and act only with
 --yes or after "yes" typed at a terminal; without, nothing changes.
 
-Exit codes: 0 ok, 1 error, 2 usage, 3 fenced (the job runs elsewhere), 4 differences found,
-5 nothing changed (a plan shown without --yes).
 `
 
 type command struct {
@@ -78,7 +79,7 @@ func commands() []command {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Print(usage)
+		fmt.Fprint(helpOut, usage+exitSummary())
 		return nil
 	}
 	for _, c := range commands() {
@@ -88,7 +89,7 @@ func run(ctx context.Context, args []string) error {
 				return nil
 			}
 			if errors.Is(err, ledger.ErrFenced) {
-				return codedError{3, err}
+				return codedError{exitFenced, err}
 			}
 			return err
 		}
@@ -104,9 +105,10 @@ func flagSet(name, synopsis string) (*flag.FlagSet, *source) {
 	fs.StringVar(&src.path, "config", "", "YAML configuration file (RELAY_* variables override it)")
 	fs.StringVar(&src.instance, "instance", "", "i/M: run as instance i of M (overrides RELAY_INSTANCE and the file; e.g. a StatefulSet ordinal)")
 	fs.Usage = func() {
-		fs.SetOutput(os.Stderr)
-		fmt.Fprintf(os.Stderr, "usage: relay %s %s\n\nflags:\n", name, synopsis)
+		fs.SetOutput(helpOut)
+		fmt.Fprintf(helpOut, "usage: relay %s %s\n\nflags:\n", name, synopsis)
 		fs.PrintDefaults()
+		fmt.Fprintf(helpOut, "\n%s", exitHelp(name))
 	}
 	return fs, src
 }
