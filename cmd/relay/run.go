@@ -19,6 +19,7 @@ import (
 	"github.com/relay-sh/relay/internal/httpserver"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/ops"
 	"github.com/relay-sh/relay/internal/pipeline"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/spec"
@@ -145,15 +146,19 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	copts := consumer.Options{Brokers: cfg.Kafka.Brokers, Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
 		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties,
 		Instance: cfg.InstanceIndex(), Instances: cfg.InstanceCount()}
-	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
-		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true},
-		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) }})
-
-	m.SetReadiness(func() bool { ok, _ := p.Ready(); return ok })
-	srv, err := httpserver.Listen(cfg.HTTPAddr, m.Registry, p.Ready, cfg.HTTPPprof, log.Named("http"))
+	// Listen first: the fence records where this process answers /readyz (relay status asks the
+	// current owner there). Nothing is served before p exists (Serve starts below).
+	var p *pipeline.Pipeline
+	srv, err := httpserver.Listen(cfg.HTTPAddr, m.Registry, func() (bool, string) { return p.Ready() }, cfg.HTTPPprof, log.Named("http"))
 	if err != nil {
 		return err
 	}
+	host, _ := os.Hostname()
+	p = pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
+		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true,
+			Readyz: ops.AdvertisedReadyz(srv.Addr(), host)},
+		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) }})
+	m.SetReadiness(func() bool { ok, _ := p.Ready(); return ok })
 
 	g := supervisor.New(context.Background())
 	g.Go("gctuner", func(gctx context.Context) error {

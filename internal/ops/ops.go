@@ -168,15 +168,16 @@ func (e *Env) inventory(ctx context.Context) (txns []Txn, foreign int, err error
 			byJob[job] = append(byJob[job], c)
 		}
 	}
-	now, err := ledger.ServerNow(ctx, e.Ledger.DB())
-	if err != nil {
-		return nil, 0, err
-	}
 	rows := map[string]map[int64]ledger.Checkpoint{}
 	for job, ids := range byJob {
 		if rows[job], err = ledger.New(e.Ledger.DB(), job).Lookup(ctx, ids); err != nil {
 			return nil, 0, err
 		}
+	}
+	// Read after the rows: a decision that landed while they were read is not in the future.
+	now, err := ledger.ServerNow(ctx, e.Ledger.DB())
+	if err != nil {
+		return nil, 0, err
 	}
 	for i := range txns {
 		if c, ok := rows[txns[i].Job][txns[i].Checkpoint]; ok {
@@ -192,6 +193,10 @@ func (t *Txn) withDecision(c ledger.Checkpoint, now time.Time) {
 	t.LedgerState = string(c.State)
 	at := c.DecidedAt
 	t.DecidedAt = &at
-	age := now.Sub(at).Seconds()
+	age := ageSeconds(now, at)
 	t.AgeSeconds = &age
 }
+
+// ageSeconds is the time from at to now, both read from the ledger server's clock, never negative:
+// callers read now after at, and a server clock stepped back is no reason for a negative age.
+func ageSeconds(now, at time.Time) float64 { return max(now.Sub(at).Seconds(), 0) }
