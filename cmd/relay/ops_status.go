@@ -33,7 +33,8 @@ nothing and locks nothing: safe to run while relay runs.
   partitions: [{topic, partition, offset, high_watermark, lag, waiting, out_of_range}]
               (out_of_range: why offset lies outside the partition, e.g. a recreated topic, and
               what to do; lag and waiting are null then, and relay run refuses to start)
-  branches: [{tag, job, kind, checkpoint, subtask, verdict, ledger_state, decided_at, age_seconds}]
+  branches: [{tag, job, kind, checkpoint, subtask, verdict, ledger_state, decided_at, age_seconds,
+              state, live_owner}]   (state as in relay txns list --help)
   committing: [{id, state, decided_at, committed_at, age_seconds, records, tags}]
   manual_actions: [{id, job, target, action, origin, operator, at, forced, detail}]
 `

@@ -163,6 +163,9 @@ func Status(ctx context.Context, e *Env, readyz string) (*StatusReport, error) {
 		}
 		r.Branches = append(r.Branches, t)
 	}
+	if err := e.classify(ctx, r.Branches); err != nil {
+		return nil, err
+	}
 	r.withAges()
 	return r, nil
 }
@@ -520,12 +523,12 @@ func ageString(seconds float64) string {
 
 // writeTxns renders branches as table rows.
 func writeTxns(w io.Writer, txns []Txn) {
-	fmt.Fprintln(w, "TAG\tJOB\tKIND\tCHECKPOINT\tSUBTASK\tLEDGER\tVERDICT\tAGE")
+	fmt.Fprintln(w, "TAG\tJOB\tKIND\tCHECKPOINT\tSUBTASK\tLEDGER\tVERDICT\tAGE\tSTATE")
 	for _, t := range txns {
 		state := t.LedgerState
 		if state == "" {
 			state = "no row"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.Tag, t.Job, t.Kind, t.Checkpoint, t.Subtask, state, t.Verdict, t.Age())
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Tag, t.Job, t.Kind, t.Checkpoint, t.Subtask, state, t.Verdict, t.Age(), t.StateText())
 	}
 }
