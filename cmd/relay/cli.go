@@ -50,7 +50,10 @@ Usage:
 
 Configuration comes from --config FILE (YAML) and RELAY_* environment variables, which override
 the file; see docs/CONFIG.md. The essentials: RELAY_JOB_NAME, RELAY_KAFKA_BROKERS,
-RELAY_KAFKA_TOPICS, RELAY_MYSQL_DSN.
+RELAY_KAFKA_TOPICS (which must exist: relay never creates a topic), RELAY_MYSQL_DSN. Without a
+spec relay runs the default one (order_id, sku, amount, ts into order_stats_minute); a spec of
+your own is a pipeline: block in the file or a file named by RELAY_PIPELINE_FILE
+(docs/PIPELINES.md). Windows are UTC.
 
 Run 'relay <command> --help' for a command's flags, examples and exit codes.
 

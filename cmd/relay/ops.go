@@ -26,8 +26,10 @@ import (
 	"github.com/relay-sh/relay/internal/ops"
 )
 
-const configHelp = `Configuration is relay run's: --config FILE (YAML) and RELAY_* variables, which override it
-(RELAY_JOB_NAME, RELAY_KAFKA_BROKERS, RELAY_KAFKA_TOPICS, RELAY_MYSQL_DSN, ...; see docs/CONFIG.md).
+const configHelp = `Configuration, the same for every command: --config FILE (YAML) and RELAY_* variables, which
+override it (RELAY_JOB_NAME, RELAY_KAFKA_BROKERS, RELAY_KAFKA_TOPICS, RELAY_MYSQL_DSN, ...; see
+docs/CONFIG.md); the pipeline spec is the file's pipeline: block or RELAY_PIPELINE_FILE, else the
+default spec (docs/PIPELINES.md).
 `
 
 // opsFlags builds a command's flags, with help that says what it does, its flags and defaults,
