@@ -27,7 +27,7 @@ nothing and locks nothing: safe to run while relay runs.
            lease_until, lease_remaining_seconds, lease_expired}]   (one per instance: the job, or
           job/0..job/M-1 when it runs as M instances; ready is the answer of the holder's /readyz
           at readyz_url, null when not asked or no answer, with readiness saying why; the lease
-          fields are null when the instance has no lease; lease_remaining_seconds is 0 once expired)
+          fields are null when nobody holds the fence; lease_remaining_seconds is 0 once expired)
   last_checkpoint: {id, state, decided_at, committed_at, age_seconds, records, tags} | null
                    (ages are never negative: measured to server_time, read after every row)
   partitions: [{topic, partition, offset, high_watermark, lag, waiting, out_of_range}]

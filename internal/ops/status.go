@@ -58,9 +58,9 @@ type InstanceFence struct {
 	// ReadyzURL is the /readyz status asked ("" when none): --readyz, else the one the current
 	// owner epoch recorded with its lease, else (for the configured instance) http_addr on this host.
 	ReadyzURL string `json:"readyz_url"`
-	// The lease of the current owner epoch, on the ledger server's clock (all null when the
-	// instance has none): when it runs out, how long it still runs (0 once expired) and whether it
-	// expired, i.e. the owner stopped renewing (held: a relay run may take the fence over).
+	// The lease of the current owner epoch, on the ledger server's clock (all null when nobody
+	// holds the fence or its owner has no lease): when it runs out, how long it still runs (0 once
+	// expired) and whether it expired, i.e. the holder stopped renewing (a relay run takes over).
 	LeaseUntil            *time.Time `json:"lease_until"`
 	LeaseRemainingSeconds *float64   `json:"lease_remaining_seconds"`
 	LeaseExpired          *bool      `json:"lease_expired"`
@@ -204,7 +204,9 @@ func fences(ctx context.Context, led *ledger.Ledger) ([]InstanceFence, error) {
 		if err != nil {
 			return nil, err
 		}
-		if lease != nil {
+		// A lease only means something while its owner holds the lock: a released or dead owner's
+		// row may still run, but nobody owns the job.
+		if lease != nil && f.Held {
 			until, left, expired := lease.Until, max(lease.Remaining.Seconds(), 0), lease.Remaining <= 0
 			f.LeaseUntil, f.LeaseRemainingSeconds, f.LeaseExpired = &until, &left, &expired
 			f.ReadyzURL = localReadyz(lease.Readyz)
@@ -494,11 +496,8 @@ func (r *StatusReport) WriteText(w io.Writer) error {
 // leaseState says when the lease runs out, on the server's clock (now).
 func (f InstanceFence) leaseState(now time.Time) string {
 	until := f.LeaseUntil.Format("2006-01-02T15:04:05.000Z07:00")
-	switch {
-	case *f.LeaseExpired && f.Held:
+	if *f.LeaseExpired {
 		return fmt.Sprintf("EXPIRED %s ago (until %s): the holder stopped renewing; a relay run takes the fence over", ageString(ageSeconds(now, *f.LeaseUntil)), until)
-	case *f.LeaseExpired:
-		return fmt.Sprintf("expired %s ago (until %s)", ageString(ageSeconds(now, *f.LeaseUntil)), until)
 	}
 	left := time.Duration(*f.LeaseRemainingSeconds * float64(time.Second)).Round(100 * time.Millisecond)
 	return fmt.Sprintf("renewed, runs %s more (until %s, server clock)", left, until)

@@ -53,6 +53,12 @@ func TestStatusAsksTheCurrentOwner(t *testing.T) {
 		}
 	}
 	fa.Release()
+	if r, err = Status(ctx, e, ""); err != nil {
+		t.Fatal(err)
+	}
+	if f = r.Fences[0]; f.Held || f.LeaseUntil != nil || f.LeaseExpired != nil || f.ReadyzURL != "" || f.Readiness != "not running" {
+		t.Fatalf("released fence: held %v, lease until %v expired %v, asked %q, %q; want no lease, not asked", f.Held, f.LeaseUntil, f.LeaseExpired, f.ReadyzURL, f.Readiness)
+	}
 	fb, err := ledger.Acquire(ctx, e.Ledger, ledger.FenceConfig{Owner: "host-b pid 2", Readyz: b})
 	if err != nil {
 		t.Fatal(err)
