@@ -49,6 +49,10 @@ func TestDocsPointOnlyIntoTheRepo(t *testing.T) {
 				if target != "" {
 					file = filepath.Join(filepath.Dir(path), target)
 				}
+				if r, err := filepath.Rel(root, file); err != nil || strings.HasPrefix(r, "..") {
+					t.Errorf("%s:%d links to %s, outside the repo", rel, i+1, m[0])
+					continue
+				}
 				tb, err := os.ReadFile(file)
 				if err != nil {
 					t.Errorf("%s:%d links to %s, which is not in the repo", rel, i+1, m[0])
