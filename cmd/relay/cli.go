@@ -11,6 +11,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/pipeline"
 )
 
 // helpOut is where help goes (stdout: it was asked for).
@@ -93,6 +94,9 @@ func run(ctx context.Context, args []string) error {
 			}
 			if errors.Is(err, ledger.ErrFenced) {
 				return codedError{exitFenced, err}
+			}
+			if errors.Is(err, pipeline.ErrDataRefused) {
+				return codedError{exitDataRefused, err}
 			}
 			return err
 		}

@@ -15,6 +15,7 @@ const (
 	exitFenced       = 3
 	exitDifferences  = 4
 	exitNotConfirmed = 5
+	exitDataRefused  = 6
 )
 
 var exitMeanings = [...]string{
@@ -24,11 +25,12 @@ var exitMeanings = [...]string{
 	exitFenced:       "fenced: another process holds the job's fence (the job runs elsewhere; stop it first)",
 	exitDifferences:  "differences found (MySQL does not match the topic)",
 	exitNotConfirmed: "nothing changed: the plan was shown without --yes (or not confirmed at the terminal)",
+	exitDataRefused:  "MySQL refused a checkpoint's data: a relay bug; restarting fails the same way (docs/RUNBOOK.md, \"MySQL refused a row\")",
 }
 
 // exitsOf lists the statuses each command (by its help name) can end with.
 var exitsOf = map[string][]int{
-	"run":           {exitOK, exitError, exitUsage, exitFenced},
+	"run":           {exitOK, exitError, exitUsage, exitFenced, exitDataRefused},
 	"loadgen":       {exitOK, exitError, exitUsage},
 	"preflight":     {exitOK, exitError, exitUsage},
 	"status":        {exitOK, exitError, exitUsage},

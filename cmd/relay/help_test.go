@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -82,8 +83,18 @@ func TestExitCodesOfTheSource(t *testing.T) {
 	}
 	named := regexp.MustCompile(`(?:opsFlags|flagSet)\("([a-z ]+)"`)
 	coded := regexp.MustCompile(`codedError\{(exit[A-Za-z]+)`)
-	consts := map[string]int{"exitOK": exitOK, "exitError": exitError, "exitUsage": exitUsage, "exitFenced": exitFenced,
-		"exitDifferences": exitDifferences, "exitNotConfirmed": exitNotConfirmed}
+	table, err := os.ReadFile("exit.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	consts := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^\t(exit[A-Za-z]+)\s*=\s*([0-9]+)$`).FindAllStringSubmatch(string(table), -1) {
+		c, _ := strconv.Atoi(m[2])
+		consts[m[1]] = c
+	}
+	if len(consts) != len(exitMeanings) {
+		t.Fatalf("exit.go declares %d statuses, exitMeanings has %d", len(consts), len(exitMeanings))
+	}
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue

@@ -61,7 +61,7 @@ var (
 		"checkpoint.min_pause":          "Minimum pause between the end of one checkpoint and the start of the next.",
 		"checkpoint.idle_after":         "Also cut a checkpoint once no record has arrived for this long (still honouring min_pause), so when traffic pauses what was read becomes visible without waiting out the interval; 0 turns it off.",
 		"checkpoint.timeout":            "A checkpoint not committed within this time fails and is rolled back.",
-		"checkpoint.tolerable_failures": "In-process restarts in a row without a committed checkpoint (failed checkpoints, lost MySQL connections, a MySQL or broker restart, the fence lost) tolerated before relay exits non-zero; restarts back off with jitter from 200ms to 10s.",
+		"checkpoint.tolerable_failures": "In-process restarts in a row without a committed checkpoint (failed checkpoints, lost MySQL connections, a MySQL or broker restart, the fence lost) tolerated before relay exits non-zero; restarts back off with jitter from 200ms to 10s. A checkpoint whose rows MySQL refuses for their values ends the process after 3 such failures (exit status 6).",
 		"checkpoint.restart_allowance":  "How long a restart may take; part of the session-timeout rule.",
 		"checkpoint.buffer_keys":        "Distinct keys (of all aggregate tables together) a subtask buffers before flushing early into the open transaction.",
 		"checkpoint.resolve_interval":   "How often the resolver looks for this job's left-behind XA branches.",
