@@ -72,3 +72,23 @@ func TestTxnStates(t *testing.T) {
 	check(map[string]string{inFlight: StateOrphaned, decided: StateAwaitingCommit, leftBehind: StateOrphaned, unknown: StateUnknown},
 		"undecided, no owner alive: recovery rolls it back", "decided, awaiting commit (no owner alive")
 }
+
+// A branch's age is never negative, even for a decision the server's clock puts after the list
+// was made (a clock stepped back, or a decision that landed meanwhile).
+func TestTxnAgeNeverNegative(t *testing.T) {
+	e, ctx := newEnv(t, 1)
+	tg := tag(e, 5, 0)
+	prepare(t, ctx, e, tg)
+	decide(t, ctx, e, 5, ledger.Offsets{}, tg)
+	if _, err := e.Sink.ExecContext(ctx, `UPDATE relay_checkpoints SET decided_at = UTC_TIMESTAMP(6) + INTERVAL 5 SECOND
+		WHERE job = ? AND checkpoint_id = 5`, e.Config.Job.Name); err != nil {
+		t.Fatal(err)
+	}
+	l, err := ListTxns(ctx, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := byTag(l.Branches)[tg]; got.AgeSeconds == nil || *got.AgeSeconds != 0 {
+		t.Fatalf("%s decided 5 s ahead of the server's clock: age %v, want 0", tg, got.Age())
+	}
+}
