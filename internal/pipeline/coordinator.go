@@ -4,7 +4,9 @@
 // error, and only before the fence's lease deadline; a participant is told to commit only after
 // the decision is durable; past the decision a failure fails the checkpoint but never undoes it
 // (recovery finishes the commit from XA RECOVER and the ledger, never by retrying a COMMIT whose
-// reply was lost). Every phase runs under a deadline. The coordinator knows the subtasks only as
+// reply was lost); the decision is marked COMMITTED only after every branch's commit answered, so
+// a reader's snapshot without a COMMITTING row is a checkpoint boundary (docs/PIPELINES.md, "What a
+// reader sees"). Every phase runs under a deadline. The coordinator knows the subtasks only as
 // participants and the ledger only as a decider, so it is tested without Kafka or MySQL.
 package pipeline
 
