@@ -183,12 +183,14 @@ func specRandomKills(t *testing.T, kills int, extra ...string) {
 // and again until ctx ends, and requires the rollup to be the sum of its base whenever no
 // checkpoint of the job is COMMITTING in that snapshot (a checkpoint commits its branches one
 // after another, after its decision: while one is COMMITTING the snapshot may hold part of it).
-// Snapshots that see relay's tables missing or a checkpoint COMMITTING are skipped, counted.
+// Snapshots that see relay's tables missing (or created after they began) or a checkpoint
+// COMMITTING are skipped, counted.
 func (e *env) checkRollups(ctx context.Context, checked, skipped *atomic.Int64) error {
 	for ctx.Err() == nil {
 		ok, err := e.rollupSnapshot(ctx)
 		switch {
-		case err != nil && ctx.Err() == nil && !fault.IsMySQL(err, 1146):
+		// Any error fails but 1146 (no table yet) and 1412 (a table created after the snapshot began).
+		case err != nil && ctx.Err() == nil && !fault.IsMySQL(err, 1146) && !fault.IsMySQL(err, 1412):
 			return err
 		case ok:
 			checked.Add(1)
