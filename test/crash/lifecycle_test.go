@@ -172,7 +172,7 @@ func TestTrickleVisibleWhileArriving(t *testing.T) {
 	go func() {
 		// Not e.produce: without transactions, so the records become readable one by one.
 		produced <- loadgen.Run(ctx, loadgen.Options{Brokers: e.brokers, Topic: e.topic, Orders: 250, Batch: 250, Rate: 200,
-			SKUs: 20, Windows: 2, Seed: 43}, totals)
+			SKUs: 20, Windows: 2, Seed: 43, Escape: true}, totals)
 	}()
 	var during int64
 	for done := false; !done; {
