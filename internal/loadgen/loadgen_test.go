@@ -131,6 +131,16 @@ func TestTotalsKeepCommitted(t *testing.T) {
 // random scale, an event time in a random format, windows of random sizes, and a filtered
 // aggregate with min and max.
 func randomSpec(t *testing.T, seed int) (*spec.Plan, int, string) {
+	y, scale, format := randomSpecYAML(seed)
+	p, err := spec.Parse([]byte(y), spec.Limits{MaxPayloadBytes: 65536, MinTS: 946684800000, MaxTS: 4102444800000, MaxUnits: 999999999999999999})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, scale, format
+}
+
+// randomSpecYAML is randomSpec's YAML (its limits are relay's defaults).
+func randomSpecYAML(seed int) (string, int, string) {
 	scale := seed % 5
 	format := [...]string{"epoch_ms", "rfc3339"}[seed%2]
 	window := [...]string{"1m", "15m", "1h"}[seed%3]
@@ -159,11 +169,7 @@ aggregates:
       - {column: most, kind: max, field: qty}
     filter: {field: status, in: [paid, shipped]}
 `, scale, format, window)
-	p, err := spec.Parse([]byte(y), spec.Limits{MaxPayloadBytes: 65536, MinTS: 946684800000, MaxTS: 4102444800000, MaxUnits: 999999999999999999})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p, scale, format
+	return y, scale, format
 }
 
 // Records generated for any spec decode OK through its decoder, and the totals (the spec's fold)
