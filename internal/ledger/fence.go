@@ -38,6 +38,7 @@ type Fence struct {
 	lost   chan struct{}
 	stop   chan struct{}
 	kick   chan chan error // a new session to record now: renew, and answer on the channel
+	tasks  sync.WaitGroup  // the renewing and pruning goroutines, which Release waits for
 	// TookOver is set when Acquire ended an earlier owner's sessions to get the fence.
 	TookOver *Takeover
 }
@@ -141,7 +142,9 @@ func Acquire(ctx context.Context, l *Ledger, cfg FenceConfig) (*Fence, error) {
 	for _, p := range cfg.Pools {
 		p.Sessions.OnOpen(f.record)
 	}
+	f.tasks.Add(2)
 	go f.watch()
+	go f.prune()
 	return f, nil
 }
 
@@ -429,16 +432,18 @@ func (f *Fence) ReserveIDs(ctx context.Context, l *Ledger, floor int64) (first, 
 		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	var cur int64
-	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ? LOCK IN SHARE MODE`, l.key).Scan(&cur); err != nil {
+	// Exclusive locks from the first read, the job row before the instance's owner row (the order
+	// claim takes them in): a shared lock upgraded later deadlocks against a second reservation
+	// doing the same (the job row is the owner row when the job runs as one instance).
+	var reserved, blocks, cur int64
+	if err := tx.QueryRowContext(ctx, `SELECT id_reserved FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&reserved); err != nil {
+		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ? FOR UPDATE`, l.key).Scan(&cur); err != nil {
 		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
 	}
 	if cur != f.Epoch {
 		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w: owner epoch is %d, this process holds %d", ErrFenced, cur, f.Epoch)
-	}
-	var reserved, blocks int64
-	if err := tx.QueryRowContext(ctx, `SELECT id_reserved FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&reserved); err != nil {
-		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
 	}
 	// The blocks themselves too: a job row deleted by hand (a demo reset, an operator) must not
 	// hand out ids a recorded block already covers.
@@ -498,6 +503,7 @@ func IsHeld(ctx context.Context, l *Ledger) (bool, error) {
 // hung past its deadline, the lock or the epoch is gone) closes Lost; decisions already stopped
 // being allowed at Deadline, before the lease can run out on the server.
 func (f *Fence) watch() {
+	defer f.tasks.Done()
 	every := f.cfg.renewEvery()
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -521,6 +527,31 @@ func (f *Fence) watch() {
 	}
 }
 
+// prune forgets, at the renewal's pace, the pools' closed sessions the server no longer has, so
+// that the sessions each renewal records stay those that may still hold something. It runs apart
+// from watch: a pool may open a connection to answer it, and that connection's record waits for
+// watch. A failed pass is only retried: the list is then longer, never shorter, than it should be.
+func (f *Fence) prune() {
+	defer f.tasks.Done()
+	every := f.cfg.renewEvery()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-f.lost:
+			return
+		case <-t.C:
+		}
+		for _, p := range f.cfg.Pools {
+			ctx, cancel := context.WithTimeout(context.Background(), max(every, f.cfg.EffectiveLease()/4))
+			_ = p.Sessions.Prune(ctx, p.DB)
+			cancel()
+		}
+	}
+}
+
 // sessions renders the lock session and the pools' server sessions as recorded with the lease.
 func (f *Fence) sessions() string {
 	r := recorded{Lock: database.Sessions{Boot: f.boot, IDs: []int64{f.connID}}, Pools: map[string]database.Sessions{}}
@@ -531,7 +562,14 @@ func (f *Fence) sessions() string {
 	return string(js)
 }
 
+// beforeRenew, when set (tests only), runs at the start of every renewal: a test holds a
+// renewal there, in flight, to race it with Release.
+var beforeRenew func()
+
 func (f *Fence) renew(timeout time.Duration) error {
+	if beforeRenew != nil {
+		beforeRenew()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	sent := time.Now()
@@ -570,7 +608,9 @@ func (f *Fence) Deadline() time.Time {
 // Lost is closed when the fence's lock connection died: ownership may have passed to another process.
 func (f *Fence) Lost() <-chan struct{} { return f.lost }
 
-// Release gives the lock back (process exit releases it too).
+// Release gives the lock back (process exit releases it too). It first waits for a renewal in
+// flight: one that ran after the statements below would record the sessions again, or fail on the
+// discarded connection and report a released fence lost.
 func (f *Fence) Release() {
 	select {
 	case <-f.stop:
@@ -581,6 +621,7 @@ func (f *Fence) Release() {
 	for _, p := range f.cfg.Pools {
 		p.Sessions.OnOpen(nil)
 	}
+	f.tasks.Wait()
 	if f.conn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		// A clean release leaves no sessions for a later claim to end.
