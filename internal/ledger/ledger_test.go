@@ -186,3 +186,15 @@ func TestInRange(t *testing.T) {
 		}
 	}
 }
+
+// XA_RBROLLBACK on the commit of a decided branch is lost data exactly when the decision lists the
+// branch (relay lists only branches that wrote rows).
+func TestRolledBackClassification(t *testing.T) {
+	c := Checkpoint{ID: 7, Tags: []string{"j-7-0", "j-7-1"}, Records: 12}
+	if err := c.RolledBack("j-7-1"); !errors.Is(err, ErrBranchLost) || !strings.Contains(err.Error(), "j-7-1") {
+		t.Fatalf("listed branch rolled back: %v, want ErrBranchLost naming j-7-1", err)
+	}
+	if err := c.RolledBack("j-7-2"); err != nil {
+		t.Fatalf("unlisted (empty) branch rolled back: %v, want nil", err)
+	}
+}

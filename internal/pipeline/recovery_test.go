@@ -1,0 +1,71 @@
+package pipeline
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/testenv"
+	"github.com/relay-sh/relay/internal/xa"
+)
+
+// MariaDB answers XA_RBROLLBACK (1402) to the commit of a prepared branch that ran no write. Relay
+// prepares only branches that wrote (an epoch with nothing to write opens none), and the decision
+// lists exactly those: a listed branch answering 1402 lost its rows, and recovery stops naming it;
+// a branch of a decided checkpoint that the decision does not list lost nothing.
+func TestRecoverBranchRolledBackByServer(t *testing.T) {
+	db := testenv.Open(t, testenv.Database(t))
+	ctx := testenv.Context(t, time.Minute)
+	if err := ledger.EnsureSchema(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	job := "job_" + testenv.Suffix()
+	led := ledger.New(db, job)
+	f, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release()
+	// empty prepares a branch with no write, as its session leaves it.
+	empty := func(tag string) {
+		t.Helper()
+		b, err := xa.NewBranch(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Start(ctx, tag); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Prepare(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+	}
+	m := metrics.New("recovery_test")
+	// Checkpoint 1's decision lists subtask 0 only; subtask 1's branch is not one relay prepared.
+	empty(config.Tag(job, 1, 1))
+	if err := led.Decide(ctx, f.Epoch, ledger.Checkpoint{ID: 1, Tags: []string{config.Tag(job, 1, 0)}, Offsets: ledger.Offsets{}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Recover(ctx, led, f.Epoch, db, zap.NewNop(), m, metrics.OriginRecovery)
+	if err != nil || r.Committed != 1 {
+		t.Fatalf("recovering an unlisted empty branch of a decided checkpoint: %+v, %v; want it committed (nothing lost)", r, err)
+	}
+	// Checkpoint 2's decision lists its branch: relay prepared it after writing rows.
+	lost := config.Tag(job, 2, 0)
+	empty(lost)
+	if err := led.Decide(ctx, f.Epoch, ledger.Checkpoint{ID: 2, Tags: []string{lost}, Offsets: ledger.Offsets{}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err = Recover(ctx, led, f.Epoch, db, zap.NewNop(), m, metrics.OriginRecovery)
+	if !errors.Is(err, ledger.ErrBranchLost) || !strings.Contains(err.Error(), lost) {
+		t.Fatalf("recovering a listed branch the server rolled back: %+v, %v; want ErrBranchLost naming %s", r, err, lost)
+	}
+	t.Logf("recovery stops with: %v", err)
+}
