@@ -50,20 +50,20 @@ func TestRecoverBranchRolledBackByServer(t *testing.T) {
 	m := metrics.New("recovery_test")
 	// Checkpoint 1's decision lists subtask 0 only; subtask 1's branch is not one relay prepared.
 	empty(config.Tag(job, 1, 1))
-	if err := led.Decide(ctx, f.Epoch, ledger.Checkpoint{ID: 1, Tags: []string{config.Tag(job, 1, 0)}, Offsets: ledger.Offsets{}}); err != nil {
+	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: 1, Tags: []string{config.Tag(job, 1, 0)}, Offsets: ledger.Offsets{}}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := Recover(ctx, led, f.Epoch, db, zap.NewNop(), m, metrics.OriginRecovery)
+	r, err := Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery)
 	if err != nil || r.Committed != 1 {
 		t.Fatalf("recovering an unlisted empty branch of a decided checkpoint: %+v, %v; want it committed (nothing lost)", r, err)
 	}
 	// Checkpoint 2's decision lists its branch: relay prepared it after writing rows.
 	lost := config.Tag(job, 2, 0)
 	empty(lost)
-	if err := led.Decide(ctx, f.Epoch, ledger.Checkpoint{ID: 2, Tags: []string{lost}, Offsets: ledger.Offsets{}}); err != nil {
+	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: 2, Tags: []string{lost}, Offsets: ledger.Offsets{}}); err != nil {
 		t.Fatal(err)
 	}
-	r, err = Recover(ctx, led, f.Epoch, db, zap.NewNop(), m, metrics.OriginRecovery)
+	r, err = Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery)
 	if !errors.Is(err, ledger.ErrBranchLost) || !strings.Contains(err.Error(), lost) {
 		t.Fatalf("recovering a listed branch the server rolled back: %+v, %v; want ErrBranchLost naming %s", r, err, lost)
 	}

@@ -97,7 +97,7 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger) error {
 			if fence == nil {
 				continue // between two fences: the next recovery answers for them
 			}
-			err = p.resolveAll(ctx, p.Ledger, fence.Epoch, bs, live, log)
+			err = p.resolveAll(ctx, p.Ledger, fence.Epoch(), bs, live, log)
 		} else {
 			err = p.takeOver(ctx, key, bs, log)
 		}
@@ -155,7 +155,7 @@ func (p *Pipeline) takeOver(ctx context.Context, key string, bs []Branch, log *z
 	defer f.Release()
 	p.Metrics.Takeovers.Inc()
 	log.Info("resolving a stopped instance's branches", zap.String("instance", key), zap.Int("branches", len(bs)))
-	return p.resolveAll(ctx, other, f.Epoch, bs, math.MaxInt64, log)
+	return p.resolveAll(ctx, other, f.Epoch(), bs, math.MaxInt64, log)
 }
 
 // resolveAll applies the ledger's verdict to each branch, then marks the checkpoints done whose
