@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -68,4 +69,49 @@ func TestRecoverBranchRolledBackByServer(t *testing.T) {
 		t.Fatalf("recovering a listed branch the server rolled back: %+v, %v; want ErrBranchLost naming %s", r, err, lost)
 	}
 	t.Logf("recovery stops with: %v", err)
+}
+
+// The resolver stops the process on a decided branch the server rolled back: it is gone from XA
+// RECOVER after that one answer, so logging it and going on would leave no trace but a log line.
+func TestResolverStopsOnLostBranch(t *testing.T) {
+	db := testenv.Open(t, testenv.Database(t))
+	ctx := testenv.Context(t, time.Minute)
+	if err := ledger.EnsureSchema(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	job := "job_" + testenv.Suffix()
+	led := ledger.New(db, job)
+	f, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release()
+	lost := config.Tag(job, 2, 0)
+	b, err := xa.NewBranch(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: 2, Tags: []string{lost}, Offsets: ledger.Offsets{}}); err != nil {
+		t.Fatal(err)
+	}
+	var cfg config.Config
+	cfg.Job.Name = job
+	cfg.Checkpoint.ResolveInterval = 100 * time.Millisecond
+	cfg.Checkpoint.InDoubtAlertAge = time.Hour
+	p := &Pipeline{Deps: Deps{Config: cfg, Sink: db, Ledger: led, Metrics: metrics.New("resolver_test"), Log: zap.NewNop()}}
+	p.fence.Store(f)
+	p.sessionFirstID.Store(1000)
+	p.recovered.Store(true)
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := p.ResolveLoop(rctx); !errors.Is(err, ledger.ErrBranchLost) || !strings.Contains(err.Error(), lost) {
+		t.Fatalf("resolver on a lost branch returned %v, want ErrBranchLost naming %s", err, lost)
+	}
 }

@@ -19,7 +19,8 @@ import (
 
 // ResolveLoop runs the resolver as soon as recovery finished and then every interval until ctx
 // ends. Errors are logged and retried at the next tick: a resolver that cannot reach MySQL is no
-// reason to stop the pipeline. (The first pass does not wait an interval: until it runs, the
+// reason to stop the pipeline. A decided branch the server rolled back is: it is gone after that
+// one answer, and the process stops on it as recovery does (ledger.ErrBranchLost). (The first pass does not wait an interval: until it runs, the
 // in-doubt gauges know nothing of the branches recovery left behind.)
 func (p *Pipeline) ResolveLoop(ctx context.Context) error {
 	log := p.Log.Named("resolver")
@@ -35,7 +36,11 @@ func (p *Pipeline) ResolveLoop(ctx context.Context) error {
 			t.Reset(100 * time.Millisecond)
 			continue
 		}
-		if err := p.resolvePass(ctx, log); err != nil && ctx.Err() == nil {
+		err := p.resolvePass(ctx, log)
+		if errors.Is(err, ledger.ErrBranchLost) {
+			return err
+		}
+		if err != nil && ctx.Err() == nil {
 			log.Warn("resolver pass failed", zap.Error(err))
 		}
 		t.Reset(p.Config.Checkpoint.ResolveInterval)
