@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -16,54 +17,60 @@ import (
 	"github.com/relay-sh/relay/internal/xa"
 )
 
-// MariaDB answers XA_RBROLLBACK (1402) to the commit of a prepared branch that ran no write. Relay
-// prepares only branches that wrote (an epoch with nothing to write opens none), and the decision
-// lists exactly those: a listed branch answering 1402 lost its rows, and recovery stops naming it;
-// a branch of a decided checkpoint that the decision does not list lost nothing.
-func TestRecoverBranchRolledBackByServer(t *testing.T) {
+// decidedJob is a new job's ledger with its fence held, on a fresh database.
+func decidedJob(t *testing.T) (*sql.DB, context.Context, *ledger.Ledger, *ledger.Fence) {
+	t.Helper()
 	db := testenv.Open(t, testenv.Database(t))
 	ctx := testenv.Context(t, time.Minute)
 	if err := ledger.EnsureSchema(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	job := "job_" + testenv.Suffix()
-	led := ledger.New(db, job)
+	led := ledger.New(db, "job_"+testenv.Suffix())
 	f, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Release()
-	// empty prepares a branch with no write, as its session leaves it.
-	empty := func(tag string) {
-		t.Helper()
-		b, err := xa.NewBranch(ctx, db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Start(ctx, tag); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Prepare(ctx); err != nil {
-			t.Fatal(err)
-		}
-		b.Close()
-	}
-	m := metrics.New("recovery_test")
-	// Checkpoint 1's decision lists subtask 0 only; subtask 1's branch is not one relay prepared.
-	empty(config.Tag(job, 1, 1))
-	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: 1, Tags: []string{config.Tag(job, 1, 0)}, Offsets: ledger.Offsets{}}); err != nil {
+	t.Cleanup(f.Release)
+	return db, ctx, led, f
+}
+
+// emptyBranch prepares a branch with no write, as its session leaves it, and decides checkpoint
+// id listing tags.
+func emptyBranch(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Ledger, f *ledger.Fence, tag string, id int64, tags ...string) {
+	t.Helper()
+	b, err := xa.NewBranch(ctx, db)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if err := b.Start(ctx, tag); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: id, Tags: tags, Offsets: ledger.Offsets{}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// MariaDB answers XA_RBROLLBACK (1402) to the commit of a prepared branch that ran no write. Relay
+// prepares only branches that wrote (an epoch with nothing to write opens none), and the decision
+// lists exactly those: a listed branch answering 1402 lost its rows, and recovery stops naming it;
+// a branch of a decided checkpoint that the decision does not list lost nothing.
+func TestRecoverBranchRolledBackByServer(t *testing.T) {
+	db, ctx, led, f := decidedJob(t)
+	job := led.Job()
+	m := metrics.New("recovery_test")
+	// Checkpoint 1's decision lists subtask 0 only; subtask 1's branch is not one relay prepared.
+	emptyBranch(t, ctx, db, led, f, config.Tag(job, 1, 1), 1, config.Tag(job, 1, 0))
 	r, err := Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery)
 	if err != nil || r.Committed != 1 {
 		t.Fatalf("recovering an unlisted empty branch of a decided checkpoint: %+v, %v; want it committed (nothing lost)", r, err)
 	}
 	// Checkpoint 2's decision lists its branch: relay prepared it after writing rows.
 	lost := config.Tag(job, 2, 0)
-	empty(lost)
-	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: 2, Tags: []string{lost}, Offsets: ledger.Offsets{}}); err != nil {
-		t.Fatal(err)
-	}
+	emptyBranch(t, ctx, db, led, f, lost, 2, lost)
 	r, err = Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery)
 	if !errors.Is(err, ledger.ErrBranchLost) || !strings.Contains(err.Error(), lost) {
 		t.Fatalf("recovering a listed branch the server rolled back: %+v, %v; want ErrBranchLost naming %s", r, err, lost)
@@ -74,35 +81,11 @@ func TestRecoverBranchRolledBackByServer(t *testing.T) {
 // The resolver stops the process on a decided branch the server rolled back: it is gone from XA
 // RECOVER after that one answer, so logging it and going on would leave no trace but a log line.
 func TestResolverStopsOnLostBranch(t *testing.T) {
-	db := testenv.Open(t, testenv.Database(t))
-	ctx := testenv.Context(t, time.Minute)
-	if err := ledger.EnsureSchema(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	job := "job_" + testenv.Suffix()
-	led := ledger.New(db, job)
-	f, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Release()
-	lost := config.Tag(job, 2, 0)
-	b, err := xa.NewBranch(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(ctx, lost); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Prepare(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.Close()
-	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: 2, Tags: []string{lost}, Offsets: ledger.Offsets{}}); err != nil {
-		t.Fatal(err)
-	}
+	db, ctx, led, f := decidedJob(t)
+	lost := config.Tag(led.Job(), 2, 0)
+	emptyBranch(t, ctx, db, led, f, lost, 2, lost)
 	var cfg config.Config
-	cfg.Job.Name = job
+	cfg.Job.Name = led.Job()
 	cfg.Checkpoint.ResolveInterval = 100 * time.Millisecond
 	cfg.Checkpoint.InDoubtAlertAge = time.Hour
 	p := &Pipeline{Deps: Deps{Config: cfg, Sink: db, Ledger: led, Metrics: metrics.New("resolver_test"), Log: zap.NewNop()}}
