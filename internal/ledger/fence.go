@@ -1,8 +1,9 @@
 // Fence: one owner per job.
 //
 // Invariant: while a Fence is held, its GET_LOCK connection is open, the job row's owner epoch is
-// the one this Fence bumped, and the owner renews a lease (server clock) about every second,
-// recording its server sessions, each new one before it is used. A second process fails fast
+// the one this Fence bumped last (at Acquire, and at each held-mode session), and the owner renews
+// a lease (server clock) about every second, recording its server sessions (each new one before it
+// is used, and only those the server still has). A second process fails fast
 // naming the holder while the holder renews; one that finds the lease run out ends the recorded
 // sessions and takes over with a higher epoch. Safety rests on the epoch alone: every decision
 // write, and every XA COMMIT/ROLLBACK recovery issues, checks the epoch under the job row's lock,
@@ -429,8 +430,8 @@ func (f *Fence) Epoch() int64 {
 	return f.epoch
 }
 
-// NewSession starts a held-mode session of this owner: in one transaction on the lock session it
-// takes the owner row exclusively, bumps the owner epoch (and the lease's with it) and reads every
+// NewSession starts a held-mode session of this owner: in one ledger transaction it takes the
+// owner row exclusively, bumps the owner epoch (and the lease's with it) and reads every
 // partition's offset with a locking read. A data transaction of the previous session holds the
 // owner row shared from its fence check to its COMMIT, and its offset rows exclusively: one whose
 // COMMIT is still under way on the server (its client gave up on it) is waited for, so the new
