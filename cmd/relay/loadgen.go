@@ -8,7 +8,9 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -20,7 +22,13 @@ import (
 	"github.com/relay-sh/relay/internal/ops"
 )
 
-func cmdVersion(context.Context, []string) error {
+func cmdVersion(_ context.Context, args []string) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() { fmt.Fprintf(helpOut, "usage: relay version\n\nPrints the version.\n\n%s", exitHelp("version")) }
+	if err := parse(fs, args); err != nil {
+		return err
+	}
 	fmt.Println("relay", metrics.Version)
 	return nil
 }

@@ -60,6 +60,9 @@ type FenceConfig struct {
 	// Prev is this process's own earlier fence, whose lock connection died: when the server still
 	// holds that session, it is ended at once (nobody else can own the epoch it holds).
 	Prev *Fence
+	// Readyz is the URL of this process's /readyz, recorded with the lease so that relay status
+	// asks the owner of the current epoch, wherever it runs ("" when it serves none).
+	Readyz string
 }
 
 // Pool is one connection pool whose server sessions are tracked.
@@ -102,10 +105,11 @@ func (c FenceConfig) EffectiveLease() time.Duration {
 // slow one does not lose it.
 func (c FenceConfig) renewEvery() time.Duration { return min(time.Second, c.EffectiveLease()/5) }
 
-// recorded is what the lease row records of an owner's sessions.
+// recorded is what the lease row records of an owner: its sessions, and where it answers /readyz.
 type recorded struct {
-	Lock  database.Sessions            `json:"lock"`
-	Pools map[string]database.Sessions `json:"pools"`
+	Lock   database.Sessions            `json:"lock"`
+	Pools  map[string]database.Sessions `json:"pools"`
+	Readyz string                       `json:"readyz,omitempty"`
 }
 
 // Acquire takes the instance's lock and bumps its owner epoch. When the lock is held, it fails
@@ -616,7 +620,8 @@ func (f *Fence) prune() {
 
 // sessions renders the lock session and the pools' server sessions as recorded with the lease.
 func (f *Fence) sessions() string {
-	r := recorded{Lock: database.Sessions{Boot: f.boot, IDs: []int64{f.connID}}, Pools: map[string]database.Sessions{}}
+	r := recorded{Lock: database.Sessions{Boot: f.boot, IDs: []int64{f.connID}}, Pools: map[string]database.Sessions{},
+		Readyz: f.cfg.Readyz}
 	for _, p := range f.cfg.Pools {
 		r.Pools[p.Name] = p.Sessions.List()
 	}

@@ -237,3 +237,51 @@ func TestReserveIDsAboveRecordedBlocks(t *testing.T) {
 		t.Fatalf("new block starts at %d, inside the recorded one ending at %d", first, last)
 	}
 }
+
+// The lease row says who holds the current owner epoch, until when (server clock) and where it
+// answers /readyz; a takeover replaces all three, so relay status never asks the old owner.
+func TestLeaseRecordsTheOwnersReadyz(t *testing.T) {
+	l, pool, ctx := trackedLedger(t)
+	if got, err := l.Lease(ctx); err != nil || got != nil {
+		t.Fatalf("a job that never ran has lease %+v, %v; want none", got, err)
+	}
+	lease := 2 * time.Second
+	old, err := Acquire(ctx, l, FenceConfig{Owner: "host-a pid 1", Lease: lease, Pools: []Pool{pool}, TakeOver: true, Readyz: "http://host-a:8080/readyz"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Release()
+	got, err := l.Lease(ctx)
+	if err != nil || got == nil {
+		t.Fatalf("lease of a held fence: %+v, %v", got, err)
+	}
+	if got.Owner != "host-a pid 1" || got.Epoch != old.Epoch() || got.Readyz != "http://host-a:8080/readyz" ||
+		got.Remaining <= 0 || got.Remaining > lease {
+		t.Fatalf("lease %+v; want host-a's, epoch %d, its /readyz, 0 < remaining <= %s", got, old.Epoch(), lease)
+	}
+	silence(old)
+	deadline := time.Now().Add(10 * time.Second)
+	for got.Remaining > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("lease not expired 10s after the renewals stopped: %+v", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if got, err = l.Lease(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got.Readyz != "http://host-a:8080/readyz" {
+		t.Fatalf("expired lease: %+v, want host-a's /readyz still recorded", got)
+	}
+	next, err := Acquire(ctx, l, FenceConfig{Owner: "host-b pid 2", Lease: lease, Pools: []Pool{pool}, TakeOver: true, Readyz: "http://host-b:9090/readyz"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release()
+	if got, err = l.Lease(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got.Owner != "host-b pid 2" || got.Epoch != next.Epoch() || got.Epoch <= old.Epoch() || got.Readyz != "http://host-b:9090/readyz" || got.Remaining <= 0 {
+		t.Fatalf("after the takeover the lease is %+v; want host-b's, epoch %d, its /readyz, not expired", got, next.Epoch())
+	}
+}

@@ -122,7 +122,7 @@ type Ledger struct {
 // New binds a ledger to db and a job that runs as one instance; call EnsureSchema before use.
 func New(db *sql.DB, job string) *Ledger { return &Ledger{db: db, job: job, key: job, layout: 1} }
 
-// NewInstance binds a ledger to instance i of m of a job (DESIGN §8).
+// NewInstance binds a ledger to instance i of m of a job (docs/PROTOCOL.md, "Several instances").
 func NewInstance(db *sql.DB, job string, i, m int) *Ledger {
 	return &Ledger{db: db, job: job, key: InstanceKey(job, i, m), layout: m}
 }

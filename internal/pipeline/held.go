@@ -1,5 +1,5 @@
 // Held mode: partition-affine subtasks, one ordinary local transaction per subtask per epoch,
-// whose COMMIT carries the subtask's partition offsets with its rows (DESIGN §5).
+// whose COMMIT carries the subtask's partition offsets with its rows (docs/PROTOCOL.md, "Held mode").
 //
 // Invariants: the offsets a subtask commits are exactly those of the partitions it owns, so each
 // COMMIT is a whole decision for its partitions and nothing is ever in doubt; it is issued only

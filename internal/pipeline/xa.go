@@ -1,4 +1,4 @@
-// XA mode: one XA branch per subtask per epoch, the ledger row as the decision (DESIGN §3).
+// XA mode: one XA branch per subtask per epoch, the ledger row as the decision (docs/PROTOCOL.md, "The epoch, end to end").
 //
 // Invariant: a branch is prepared only at the barrier, after all its rows were written, and left
 // prepared for the coordinator; a session's in-doubt branches are resolved by recovery, from the
