@@ -35,7 +35,8 @@ Usage:
   relay run       [--config FILE]            consume and commit checkpoints until SIGTERM
   relay loadgen   --brokers B --topic T [flags]
                                              produce synthetic orders with known totals (refuses a
-                                             topic a job's ledger reads)
+                                             topic a job's ledger reads; with no MySQL to ask, a
+                                             topic Kafka shows in use, unless --force)
   relay preflight [--config FILE]            check MySQL, Kafka and the configuration before a run
   relay status    [--json]                   fence, last checkpoint, lag, prepared branches of the job
   relay txns list [--json]                   prepared XA branches with the ledger's verdict

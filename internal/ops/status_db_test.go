@@ -68,8 +68,8 @@ func TestStatusAsksTheCurrentOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	f = r.Fences[0]
-	if f.OwnerEpoch != fb.Epoch || f.ReadyzURL != b || f.Readiness != "ready B" {
-		t.Fatalf("owner B (epoch %d): epoch %d, asked %q, readiness %q; want B's /readyz %s", fb.Epoch, f.OwnerEpoch, f.ReadyzURL, f.Readiness, b)
+	if f.OwnerEpoch != fb.Epoch() || f.ReadyzURL != b || f.Readiness != "ready B" {
+		t.Fatalf("owner B (epoch %d): epoch %d, asked %q, readiness %q; want B's /readyz %s", fb.Epoch(), f.OwnerEpoch, f.ReadyzURL, f.Readiness, b)
 	}
 	// --readyz still overrides what the owner recorded.
 	if r, err = Status(ctx, e, a); err != nil || r.Fences[0].Readiness != "ready A" {
@@ -98,7 +98,7 @@ func TestStatusAgesWhileDeciding(t *testing.T) {
 				return
 			default:
 			}
-			if err := e.Ledger.Decide(ctx, f.Epoch, ledger.Checkpoint{ID: id, Offsets: ledger.Offsets{topic: {0: 0}}}); err != nil {
+			if err := e.Ledger.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: id, Offsets: ledger.Offsets{topic: {0: 0}}}); err != nil {
 				t.Error(err)
 				return
 			}

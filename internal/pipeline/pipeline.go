@@ -310,7 +310,7 @@ func (p *Pipeline) ensureFence(ctx context.Context, f **ledger.Fence) error {
 			zap.Int64("previous_epoch", t.Epoch), zap.Duration("lease_expired_for", t.ExpiredFor),
 			zap.Duration("waited", t.WaitedLease), zap.Int64s("sessions_ended", t.Killed))
 	}
-	log.Info("job fenced", zap.Int64("owner_epoch", fence.Epoch))
+	log.Info("job fenced", zap.Int64("owner_epoch", fence.Epoch()))
 	*f = fence
 	p.fence.Store(fence)
 	return nil

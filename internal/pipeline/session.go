@@ -170,7 +170,7 @@ func (p *Pipeline) recover(ctx context.Context, fence *ledger.Fence) (Recovered,
 	if err != nil {
 		return rec, nil, err
 	}
-	offs, maxID, err := p.Ledger.PartitionOffsets(ctx)
+	offs, maxID, err := p.proto.resume(ctx, p, fence)
 	if err != nil {
 		return rec, nil, err
 	}

@@ -85,8 +85,8 @@ func testRefusedRow(t *testing.T, extra []string, refuse func(ctx context.Contex
 	}
 	p := e.start()
 	addr := httpAddr(t, p)
-	want, _, _ := totals.Snapshot()
-	waitFor(t, 60*time.Second, func() bool { return diff(want, e.actual(want.Plan)) == "" }, "the first orders to commit")
+	want := e.expected(totals)
+	waitFor(t, 60*time.Second, func() bool { return e.diffOracle(want) == "" }, "the first orders to commit")
 	row, repair := refuse(ctx, e)
 	// The same skus in the same window: the row gets orders again, and its count overflows.
 	opts.Seed, opts.TxnID = 62, "lg2-"+e.topic

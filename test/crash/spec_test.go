@@ -16,6 +16,7 @@ import (
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/money"
+	"github.com/relay-sh/relay/internal/testenv"
 )
 
 // TestSpecRandomKills runs relay with a three-aggregate pipeline spec, SIGKILLs it at random
@@ -140,9 +141,12 @@ func specRandomKills(t *testing.T, kills int, extra ...string) {
 		t.Fatal("the checker saw no snapshot with every checkpoint whole")
 	}
 
-	// The expected tables are the committed good records folded by the same plan, the bad records
-	// under the reasons this spec's decoder gives them (loadgen.Totals).
-	want, _, _ := totals.Snapshot()
+	// The expected tables and dead-letter rows are test/oracle's fold of what Kafka committed.
+	var err error
+	if e.oracle, err = oracleSpec(testenv.SalesSpec); err != nil {
+		t.Fatal(err)
+	}
+	want := e.expected(totals)
 	p := e.start("--config=" + cfgPath)
 	// Recovery first: the tables may already be whole, and what earlier runs left in doubt must be
 	// resolved before the stop.
@@ -150,7 +154,7 @@ func specRandomKills(t *testing.T, kills int, extra ...string) {
 		t.Fatalf("relay did not finish recovery: %v\n%s", err, tail(p.Log, 30))
 	}
 	deadline := time.Now().Add(90 * time.Second)
-	for diff(want, e.actual(plan)) != "" && time.Now().Before(deadline) {
+	for e.diffOracle(want) != "" && time.Now().Before(deadline) {
 		select {
 		case <-p.Done():
 			err := p.Err()
@@ -159,18 +163,18 @@ func specRandomKills(t *testing.T, kills int, extra ...string) {
 		}
 	}
 	e.stopAll([]*proc{p})
-	if d := diff(want, e.actual(plan)); d != "" {
-		t.Fatalf("tables differ from the fold of what Kafka committed:\n%s", d)
+	if d := e.diffOracle(want); d != "" {
+		t.Fatalf("tables differ from the oracle's fold of what Kafka committed:\n%s", d)
 	}
-	for a, table := range plan.Tables() {
-		if len(want.Rows[a]) == 0 {
-			t.Fatalf("%s: no rows expected: the load does not exercise it", table)
+	for _, table := range want.result.Tables {
+		if len(table.Rows) == 0 {
+			t.Fatalf("%s: no rows expected: the load does not exercise it", table.Table)
 		}
 	}
 	if bs := e.branches(); len(bs) != 0 {
 		t.Fatalf("XA RECOVER still lists %d branches of the job: %v", len(bs), bs)
 	}
-	e.checkDLQ(bad)
+	e.checkDLQ(want.bad)
 	e.checkOffsetsAtEnd()
 	for id, st := range e.ledgerRows() {
 		if st != string(ledger.Committed) {
