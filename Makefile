@@ -50,6 +50,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-10m} ./internal/order/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $${FUZZTIME:-10m} ./internal/money/
 	$(GO) test -run '^$$' -fuzz FuzzSpecDecode -fuzztime $${FUZZTIME:-10m} ./internal/spec/
+	$(GO) test -run '^$$' -fuzz FuzzSequences -fuzztime $${FUZZTIME:-10m} ./internal/spec/
 
 clean:
 	rm -rf $(BIN)

@@ -11,7 +11,11 @@ import (
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/pipeline"
 )
+
+// helpOut is where help goes (stdout: it was asked for).
+var helpOut io.Writer = os.Stdout
 
 type usageError struct{ msg string }
 
@@ -31,7 +35,8 @@ Usage:
   relay run       [--config FILE]            consume and commit checkpoints until SIGTERM
   relay loadgen   --brokers B --topic T [flags]
                                              produce synthetic orders with known totals (refuses a
-                                             topic a job's ledger reads)
+                                             topic a job's ledger reads; with no MySQL to ask, a
+                                             topic Kafka shows in use, unless --force)
   relay preflight [--config FILE]            check MySQL, Kafka and the configuration before a run
   relay status    [--json]                   fence, last checkpoint, lag, prepared branches of the job
   relay txns list [--json]                   prepared XA branches with the ledger's verdict
@@ -47,15 +52,16 @@ Usage:
 
 Configuration comes from --config FILE (YAML) and RELAY_* environment variables, which override
 the file; see docs/CONFIG.md. The essentials: RELAY_JOB_NAME, RELAY_KAFKA_BROKERS,
-RELAY_KAFKA_TOPICS, RELAY_MYSQL_DSN.
+RELAY_KAFKA_TOPICS (which must exist: relay never creates a topic), RELAY_MYSQL_DSN. Without a
+spec relay runs the default one (order_id, sku, amount, ts into order_stats_minute); a spec of
+your own is a pipeline: block in the file or a file named by RELAY_PIPELINE_FILE
+(docs/PIPELINES.md). Windows are UTC.
 
 Run 'relay <command> --help' for a command's flags, examples and exit codes.
 
 Commands that change state (txns resolve, offsets reset) print their plan first and act only with
 --yes or after "yes" typed at a terminal; without, nothing changes.
 
-Exit codes: 0 ok, 1 error, 2 usage, 3 fenced (the job runs elsewhere), 4 differences found,
-5 nothing changed (a plan shown without --yes).
 `
 
 type command struct {
@@ -78,7 +84,7 @@ func commands() []command {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Print(usage)
+		fmt.Fprint(helpOut, usage+exitSummary())
 		return nil
 	}
 	for _, c := range commands() {
@@ -88,7 +94,10 @@ func run(ctx context.Context, args []string) error {
 				return nil
 			}
 			if errors.Is(err, ledger.ErrFenced) {
-				return codedError{3, err}
+				return codedError{exitFenced, err}
+			}
+			if errors.Is(err, pipeline.ErrDataRefused) {
+				return codedError{exitDataRefused, err}
 			}
 			return err
 		}
@@ -104,9 +113,10 @@ func flagSet(name, synopsis string) (*flag.FlagSet, *source) {
 	fs.StringVar(&src.path, "config", "", "YAML configuration file (RELAY_* variables override it)")
 	fs.StringVar(&src.instance, "instance", "", "i/M: run as instance i of M (overrides RELAY_INSTANCE and the file; e.g. a StatefulSet ordinal)")
 	fs.Usage = func() {
-		fs.SetOutput(os.Stderr)
-		fmt.Fprintf(os.Stderr, "usage: relay %s %s\n\nflags:\n", name, synopsis)
+		fs.SetOutput(helpOut)
+		fmt.Fprintf(helpOut, "usage: relay %s %s\n\nflags:\n", name, synopsis)
 		fs.PrintDefaults()
+		fmt.Fprintf(helpOut, "\n%s", exitHelp(name))
 	}
 	return fs, src
 }

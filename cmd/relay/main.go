@@ -19,23 +19,23 @@ func main() {
 	os.Exit(exitCode(err))
 }
 
-// exitCode maps an error to the process status: 0 ok, 2 usage, 3 fenced (another instance owns
-// the job), 4 verification found differences, 1 anything else.
+// exitCode maps an error to the process status (exit.go): a usage error, a coded error's own
+// status, exitError for anything else.
 func exitCode(err error) int {
 	var ue usageError
 	var ce codedError
 	switch {
 	case err == nil:
-		return 0
+		return exitOK
 	case errors.As(err, &ue):
 		fmt.Fprintln(os.Stderr, "relay:", err)
 		fmt.Fprintln(os.Stderr, "run 'relay help' for usage")
-		return 2
+		return exitUsage
 	case errors.As(err, &ce):
 		fmt.Fprintln(os.Stderr, "relay:", err)
 		return ce.code
 	default:
 		fmt.Fprintln(os.Stderr, "relay:", err)
-		return 1
+		return exitError
 	}
 }

@@ -28,17 +28,10 @@ import (
 	"github.com/relay-sh/relay/internal/ops"
 )
 
-const exitCodes = `exit codes:
-  0  ok
-  1  error, or a refusal (the message says why)
-  2  usage error
-  3  fenced: the job is running (stop it first)
-  4  differences found (verify)
-  5  nothing changed: the plan was shown without --yes (or not confirmed at the terminal)
-`
-
-const configHelp = `Configuration is relay run's: --config FILE (YAML) and RELAY_* variables, which override it
-(RELAY_JOB_NAME, RELAY_KAFKA_BROKERS, RELAY_KAFKA_TOPICS, RELAY_MYSQL_DSN, ...; see docs/CONFIG.md).
+const configHelp = `Configuration, the same for every command: --config FILE (YAML) and RELAY_* variables, which
+override it (RELAY_JOB_NAME, RELAY_KAFKA_BROKERS, RELAY_KAFKA_TOPICS, RELAY_MYSQL_DSN, ...; see
+docs/CONFIG.md); the pipeline spec is the file's pipeline: block or RELAY_PIPELINE_FILE, else the
+default spec (docs/PIPELINES.md).
 `
 
 // opsFlags builds a command's flags, with help that says what it does, its flags and defaults,
@@ -46,10 +39,10 @@ const configHelp = `Configuration is relay run's: --config FILE (YAML) and RELAY
 func opsFlags(name, synopsis, about, examples string) (*flag.FlagSet, *source) {
 	fs, path := flagSet(name, synopsis)
 	fs.Usage = func() {
-		fs.SetOutput(os.Stdout)
-		fmt.Printf("usage: relay %s %s\n\n%s\n%s\nflags:\n", name, synopsis, about, configHelp)
+		fs.SetOutput(helpOut)
+		fmt.Fprintf(helpOut, "usage: relay %s %s\n\n%s\n%s\nflags:\n", name, synopsis, about, configHelp)
 		fs.PrintDefaults()
-		fmt.Printf("\nexamples:\n%s\n%s", examples, exitCodes)
+		fmt.Fprintf(helpOut, "\nexamples:\n%s\n%s", examples, exitHelp(name))
 	}
 	return fs, path
 }
@@ -130,9 +123,6 @@ func operator() string {
 	}
 	return name + "@" + owner()
 }
-
-// exitNotConfirmed is the status of a command that showed its plan and changed nothing.
-const exitNotConfirmed = 5
 
 // confirmer shows a plan and says whether to apply it. With yes it applies it without asking
 // (with --json the plan is not printed: the report printed after acting holds it); without, an

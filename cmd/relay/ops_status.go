@@ -9,9 +9,12 @@ import (
 )
 
 const statusAbout = `Shows one job: for each instance, whether a relay holds its fence (and who: host, pid, MySQL
-connection) and its owner epoch, and for the configured instance whether that relay is ready: it
-asks its /readyz (--readyz, or http_addr of the configuration on this host), and says "running"
-only on a 200, as a readiness probe would; the last decided checkpoint (id, state, decided_at, age; in mode
+connection), its owner epoch and its lease (when it runs out on the ledger server's clock, or how
+long ago it expired: an owner that stopped renewing, which the next relay run takes over), and
+whether that relay is ready: it asks the /readyz the current owner recorded with its lease (so
+after a takeover, the new owner's; --readyz overrides it for the configured instance, and
+http_addr of the configuration on this host is the fallback), and says "running" only on a 200,
+as a readiness probe would; the last decided checkpoint (id, state, decided_at, age; in mode
 held the newest partition offset row); each partition's resume offset against its high watermark
 (lag; on a transactional topic the last commit marker counts as 1); the job's prepared XA branches
 with the ledger's verdict (decided checkpoint: commit; no ledger row: rollback); ledger rows still
@@ -20,14 +23,18 @@ nothing and locks nothing: safe to run while relay runs.
 
 --json prints one object with these fields (stable; null means "none" or "unknown"):
   job, mode, server_time
-  fences: [{instance, held, holder, owner, owner_epoch, acquired_at, ready, readiness}]   (one per
-          instance: the job, or job/0..job/M-1 when it runs as M instances; ready is the answer of
-          the holder's /readyz, null when not asked or no answer, with readiness saying why)
+  fences: [{instance, held, holder, owner, owner_epoch, acquired_at, ready, readiness, readyz_url,
+           lease_until, lease_remaining_seconds, lease_expired}]   (one per instance: the job, or
+          job/0..job/M-1 when it runs as M instances; ready is the answer of the holder's /readyz
+          at readyz_url, null when not asked or no answer, with readiness saying why; the lease
+          fields are null when nobody holds the fence; lease_remaining_seconds is 0 once expired)
   last_checkpoint: {id, state, decided_at, committed_at, age_seconds, records, tags} | null
+                   (ages are never negative: measured to server_time, read after every row)
   partitions: [{topic, partition, offset, high_watermark, lag, waiting, out_of_range}]
               (out_of_range: why offset lies outside the partition, e.g. a recreated topic, and
               what to do; lag and waiting are null then, and relay run refuses to start)
-  branches: [{tag, job, kind, checkpoint, subtask, verdict, ledger_state, decided_at, age_seconds}]
+  branches: [{tag, job, kind, checkpoint, subtask, verdict, ledger_state, decided_at, age_seconds,
+              state, live_owner}]   (state as in relay txns list --help)
   committing: [{id, state, decided_at, committed_at, age_seconds, records, tags}]
   manual_actions: [{id, job, target, action, origin, operator, at, forced, detail}]
 `
@@ -38,18 +45,14 @@ func cmdStatus(ctx context.Context, args []string) error {
   relay status --config relay.yaml --json | jq '.partitions[] | select(.lag > 10000)'
 `)
 	asJSON := fs.Bool("json", false, "print JSON (fields above) instead of a table")
-	readyz := fs.String("readyz", "", "URL of the running relay's /readyz (default: http_addr of the configuration, on this host)")
+	readyz := fs.String("readyz", "", "URL of the running relay's /readyz (default: the one its owner recorded with its lease, else http_addr of the configuration on this host)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return withEnv(ctx, path, func(ctx context.Context, e *ops.Env) error {
-		url := *readyz
-		if url == "" {
-			url = ops.ReadyzURL(e.Config.HTTPAddr)
-		}
-		r, err := ops.Status(ctx, e, url)
+		r, err := ops.Status(ctx, e, *readyz)
 		if err != nil {
 			return err
 		}

@@ -27,11 +27,20 @@ const txnsListAbout = `Lists every prepared XA branch on the sink server whose x
            unknown_job branch: only its own ledger can say, and relay txns resolve refuses it
            here, --force or not
   age      since the ledger's decision; "unknown" when undecided (XA RECOVER has no age)
+  state    who settles it:
+             in flight        undecided, and the live owner of its instance (fence held, lease
+                              running) is deciding that checkpoint now: leave it
+             awaiting commit  decided: the live owner, or the next relay run, commits it
+             left behind      undecided, of an earlier session while an owner runs: that
+                              relay's resolver rolls it back
+             orphaned         undecided and no owner alive: the next relay run's recovery rolls
+                              it back (or relay txns resolve --rollback)
 A relay running for the job resolves its own branches from the ledger (at start and every
 checkpoint.resolve_interval); branches listed for long are worth a look.
 
 --json prints {branches: [{tag, job, kind, checkpoint, subtask, verdict, ledger_state,
-decided_at, age_seconds}], foreign} where foreign counts prepared XA transactions that are not
+decided_at, age_seconds, state, live_owner}], foreign} (state: in_flight, awaiting_commit,
+left_behind, orphaned, or unknown for a probe or an unknown job's branch) where foreign counts prepared XA transactions that are not
 relay's.
 `
 

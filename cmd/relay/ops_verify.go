@@ -68,7 +68,7 @@ func cmdVerify(ctx context.Context, args []string) error {
 			return err
 		}
 		if !r.Clean {
-			return codedError{4, fmt.Errorf("verify: MySQL differs from the %s: %d keys differ, dead-letter rows: %d missing, %d extra",
+			return codedError{exitDifferences, fmt.Errorf("verify: MySQL differs from the %s: %d keys differ, dead-letter rows: %d missing, %d extra",
 				r.Source, r.DiffCount, r.DeadLetter.MissingCount, r.DeadLetter.ExtraCount)}
 		}
 		return nil

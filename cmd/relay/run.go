@@ -19,14 +19,30 @@ import (
 	"github.com/relay-sh/relay/internal/httpserver"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/ops"
 	"github.com/relay-sh/relay/internal/pipeline"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/spec"
 	"github.com/relay-sh/relay/internal/supervisor"
 )
 
+const runAbout = `Runs the job: reads the configured topics (which must exist: relay never creates them) from the
+offsets in the ledger (a first run from kafka.start_offset, earliest by default), folds each
+record into the spec's aggregate tables, and commits a checkpoint every checkpoint.interval,
+exactly once. It creates its tables if missing and refuses ones that differ. On start, and after
+any failure, it first settles whatever an earlier run left prepared, from the ledger. SIGTERM or
+SIGINT drains: the open checkpoint is committed or rolled back, then it exits 0. While it runs,
+/metrics, /healthz and /readyz are served on http_addr (default :8080); logs are JSON on stderr.
+Check a configuration first with relay preflight; watch the job with relay status.
+`
+
 func cmdRun(ctx context.Context, args []string) error {
-	fs, path := flagSet("run", "[--config FILE] [--instance i/M]")
+	fs, path := opsFlags("run", "[--config FILE] [--instance i/M]", runAbout,
+		`  RELAY_JOB_NAME=orders_eu RELAY_KAFKA_BROKERS=kafka:9092 RELAY_KAFKA_TOPICS=orders \
+    RELAY_MYSQL_DSN='relay:secret@tcp(mysql:3306)/relay' relay run
+  RELAY_PIPELINE_FILE=sales.yaml relay run --config relay.yaml
+  relay run --config relay.yaml --instance 0/2      # instance 0 of 2 (RELAY_SUBTASKS=1)
+`)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -147,15 +163,19 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	copts := consumer.Options{Brokers: cfg.Kafka.Brokers, Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
 		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties,
 		Instance: cfg.InstanceIndex(), Instances: cfg.InstanceCount()}
-	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
-		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true, Cluster: galera.On},
-		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) }})
-
-	m.SetReadiness(func() bool { ok, _ := p.Ready(); return ok })
-	srv, err := httpserver.Listen(cfg.HTTPAddr, m.Registry, p.Ready, cfg.HTTPPprof, log.Named("http"))
+	// Listen first: the fence records where this process answers /readyz (relay status asks the
+	// current owner there). Nothing is served before p exists (Serve starts below).
+	var p *pipeline.Pipeline
+	srv, err := httpserver.Listen(cfg.HTTPAddr, m.Registry, func() (bool, string) { return p.Ready() }, cfg.HTTPPprof, log.Named("http"))
 	if err != nil {
 		return err
 	}
+	host, _ := os.Hostname()
+	p = pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
+		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true,
+			Readyz: ops.AdvertisedReadyz(srv.Addr(), host), Cluster: galera.On},
+		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) }})
+	m.SetReadiness(func() bool { ok, _ := p.Ready(); return ok })
 
 	g := supervisor.New(context.Background())
 	g.Go("gctuner", func(gctx context.Context) error {

@@ -26,9 +26,9 @@ import (
 type Mode string
 
 const (
-	// ModeXA commits each epoch through MySQL XA, with the ledger row as the decision (DESIGN §3).
+	// ModeXA commits each epoch through MySQL XA, with the ledger row as the decision (docs/PROTOCOL.md, "The epoch, end to end").
 	ModeXA Mode = "xa"
-	// ModeHeld commits each epoch as one ordinary transaction per subtask (DESIGN §5).
+	// ModeHeld commits each epoch as one ordinary transaction per subtask (docs/PROTOCOL.md, "Held mode").
 	ModeHeld Mode = "held"
 	// ModeAuto (mode unset, the default) is xa, or held on a Galera node, which has no XA:
 	// ResolveMode picks one once the server is known.

@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// The README is what a user has: its links stay inside the repository, and its commands for
-// several instances are accepted as written, on top of the essentials it exports.
+// The README is what a user has: its commands for several instances are accepted as written, on
+// top of the essentials it exports, and so is its pipeline spec example. (Its links, and every
+// other document's, are checked by cmd/relay's TestDocsPointOnlyIntoTheRepo.)
 func TestReadmeAsWritten(t *testing.T) {
 	root := filepath.Join("..", "..")
 	b, err := os.ReadFile(filepath.Join(root, "README.md"))
@@ -17,17 +18,6 @@ func TestReadmeAsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	readme := string(b)
-	for _, m := range regexp.MustCompile(`\]\(([^)#]+)[^)]*\)`).FindAllStringSubmatch(readme, -1) {
-		target := m[1]
-		if strings.Contains(target, "://") {
-			continue
-		}
-		if rel, err := filepath.Rel(root, filepath.Join(root, target)); err != nil || strings.HasPrefix(rel, "..") {
-			t.Errorf("link %s leaves the repository", target)
-		} else if _, err := os.Stat(filepath.Join(root, target)); err != nil {
-			t.Errorf("link %s: %v", target, err)
-		}
-	}
 	var base []string
 	for _, m := range regexp.MustCompile(`(?m)^export (RELAY_\w+)='?([^'\n]*)'?$`).FindAllStringSubmatch(readme, -1) {
 		base = append(base, m[1]+"="+m[2])
@@ -66,5 +56,29 @@ func TestReadmeAsWritten(t *testing.T) {
 	}
 	if len(base) == 0 || examples == 0 {
 		t.Fatalf("found %d exported essentials and %d commands with an instance in README.md", len(base), examples)
+	}
+	specs := 0
+	for _, m := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(readme, -1) {
+		if !strings.Contains(m[1], "aggregates:") {
+			continue
+		}
+		file := filepath.Join(t.TempDir(), "spec.yaml")
+		if err := os.WriteFile(file, []byte(m[1]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load("", append(base, "RELAY_PIPELINE_FILE="+file))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil {
+			_, err = c.Plan()
+		}
+		if err != nil {
+			t.Errorf("README's spec example is refused: %v\n%s", err, m[1])
+		}
+		specs++
+	}
+	if specs == 0 {
+		t.Errorf("README.md has no pipeline spec example (a yaml block with aggregates:)")
 	}
 }

@@ -29,7 +29,7 @@ type Options struct {
 	GroupID     string
 	StartOffset string // earliest | latest
 	Properties  map[string]string
-	// Instance of Instances (DESIGN §8): this process reads the partitions p with p mod Instances ==
+	// Instance of Instances (docs/PROTOCOL.md, "Several instances"): this process reads the partitions p with p mod Instances ==
 	// Instance. Zero Instances means 1.
 	Instance, Instances int
 }

@@ -4,8 +4,9 @@
 // the server is known to have ended it. Closing a connection on the client does not end its
 // session when the network is gone (a blackholed socket): the server keeps it, with its GET_LOCK
 // and its attached XA branch, until wait_timeout. Such sessions stay listed as zombies until a
-// KILL (by this process after a restart, or by the next owner of the job) made sure they are gone.
-// A thread id names a session only within one server lifetime, so each connection also reads the
+// KILL (by this process after a restart, or by the next owner of the job) made sure they are gone,
+// or the server no longer lists them (Prune, at every lease renewal): the list stays bounded by the
+// sessions the server has, not by every connection the pool ever closed. A thread id names a session only within one server lifetime, so each connection also reads the
 // server's boot time (now minus Uptime): a new boot time means the server restarted, which ended
 // every older session. Those sessions, zombies and connections the pool has not yet found dead
 // alike, are then no longer listed (their ids may belong to someone else now), and the boot time
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/relay-sh/relay/internal/fault"
@@ -110,12 +112,7 @@ func (t *Tracker) List() Sessions {
 // KillZombies ends this process's closed sessions on the server db (the pool they came from) and
 // forgets those that are gone.
 func (t *Tracker) KillZombies(ctx context.Context, db *sql.DB) (killed []int64, err error) {
-	t.mu.Lock()
-	z := Sessions{Boot: t.boot, IDs: make([]int64, 0, len(t.zombie))}
-	for id := range t.zombie {
-		z.IDs = append(z.IDs, id)
-	}
-	t.mu.Unlock()
+	z := t.zombies()
 	if len(z.IDs) == 0 {
 		return nil, nil
 	}
@@ -128,6 +125,74 @@ func (t *Tracker) KillZombies(ctx context.Context, db *sql.DB) (killed []int64, 
 		delete(t.zombie, id)
 	}
 	return killed, nil
+}
+
+// zombies returns the closed sessions of the current lifetime, sorted.
+func (t *Tracker) zombies() Sessions {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	z := Sessions{Boot: t.boot, IDs: make([]int64, 0, len(t.zombie))}
+	for id := range t.zombie {
+		z.IDs = append(z.IDs, id)
+	}
+	slices.Sort(z.IDs)
+	return z
+}
+
+// Prune forgets the zombies the server db (the pool they came from) no longer lists: a connection
+// the pool closed (idle, past its lifetime) ends its session on the server, and a session the
+// server does not have cannot hold anything. Without it every connection the pool ever closed
+// stays listed, and the list the lease records only grows. A session the server still lists stays
+// a zombie (it may be a blackholed one, alive until a KILL).
+func (t *Tracker) Prune(ctx context.Context, db *sql.DB) error {
+	z := t.zombies()
+	if len(z.IDs) == 0 {
+		return nil
+	}
+	var q strings.Builder
+	args := make([]any, len(z.IDs))
+	q.WriteString("SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN (")
+	for i, id := range z.IDs {
+		if i > 0 {
+			q.WriteByte(',')
+		}
+		q.WriteByte('?')
+		args[i] = id
+	}
+	q.WriteByte(')')
+	rows, err := db.QueryContext(ctx, q.String(), args...)
+	if err != nil {
+		return fmt.Errorf("list sessions: %w", err)
+	}
+	defer rows.Close()
+	listed := map[int64]bool{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return fmt.Errorf("list sessions: %w", err)
+		}
+		listed[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list sessions: %w", err)
+	}
+	t.forget(z, listed)
+	return nil
+}
+
+// forget drops the zombies of z that listed does not name, unless the server restarted meanwhile
+// (then they are already gone, and the ids may be a new lifetime's).
+func (t *Tracker) forget(z Sessions, listed map[int64]bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.boot != z.Boot {
+		return
+	}
+	for _, id := range z.IDs {
+		if !listed[id] {
+			delete(t.zombie, id)
+		}
+	}
 }
 
 // Kill ends the sessions s lists on the server db, except the session spare, and returns those it

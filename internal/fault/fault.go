@@ -22,25 +22,34 @@ import (
 
 // MySQL / MariaDB server error numbers relay reacts to.
 const (
-	ErTooManyConnections = 1040
-	ErUnknownCom         = 1047 // Galera: "WSREP has not yet prepared node for application use" (not in the primary component)
-	ErServerShutdown     = 1053
-	ErNoSuchThread       = 1094 // KILL of a session that is gone
-	ErUnknownTable       = 1109 // e.g. a server without information_schema.INNODB_LOCK_WAITS
-	ErLockWaitTimeout    = 1205
-	ErLockDeadlock       = 1213
-	ErQueryInterrupted   = 1317
-	XAErNota             = 1397 // unknown XID (or owned by a live session on MariaDB)
-	XAErInval            = 1398
-	XAErRMFail           = 1399 // command not allowed in this XA state
-	XAErOutside          = 1400
-	XAErRMErr            = 1401
-	XARBRollback         = 1402 // branch was rolled back (e.g. an empty prepared branch)
-	XAErDupID            = 1440 // XID already exists
-	XARBTimeout          = 1613
-	XARBDeadlock         = 1614
-	ErConnectionKilled   = 1927 // MariaDB
-	ErLockAcquireFailed  = 3058 // MySQL GET_LOCK deadlock detection
+	ErTooManyConnections          = 1040
+	ErUnknownCom                  = 1047 // Galera: "WSREP has not yet prepared node for application use" (not in the primary component)
+	ErBadNull                     = 1048 // NULL into a NOT NULL column
+	ErServerShutdown              = 1053
+	ErNoSuchThread                = 1094 // KILL of a session that is gone
+	ErUnknownTable                = 1109 // e.g. a server without information_schema.INNODB_LOCK_WAITS
+	ErLockWaitTimeout             = 1205
+	ErWarnDataOutOfRange          = 1264 // a number past its column's range (strict mode)
+	ErWarnDataTruncated           = 1265
+	ErTruncatedWrongValue         = 1292 // e.g. a DATETIME the column cannot hold
+	ErInvalidCharString           = 1300 // bytes that are not the column's character set (utf8mb4)
+	ErLockDeadlock                = 1213
+	ErQueryInterrupted            = 1317
+	ErDivisionByZero              = 1365
+	ErTruncatedWrongValueForField = 1366 // a value the column's type cannot take (e.g. a bad string for its charset)
+	ErDataTooLong                 = 1406 // a string past its column's length
+	XAErNota                      = 1397 // unknown XID (or owned by a live session on MariaDB)
+	XAErInval                     = 1398
+	XAErRMFail                    = 1399 // command not allowed in this XA state
+	XAErOutside                   = 1400
+	XAErRMErr                     = 1401
+	XARBRollback                  = 1402 // branch was rolled back (e.g. an empty prepared branch)
+	XAErDupID                     = 1440 // XID already exists
+	XARBTimeout                   = 1613
+	ErDataOutOfRange              = 1690 // an expression's value past its type (e.g. a BIGINT sum)
+	XARBDeadlock                  = 1614
+	ErConnectionKilled            = 1927 // MariaDB
+	ErLockAcquireFailed           = 3058 // MySQL GET_LOCK deadlock detection
 )
 
 // MySQLNumber returns the server error number of err, or 0.
@@ -60,6 +69,20 @@ func IsMySQL(err error, n uint16) bool { return MySQLNumber(err) == n }
 func LockConflict(err error) bool {
 	switch MySQLNumber(err) {
 	case ErLockWaitTimeout, ErLockDeadlock, XARBTimeout, XARBDeadlock:
+		return true
+	}
+	return false
+}
+
+// DataRefused reports whether MySQL refused a statement for the values it carries (a string its
+// column cannot hold, a number past its column's range): the same statement fails the same way
+// however often it runs, so retrying it cannot help. relay validates every value it writes when
+// it decodes the record, so for relay's own statements this is a bug (or a table changed behind
+// relay's back, e.g. by a trigger), never bad input.
+func DataRefused(err error) bool {
+	switch MySQLNumber(err) {
+	case ErBadNull, ErWarnDataOutOfRange, ErWarnDataTruncated, ErTruncatedWrongValue, ErInvalidCharString,
+		ErDivisionByZero, ErTruncatedWrongValueForField, ErDataTooLong, ErDataOutOfRange:
 		return true
 	}
 	return false
@@ -121,7 +144,7 @@ func Retryable(err error) bool {
 }
 
 // Causes are the values Cause returns: a bounded set, fit for a metric label.
-var Causes = []string{"mysql_connection", "timeout", "lock_conflict", "commit_conflict", "cluster_not_ready", "fence_lost", "kafka", "mysql", "other"}
+var Causes = []string{"mysql_connection", "timeout", "lock_conflict", "commit_conflict", "cluster_not_ready", "fence_lost", "kafka", "mysql", "data_refused", "other"}
 
 // Classed is a sentinel error whose cause (one of Causes) is known where it is declared (the
 // fence's lock session lost, subtasks blocking each other), so that Cause stays the one place
@@ -148,6 +171,8 @@ func Cause(err error) string {
 		return "cluster_not_ready"
 	case LockConflict(err):
 		return "lock_conflict"
+	case DataRefused(err):
+		return "data_refused"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
 	case ConnectionLost(err):

@@ -54,6 +54,7 @@ func TestCause(t *testing.T) {
 		"timeout":          fmt.Errorf("decide: %w", context.DeadlineExceeded),
 		"mysql_connection": fmt.Errorf("write: %w", mysql.ErrInvalidConn),
 		"mysql":            &mysql.MySQLError{Number: 1146},
+		"data_refused":     fmt.Errorf("upsert: %w", &mysql.MySQLError{Number: ErWarnDataOutOfRange}),
 		"other":            errors.New("something else"),
 	} {
 		if got := Cause(err); got != want {
@@ -62,6 +63,21 @@ func TestCause(t *testing.T) {
 	}
 	if !IsPermanent(fmt.Errorf("assign: %w", Permanent(errors.New("topic t does not exist")))) || IsPermanent(io.EOF) {
 		t.Error("IsPermanent does not follow the Permanent mark")
+	}
+}
+
+// A statement MySQL refused for its values is its own class and is not retried as it is.
+func TestDataRefused(t *testing.T) {
+	for _, n := range []uint16{1048, 1264, 1265, 1292, 1300, 1365, 1366, 1406, 1690} {
+		err := fmt.Errorf("subtask 0: %w", &mysql.MySQLError{Number: n})
+		if !DataRefused(err) || Retryable(err) || Cause(err) != "data_refused" {
+			t.Errorf("error %d: DataRefused %v, Retryable %v, Cause %s", n, DataRefused(err), Retryable(err), Cause(err))
+		}
+	}
+	for _, err := range []error{&mysql.MySQLError{Number: ErLockDeadlock}, &mysql.MySQLError{Number: 1146}, io.EOF} {
+		if DataRefused(err) {
+			t.Errorf("DataRefused(%v) = true", err)
+		}
 	}
 }
 

@@ -1,8 +1,9 @@
 // Fence: one owner per job.
 //
 // Invariant: while a Fence is held, its GET_LOCK connection is open, the job row's owner epoch is
-// the one this Fence bumped, and the owner renews a lease (server clock) about every second,
-// recording its server sessions, each new one before it is used. A second process fails fast
+// the one this Fence bumped last (at Acquire, and at each held-mode session), and the owner renews
+// a lease (server clock) about every second, recording its server sessions (each new one before it
+// is used, and only those the server still has). A second process fails fast
 // naming the holder while the holder renews; one that finds the lease run out ends the recorded
 // sessions and takes over with a higher epoch. Safety rests on the epoch alone: every decision
 // write, and every XA COMMIT/ROLLBACK recovery issues, checks the epoch under the job row's lock,
@@ -32,13 +33,17 @@ type Fence struct {
 	boot   int64  // the ledger server's lifetime the lock session belongs to
 	node   string // the Galera node of the lock session (empty elsewhere)
 	key    string
-	Epoch  int64
 	cfg    FenceConfig
 	mu     sync.Mutex
+	epoch  int64     // the owner epoch; a held-mode session takes a new one (NewSession)
 	valid  time.Time // decisions may be written until then (monotonic clock)
-	lost   chan struct{}
-	stop   chan struct{}
-	kick   chan chan error // a new session to record now: renew, and answer on the channel
+	// leaseMu serialises the lease row's writes of this process: a renewal, and NewSession's
+	// move of the lease to the new epoch (a renewal between the two would miss it and fail).
+	leaseMu sync.Mutex
+	lost    chan struct{}
+	stop    chan struct{}
+	kick    chan chan error // a new session to record now: renew, and answer on the channel
+	tasks   sync.WaitGroup  // the renewing and pruning goroutines, which Release waits for
 	// TookOver is set when Acquire ended an earlier owner's sessions to get the fence.
 	TookOver *Takeover
 }
@@ -56,6 +61,9 @@ type FenceConfig struct {
 	// Prev is this process's own earlier fence, whose lock connection died: when the server still
 	// holds that session, it is ended at once (nobody else can own the epoch it holds).
 	Prev *Fence
+	// Readyz is the URL of this process's /readyz, recorded with the lease so that relay status
+	// asks the owner of the current epoch, wherever it runs ("" when it serves none).
+	Readyz string
 	// Cluster says the ledger is a Galera node: GET_LOCK holds only on that node, so a live lease
 	// recorded on another node is also an owner (see otherNode).
 	Cluster bool
@@ -101,11 +109,12 @@ func (c FenceConfig) EffectiveLease() time.Duration {
 // slow one does not lose it.
 func (c FenceConfig) renewEvery() time.Duration { return min(time.Second, c.EffectiveLease()/5) }
 
-// recorded is what the lease row records of an owner's sessions.
+// recorded is what the lease row records of an owner: its sessions, and where it answers /readyz.
 type recorded struct {
-	Lock  database.Sessions            `json:"lock"`
-	Pools map[string]database.Sessions `json:"pools"`
-	Node  string                       `json:"node,omitempty"` // Galera node of the lock session
+	Lock   database.Sessions            `json:"lock"`
+	Pools  map[string]database.Sessions `json:"pools"`
+	Readyz string                       `json:"readyz,omitempty"`
+	Node   string                       `json:"node,omitempty"` // Galera node of the lock session
 }
 
 // Acquire takes the instance's lock and bumps its owner epoch. When the lock is held, it fails
@@ -151,7 +160,9 @@ func Acquire(ctx context.Context, l *Ledger, cfg FenceConfig) (*Fence, error) {
 	for _, p := range cfg.Pools {
 		p.Sessions.OnOpen(f.record)
 	}
+	f.tasks.Add(2)
 	go f.watch()
+	go f.prune()
 	return f, nil
 }
 
@@ -311,7 +322,7 @@ func (f *Fence) lock(ctx context.Context, l *Ledger) error {
 			// Not the recorded owner's lock session (an operator command, an older relay, or a
 			// session of a later server lifetime that happens to carry the recorded id).
 			return fmt.Errorf("%w: job %s is running elsewhere: %s", ErrFenced, l.key, Holder(ctx, l))
-		case prev != nil && h.epoch == prev.Epoch && h.connID == prev.connID:
+		case prev != nil && h.epoch == prev.Epoch() && h.connID == prev.connID:
 			// This process's own lock session, cut off from it but alive on the server: only that
 			// one is ended (the process's other sessions are its own business, see endZombies).
 			killed, err := database.Kill(ctx, l.db, database.Sessions{Boot: prev.boot, IDs: []int64{prev.connID}}, f.connID)
@@ -413,10 +424,10 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		l.key, owner, m); err != nil {
 		return fmt.Errorf("fence %s: bump epoch: %w", l.key, err)
 	}
-	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, l.key).Scan(&f.Epoch); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, l.key).Scan(&f.epoch); err != nil {
 		return fmt.Errorf("fence %s: read epoch: %w", l.key, err)
 	}
-	if err := l.claimOwner(ctx, tx, f.Epoch); err != nil {
+	if err := l.claimOwner(ctx, tx, f.epoch); err != nil {
 		return fmt.Errorf("fence %s: %w", l.key, err)
 	}
 	sent := time.Now()
@@ -424,7 +435,7 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		VALUES (?, ?, ?, CONNECTION_ID(), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?)
 		ON DUPLICATE KEY UPDATE owner_epoch = VALUES(owner_epoch), owner = VALUES(owner), conn_id = VALUES(conn_id),
 			lease_until = VALUES(lease_until), sessions = VALUES(sessions)`,
-		l.key, f.Epoch, owner, f.cfg.EffectiveLease().Microseconds(), f.sessions()); err != nil {
+		l.key, f.epoch, owner, f.cfg.EffectiveLease().Microseconds(), f.sessions()); err != nil {
 		return fmt.Errorf("fence %s: lease: %w", l.key, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -432,6 +443,67 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 	}
 	f.renewed(sent)
 	return nil
+}
+
+// Epoch is the owner epoch this fence holds now: every decision is written under it.
+func (f *Fence) Epoch() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.epoch
+}
+
+// NewSession starts a held-mode session of this owner: in one ledger transaction it takes the
+// owner row exclusively, bumps the owner epoch (and the lease's with it) and reads every
+// partition's offset with a locking read. A data transaction of the previous session holds the
+// owner row shared from its fence check to its COMMIT, and its offset rows exclusively: one whose
+// COMMIT is still under way on the server (its client gave up on it) is waited for, so the new
+// session resumes after it rather than from the offsets before it; one that has not checked the
+// fence yet finds the new epoch and fails with ErrFenced. It returns the offsets and the highest
+// checkpoint id among them, as PartitionOffsets does.
+//
+// The waits run on a pool connection, not on the lock session, and without holding up renewals:
+// a transaction waited for may need a new connection of this process to finish (the resolver's
+// guarded XA COMMIT), and a new connection waits for a renewal to record it.
+func (f *Fence) NewSession(ctx context.Context, l *Ledger) (Offsets, int64, error) {
+	old := f.Epoch()
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("new session: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := checkEpoch(ctx, tx, l.key, old); err != nil {
+		return nil, 0, fmt.Errorf("new session: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE relay_jobs SET owner_epoch = ? WHERE job = ?`, old+1, l.key); err != nil {
+		return nil, 0, fmt.Errorf("new session: bump epoch: %w", err)
+	}
+	if err := l.advanceOwner(ctx, tx, old, old+1); err != nil {
+		return nil, 0, fmt.Errorf("new session: %w", err)
+	}
+	offs, maxID, err := l.partitionOffsets(ctx, tx, " LOCK IN SHARE MODE")
+	if err != nil {
+		return nil, 0, fmt.Errorf("new session: %w", err)
+	}
+	// The lease moves to the new epoch with it; no renewal of the old one may run past this point.
+	f.leaseMu.Lock()
+	defer f.leaseMu.Unlock()
+	res, err := tx.ExecContext(ctx, `UPDATE relay_leases SET owner_epoch = ? WHERE job = ? AND owner_epoch = ? AND conn_id = ?`,
+		old+1, l.key, old, f.connID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("new session: lease: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return nil, 0, fmt.Errorf("new session: %w: lease of epoch %d not found", ErrFenced, old)
+	}
+	if err := tx.Commit(); err != nil {
+		// Unknown outcome: the lease may be at either epoch, so the next renewal may fail and
+		// the fence be taken again. Nothing decides under an epoch it does not know it holds.
+		return nil, 0, fmt.Errorf("new session: commit: %w", err)
+	}
+	f.mu.Lock()
+	f.epoch = old + 1
+	f.mu.Unlock()
+	return offs, maxID, nil
 }
 
 // idBlock is how many checkpoint ids one reservation covers: one ledger write per block.
@@ -447,16 +519,18 @@ func (f *Fence) ReserveIDs(ctx context.Context, l *Ledger, floor int64) (first, 
 		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	var cur int64
-	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ? LOCK IN SHARE MODE`, l.key).Scan(&cur); err != nil {
-		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
-	}
-	if cur != f.Epoch {
-		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w: owner epoch is %d, this process holds %d", ErrFenced, cur, f.Epoch)
-	}
-	var reserved, blocks int64
+	// Exclusive locks from the first read, the job row before the instance's owner row (the order
+	// claim takes them in): a shared lock upgraded later deadlocks against a second reservation
+	// doing the same (the job row is the owner row when the job runs as one instance).
+	var reserved, blocks, cur int64
 	if err := tx.QueryRowContext(ctx, `SELECT id_reserved FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&reserved); err != nil {
 		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ? FOR UPDATE`, l.key).Scan(&cur); err != nil {
+		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w", err)
+	}
+	if epoch := f.Epoch(); cur != epoch {
+		return 0, 0, fmt.Errorf("reserve checkpoint ids: %w: owner epoch is %d, this process holds %d", ErrFenced, cur, epoch)
 	}
 	// The blocks themselves too: a job row deleted by hand (a demo reset, an operator) must not
 	// hand out ids a recorded block already covers.
@@ -516,6 +590,7 @@ func IsHeld(ctx context.Context, l *Ledger) (bool, error) {
 // hung past its deadline, the lock or the epoch is gone) closes Lost; decisions already stopped
 // being allowed at Deadline, before the lease can run out on the server.
 func (f *Fence) watch() {
+	defer f.tasks.Done()
 	every := f.cfg.renewEvery()
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -539,9 +614,35 @@ func (f *Fence) watch() {
 	}
 }
 
+// prune forgets, at the renewal's pace, the pools' closed sessions the server no longer has, so
+// that the sessions each renewal records stay those that may still hold something. It runs apart
+// from watch: a pool may open a connection to answer it, and that connection's record waits for
+// watch. A failed pass is only retried: the list is then longer, never shorter, than it should be.
+func (f *Fence) prune() {
+	defer f.tasks.Done()
+	every := f.cfg.renewEvery()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-f.lost:
+			return
+		case <-t.C:
+		}
+		for _, p := range f.cfg.Pools {
+			ctx, cancel := context.WithTimeout(context.Background(), max(every, f.cfg.EffectiveLease()/4))
+			_ = p.Sessions.Prune(ctx, p.DB)
+			cancel()
+		}
+	}
+}
+
 // sessions renders the lock session and the pools' server sessions as recorded with the lease.
 func (f *Fence) sessions() string {
-	r := recorded{Lock: database.Sessions{Boot: f.boot, IDs: []int64{f.connID}}, Pools: map[string]database.Sessions{}, Node: f.node}
+	r := recorded{Lock: database.Sessions{Boot: f.boot, IDs: []int64{f.connID}}, Pools: map[string]database.Sessions{},
+		Readyz: f.cfg.Readyz, Node: f.node}
 	for _, p := range f.cfg.Pools {
 		r.Pools[p.Name] = p.Sessions.List()
 	}
@@ -549,18 +650,28 @@ func (f *Fence) sessions() string {
 	return string(js)
 }
 
+// beforeRenew, when set (tests only), runs at the start of every renewal: a test holds a
+// renewal there, in flight, to race it with Release.
+var beforeRenew func()
+
 func (f *Fence) renew(timeout time.Duration) error {
+	if beforeRenew != nil {
+		beforeRenew()
+	}
+	f.leaseMu.Lock()
+	defer f.leaseMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	sent := time.Now()
+	epoch := f.Epoch()
 	res, err := f.conn.ExecContext(ctx, `UPDATE relay_leases SET lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, sessions = ?
 		WHERE job = ? AND owner_epoch = ? AND conn_id = CONNECTION_ID() AND IS_USED_LOCK(?) = CONNECTION_ID()`,
-		f.cfg.EffectiveLease().Microseconds(), f.sessions(), f.key, f.Epoch, LockName(f.key))
+		f.cfg.EffectiveLease().Microseconds(), f.sessions(), f.key, epoch, LockName(f.key))
 	if err != nil {
 		return err
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return fmt.Errorf("fence %s: lease not renewed: lock or epoch %d lost", f.key, f.Epoch)
+		return fmt.Errorf("fence %s: lease not renewed: lock or epoch %d lost", f.key, epoch)
 	}
 	f.renewed(sent)
 	return nil
@@ -588,7 +699,9 @@ func (f *Fence) Deadline() time.Time {
 // Lost is closed when the fence's lock connection died: ownership may have passed to another process.
 func (f *Fence) Lost() <-chan struct{} { return f.lost }
 
-// Release gives the lock back (process exit releases it too).
+// Release gives the lock back (process exit releases it too). It first waits for a renewal in
+// flight: one that ran after the statements below would record the sessions again, or fail on the
+// discarded connection and report a released fence lost.
 func (f *Fence) Release() {
 	select {
 	case <-f.stop:
@@ -599,10 +712,11 @@ func (f *Fence) Release() {
 	for _, p := range f.cfg.Pools {
 		p.Sessions.OnOpen(nil)
 	}
+	f.tasks.Wait()
 	if f.conn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		// A clean release leaves no sessions for a later claim to end.
-		_, _ = f.conn.ExecContext(ctx, `UPDATE relay_leases SET sessions = '' WHERE job = ? AND owner_epoch = ?`, f.key, f.Epoch)
+		_, _ = f.conn.ExecContext(ctx, `UPDATE relay_leases SET sessions = '' WHERE job = ? AND owner_epoch = ?`, f.key, f.Epoch())
 		_, _ = f.conn.ExecContext(ctx, `DO RELEASE_ALL_LOCKS()`)
 		cancel()
 		xa.Discard(f.conn)

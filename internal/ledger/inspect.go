@@ -21,6 +21,47 @@ type OwnerRow struct {
 	AcquiredAt time.Time `json:"acquired_at"`
 }
 
+// LeaseRow is the lease of an instance's current owner epoch, on the ledger server's clock.
+type LeaseRow struct {
+	Owner string
+	Epoch int64
+	Until time.Time
+	// Remaining is how long the lease still runs, measured by the server when it was read:
+	// negative when it ran out (the owner stopped renewing; a relay run may take over).
+	Remaining time.Duration
+	// Readyz is the /readyz URL the owner recorded ("" when it recorded none: an operator command,
+	// an older relay, or a clean release).
+	Readyz string
+}
+
+// Lease returns the lease of the instance's current owner epoch; nil when it has none (the
+// instance never ran, or its epoch was taken by a relay older than leases).
+func (l *Ledger) Lease(ctx context.Context) (*LeaseRow, error) {
+	h, err := readHolder(ctx, l)
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	if !h.claimed || !h.lease.Valid {
+		return nil, nil
+	}
+	return &LeaseRow{Owner: h.owner, Epoch: h.epoch, Until: h.lease.Time, Remaining: h.remaining, Readyz: h.sessions.Readyz}, nil
+}
+
+// NewestBlock is the newest block of checkpoint ids this instance reserved (ok false: none). An
+// owner reserves a block when its session starts, so while it runs its checkpoints come from this
+// block, and a branch in an older block was left by an earlier session.
+func (l *Ledger) NewestBlock(ctx context.Context) (first, last int64, ok bool, err error) {
+	err = l.db.QueryRowContext(ctx, `SELECT first_id, last_id FROM relay_id_blocks WHERE job = ? AND owner_key = ?
+		ORDER BY first_id DESC LIMIT 1`, l.job, l.key).Scan(&first, &last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("id blocks: %w", err)
+	}
+	return first, last, true, nil
+}
+
 // Jobs lists the names of every job that ever took a fence in the ledger database db.
 func Jobs(ctx context.Context, db *sql.DB) (map[string]bool, error) {
 	rows, err := db.QueryContext(ctx, `SELECT job FROM relay_jobs`)

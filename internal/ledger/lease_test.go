@@ -77,8 +77,8 @@ func TestLeaseTakeover(t *testing.T) {
 	defer newer.Release()
 	took := time.Since(silencedAt)
 	tk := newer.TookOver
-	if tk == nil || tk.Own || tk.Owner != "host-a pid 1" || tk.Epoch != old.Epoch {
-		t.Fatalf("takeover record %+v, want one from host-a pid 1 at epoch %d", tk, old.Epoch)
+	if tk == nil || tk.Own || tk.Owner != "host-a pid 1" || tk.Epoch != old.Epoch() {
+		t.Fatalf("takeover record %+v, want one from host-a pid 1 at epoch %d", tk, old.Epoch())
 	}
 	if took < lease-500*time.Millisecond || took > lease+5*time.Second {
 		t.Fatalf("took over %s after the last renewal, want about the lease (%s)", took, lease)
@@ -91,13 +91,13 @@ func TestLeaseTakeover(t *testing.T) {
 			t.Fatalf("session %d of the old owner is still alive", id)
 		}
 	}
-	if newer.Epoch != old.Epoch+1 {
-		t.Fatalf("epoch %d after takeover, want %d", newer.Epoch, old.Epoch+1)
+	if newer.Epoch() != old.Epoch()+1 {
+		t.Fatalf("epoch %d after takeover, want %d", newer.Epoch(), old.Epoch()+1)
 	}
-	if err := l.Decide(ctx, old.Epoch, Checkpoint{ID: 1, Offsets: Offsets{}}); !errors.Is(err, ErrFenced) {
+	if err := l.Decide(ctx, old.Epoch(), Checkpoint{ID: 1, Offsets: Offsets{}}); !errors.Is(err, ErrFenced) {
 		t.Fatalf("old owner's decision after the takeover: %v, want ErrFenced", err)
 	}
-	if err := l.Decide(ctx, newer.Epoch, Checkpoint{ID: 1, Offsets: Offsets{}}); err != nil {
+	if err := l.Decide(ctx, newer.Epoch(), Checkpoint{ID: 1, Offsets: Offsets{}}); err != nil {
 		t.Fatalf("new owner's decision: %v", err)
 	}
 }
@@ -121,7 +121,7 @@ func TestLiveOwnerKeepsLease(t *testing.T) {
 	if !alive(ctx, t, l, owner.connID) {
 		t.Fatal("the live owner's lock session was ended")
 	}
-	if err := l.Decide(ctx, owner.Epoch, Checkpoint{ID: 1, Offsets: Offsets{}}); err != nil {
+	if err := l.Decide(ctx, owner.Epoch(), Checkpoint{ID: 1, Offsets: Offsets{}}); err != nil {
 		t.Fatalf("live owner's decision: %v", err)
 	}
 }
@@ -154,8 +154,8 @@ func TestOwnZombieRetaken(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("re-taking own fence took %s (waited for the lease?)", d)
 	}
-	if again.TookOver == nil || !again.TookOver.Own || again.Epoch != first.Epoch+1 {
-		t.Fatalf("re-take %+v epoch %d, want own takeover at epoch %d", again.TookOver, again.Epoch, first.Epoch+1)
+	if again.TookOver == nil || !again.TookOver.Own || again.Epoch() != first.Epoch()+1 {
+		t.Fatalf("re-take %+v epoch %d, want own takeover at epoch %d", again.TookOver, again.Epoch(), first.Epoch()+1)
 	}
 	if !slices.Equal(again.TookOver.Killed, []int64{first.connID}) {
 		t.Fatalf("re-take ended %v, want only the old lock session %d", again.TookOver.Killed, first.connID)
@@ -178,7 +178,7 @@ func TestGuard(t *testing.T) {
 	guarded := make(chan error, 1)
 	started := make(chan struct{}) // fn runs once the guard holds its lock
 	go func() {
-		guarded <- l.Guard(ctx, first.Epoch, func() error { close(started); <-release; fnDone = time.Now(); return nil })
+		guarded <- l.Guard(ctx, first.Epoch(), func() error { close(started); <-release; fnDone = time.Now(); return nil })
 	}()
 	select {
 	case <-started:
@@ -200,10 +200,10 @@ func TestGuard(t *testing.T) {
 		t.Fatalf("the new owner claimed the job (%s) while the old owner's guarded action ran (until %s)", claimed, fnDone)
 	}
 	ran := false
-	if err := l.Guard(ctx, first.Epoch, func() error { ran = true; return nil }); !errors.Is(err, ErrFenced) || ran {
+	if err := l.Guard(ctx, first.Epoch(), func() error { ran = true; return nil }); !errors.Is(err, ErrFenced) || ran {
 		t.Fatalf("old owner's guarded action after the takeover: %v (ran %v), want ErrFenced without running", err, ran)
 	}
-	if err := l.Guard(ctx, second.Epoch, func() error { ran = true; return nil }); err != nil || !ran {
+	if err := l.Guard(ctx, second.Epoch(), func() error { ran = true; return nil }); err != nil || !ran {
 		t.Fatalf("new owner's guarded action: %v (ran %v)", err, ran)
 	}
 }
@@ -235,5 +235,53 @@ func TestReserveIDsAboveRecordedBlocks(t *testing.T) {
 	}
 	if first <= last {
 		t.Fatalf("new block starts at %d, inside the recorded one ending at %d", first, last)
+	}
+}
+
+// The lease row says who holds the current owner epoch, until when (server clock) and where it
+// answers /readyz; a takeover replaces all three, so relay status never asks the old owner.
+func TestLeaseRecordsTheOwnersReadyz(t *testing.T) {
+	l, pool, ctx := trackedLedger(t)
+	if got, err := l.Lease(ctx); err != nil || got != nil {
+		t.Fatalf("a job that never ran has lease %+v, %v; want none", got, err)
+	}
+	lease := 2 * time.Second
+	old, err := Acquire(ctx, l, FenceConfig{Owner: "host-a pid 1", Lease: lease, Pools: []Pool{pool}, TakeOver: true, Readyz: "http://host-a:8080/readyz"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Release()
+	got, err := l.Lease(ctx)
+	if err != nil || got == nil {
+		t.Fatalf("lease of a held fence: %+v, %v", got, err)
+	}
+	if got.Owner != "host-a pid 1" || got.Epoch != old.Epoch() || got.Readyz != "http://host-a:8080/readyz" ||
+		got.Remaining <= 0 || got.Remaining > lease {
+		t.Fatalf("lease %+v; want host-a's, epoch %d, its /readyz, 0 < remaining <= %s", got, old.Epoch(), lease)
+	}
+	silence(old)
+	deadline := time.Now().Add(10 * time.Second)
+	for got.Remaining > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("lease not expired 10s after the renewals stopped: %+v", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if got, err = l.Lease(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got.Readyz != "http://host-a:8080/readyz" {
+		t.Fatalf("expired lease: %+v, want host-a's /readyz still recorded", got)
+	}
+	next, err := Acquire(ctx, l, FenceConfig{Owner: "host-b pid 2", Lease: lease, Pools: []Pool{pool}, TakeOver: true, Readyz: "http://host-b:9090/readyz"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release()
+	if got, err = l.Lease(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got.Owner != "host-b pid 2" || got.Epoch != next.Epoch() || got.Epoch <= old.Epoch() || got.Readyz != "http://host-b:9090/readyz" || got.Remaining <= 0 {
+		t.Fatalf("after the takeover the lease is %+v; want host-b's, epoch %d, its /readyz, not expired", got, next.Epoch())
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +42,10 @@ const (
 
 // ErrFenced means another process owns the job (or took it over from this one).
 var ErrFenced = fault.Fatal("fenced")
+
+// ErrBranchLost means the server rolled back a branch the ledger decided to commit: its rows are
+// lost. Nothing of relay retries past it: the branch is gone, a restart would carry on without it.
+var ErrBranchLost = fault.Fatal("a branch the ledger decided to commit was rolled back by the server; its rows are lost")
 
 // ErrNewerSchema means the ledger was written by a newer relay.
 var ErrNewerSchema = fault.Fatal("ledger schema is newer than this relay")
@@ -119,7 +124,7 @@ type Ledger struct {
 // New binds a ledger to db and a job that runs as one instance; call EnsureSchema before use.
 func New(db *sql.DB, job string) *Ledger { return &Ledger{db: db, job: job, key: job, layout: 1} }
 
-// NewInstance binds a ledger to instance i of m of a job (DESIGN §8).
+// NewInstance binds a ledger to instance i of m of a job (docs/PROTOCOL.md, "Several instances").
 func NewInstance(db *sql.DB, job string, i, m int) *Ledger {
 	return &Ledger{db: db, job: job, key: InstanceKey(job, i, m), layout: m}
 }
@@ -360,6 +365,19 @@ func scanCheckpoint(sc interface{ Scan(...any) error }) (Checkpoint, error) {
 		c.CommittedAt = &t
 	}
 	return c, nil
+}
+
+// RolledBack classifies the server's XA_RBROLLBACK answer to the commit of tag, a branch of the
+// decided checkpoint c. The server answers so for a branch that wrote nothing; relay prepares a
+// branch only after it wrote (an epoch with nothing to write opens none), and the decision lists
+// exactly the branches that prepared. A listed branch rolled back lost its rows (ErrBranchLost); an
+// unlisted one is not relay's writing and lost nothing.
+func (c Checkpoint) RolledBack(tag string) error {
+	if slices.Contains(c.Tags, tag) {
+		return fmt.Errorf("%w: branch %s of checkpoint %d (decided %s UTC, %d records)", ErrBranchLost, tag, c.ID,
+			c.DecidedAt.Format("2006-01-02 15:04:05"), c.Records)
+	}
+	return nil
 }
 
 // LastDecided returns the newest decided checkpoint, or nil when the job has none.

@@ -32,7 +32,7 @@ func TestFencing(t *testing.T) {
 	if _, err := Acquire(ctx, l, FenceConfig{Owner: "host-b pid 2"}); !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "host-a pid 1") {
 		t.Fatalf("second owner: got %v, want ErrFenced naming host-a pid 1", err)
 	}
-	if err := l.Decide(ctx, f1.Epoch, Checkpoint{ID: 1, Tags: []string{"x-1-0"}, Offsets: Offsets{"t": {0: 5}}}); err != nil {
+	if err := l.Decide(ctx, f1.Epoch(), Checkpoint{ID: 1, Tags: []string{"x-1-0"}, Offsets: Offsets{"t": {0: 5}}}); err != nil {
 		t.Fatalf("owner's decision: %v", err)
 	}
 	// The owner's lock connection dies (as in a network partition); a new owner takes over.
@@ -54,10 +54,10 @@ func TestFencing(t *testing.T) {
 		t.Fatalf("takeover after the owner's lock connection died: %v", err)
 	}
 	defer f2.Release()
-	if f2.Epoch != f1.Epoch+1 {
-		t.Fatalf("new epoch %d, want %d", f2.Epoch, f1.Epoch+1)
+	if f2.Epoch() != f1.Epoch()+1 {
+		t.Fatalf("new epoch %d, want %d", f2.Epoch(), f1.Epoch()+1)
 	}
-	err = l.Decide(ctx, f1.Epoch, Checkpoint{ID: 2, Offsets: Offsets{}})
+	err = l.Decide(ctx, f1.Epoch(), Checkpoint{ID: 2, Offsets: Offsets{}})
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("stale owner's decision: got %v, want ErrFenced", err)
 	}
@@ -69,7 +69,7 @@ func TestFencing(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("stale owner was not told it lost the fence")
 	}
-	if err := l.Decide(ctx, f2.Epoch, Checkpoint{ID: 2, Offsets: Offsets{}}); err != nil {
+	if err := l.Decide(ctx, f2.Epoch(), Checkpoint{ID: 2, Offsets: Offsets{}}); err != nil {
 		t.Fatalf("new owner's decision: %v", err)
 	}
 }
@@ -87,11 +87,11 @@ func TestCheckpointRows(t *testing.T) {
 	}
 	offs := Offsets{"orders": {0: 10, 3: 99}}
 	for id := int64(1); id <= 3; id++ {
-		if err := l.Decide(ctx, f.Epoch, Checkpoint{ID: id, Tags: []string{"a-1-0", "a-1-1"}, Offsets: offs, Records: 7}); err != nil {
+		if err := l.Decide(ctx, f.Epoch(), Checkpoint{ID: id, Tags: []string{"a-1-0", "a-1-1"}, Offsets: offs, Records: 7}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := l.Decide(ctx, f.Epoch, Checkpoint{ID: 3, Offsets: offs}); err == nil {
+	if err := l.Decide(ctx, f.Epoch(), Checkpoint{ID: 3, Offsets: offs}); err == nil {
 		t.Fatal("a second decision for the same checkpoint was accepted")
 	}
 	if err := l.MarkCommitted(ctx, 1); err != nil {
@@ -184,5 +184,17 @@ func TestInRange(t *testing.T) {
 			!strings.Contains(err.Error(), "relay offsets reset --to orders:3=10") {
 			t.Fatalf("offset %d: %v, want ErrOutOfRange saying %q and the reset", off, err, want)
 		}
+	}
+}
+
+// XA_RBROLLBACK on the commit of a decided branch is lost data exactly when the decision lists the
+// branch (relay lists only branches that wrote rows).
+func TestRolledBackClassification(t *testing.T) {
+	c := Checkpoint{ID: 7, Tags: []string{"j-7-0", "j-7-1"}, Records: 12}
+	if err := c.RolledBack("j-7-1"); !errors.Is(err, ErrBranchLost) || !strings.Contains(err.Error(), "j-7-1") {
+		t.Fatalf("listed branch rolled back: %v, want ErrBranchLost naming j-7-1", err)
+	}
+	if err := c.RolledBack("j-7-2"); err != nil {
+		t.Fatalf("unlisted (empty) branch rolled back: %v, want nil", err)
 	}
 }

@@ -16,7 +16,15 @@ import (
 // PartitionOffsets returns the committed offset of every partition of the job, whichever instance
 // wrote it, and the highest checkpoint id among them.
 func (l *Ledger) PartitionOffsets(ctx context.Context) (Offsets, int64, error) {
-	rows, err := l.db.QueryContext(ctx, `SELECT topic, kpartition, next_offset, checkpoint_id FROM relay_offsets WHERE job = ?`, l.job)
+	return l.partitionOffsets(ctx, l.db, "")
+}
+
+// partitionOffsets is PartitionOffsets through q, the read ending with lock (a locking clause, or
+// nothing).
+func (l *Ledger) partitionOffsets(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, lock string) (Offsets, int64, error) {
+	rows, err := q.QueryContext(ctx, `SELECT topic, kpartition, next_offset, checkpoint_id FROM relay_offsets WHERE job = ?`+lock, l.job)
 	if err != nil {
 		return nil, 0, fmt.Errorf("partition offsets: %w", err)
 	}

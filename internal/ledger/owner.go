@@ -1,8 +1,9 @@
 // Owner rows: the fence where locks are not replicated.
 //
 // Invariant: the owner row of a scope — (job, scope), the scope being the instance key today (the
-// job, or job/i) and a partition's name once ownership is per partition (DESIGN §8) — holds the
-// epoch of its owner. Taking a scope writes its row with the new epoch; every decision for it
+// job, or job/i) and a partition's name once ownership is per partition (docs/PROTOCOL.md,
+// "Galera / Percona XtraDB Cluster") — holds the epoch of its owner. Taking a scope writes its row
+// with the new epoch (so does a held-mode session's new epoch); every decision for it
 // (held mode's data+offsets COMMIT, XA mode's ledger decision) writes it again, conditional on the
 // epoch it holds, in the same local transaction. On one server the job row's lock already orders
 // decisions and takeovers. On a Galera cluster (MariaDB Galera, Percona XtraDB Cluster) GET_LOCK
@@ -37,6 +38,20 @@ func (l *Ledger) claimOwner(ctx context.Context, tx Execer, epoch int64) error {
 		ON DUPLICATE KEY UPDATE owner_epoch = VALUES(owner_epoch), written_at = VALUES(written_at)`,
 		l.job, l.key, epoch); err != nil {
 		return fmt.Errorf("owner row: %w", err)
+	}
+	return nil
+}
+
+// advanceOwner moves the owner row of this instance's scope from epoch old to new (a held-mode
+// session's new epoch, Fence.NewSession), conditional on old, in the caller's transaction.
+func (l *Ledger) advanceOwner(ctx context.Context, tx Execer, old, new int64) error {
+	res, err := tx.ExecContext(ctx, `UPDATE relay_owners SET owner_epoch = ?, written_at = UTC_TIMESTAMP(6)
+		WHERE job = ? AND scope = ? AND owner_epoch = ?`, new, l.job, l.key, old)
+	if err != nil {
+		return fmt.Errorf("owner row: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("%w: owner row of %s is not at epoch %d", ErrFenced, l.key, old)
 	}
 	return nil
 }
@@ -84,7 +99,7 @@ func (f *Fence) otherNode(ctx context.Context, l *Ledger) error {
 			return nil // released cleanly
 		case h.sessions.Node == f.node && database.SameBoot(h.sessions.Lock.Boot, f.boot):
 			return nil // this node's lifetime: its lock session is gone, since this one got the lock
-		case prev != nil && h.epoch == prev.Epoch:
+		case prev != nil && h.epoch == prev.Epoch():
 			return nil // this process's own earlier fence
 		case !f.cfg.TakeOver:
 			return fmt.Errorf("%w: job %s is running on another Galera node: owner %s (epoch %d) renews its lease", ErrFenced, l.key, h.owner, h.epoch)

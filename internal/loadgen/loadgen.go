@@ -4,7 +4,8 @@
 // of Kafka transactions that committed (an aborted transaction's records must never reach MySQL),
 // decoded by the spec's decoder, so it holds what every aggregate table must; each bad record is
 // remembered with the reason that decoder gives it. A good record the generator made that the
-// decoder refuses is an error, never a silent miscount.
+// decoder refuses is an error, never a silent miscount. Totals also keeps the committed payloads
+// themselves (bounded), so a check that shares no code with relay can decode them on its own.
 package loadgen
 
 import (
@@ -12,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -19,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -48,6 +51,16 @@ type Options struct {
 	// Plan is the spec the records are made for; nil is the default spec (relay's defaults, as
 	// config.Default), whose records are the ones loadgen always made, byte for byte.
 	Plan *spec.Plan
+	// Escape writes what real producers write, with the same known meaning (spell.go): grouped
+	// strings and order ids with non-ASCII text (é, ü, CJK, emoji past the BMP; an NFC and an NFD
+	// key of the same visible text), strings raw or \u-escaped (surrogate pairs, "\/", escaped
+	// ASCII letters), escaped member names, numbers and times in every spelling the spec accepts,
+	// members in any order, any whitespace. Off, the records are the plain ones.
+	Escape bool
+	// Progress, if set, gets a line every ProgressEvery (default 5 s) while Run produces: records
+	// sent, committed and aborted, the rate and the time left.
+	Progress      io.Writer
+	ProgressEvery time.Duration
 }
 
 // DefaultPlan is the default spec's plan (config.Default's), compiled once.
@@ -92,10 +105,40 @@ type Totals struct {
 	// Good counts committed good records, Aborted the records of aborted transactions, Produced
 	// every record sent.
 	Good, Aborted, Produced int64
+	// committed holds the payloads of committed transactions, good and bad, in the order
+	// recorded, while they fit keep bytes (see Keep); over is set once one did not.
+	committed  [][]byte
+	kept, keep int64
+	over       bool
 }
 
-// NewTotals returns empty totals; the first Run fixes their spec.
-func NewTotals() *Totals { return &Totals{} }
+// DefaultKeep bounds the committed payloads NewTotals keeps: ample for a test's few hundred
+// thousand records (the bad kind too_large is 70 kB each), and a bound on a long run's memory.
+const DefaultKeep = 256 << 20
+
+// NewTotals returns empty totals that keep up to DefaultKeep bytes of committed payloads; the
+// first Run fixes their spec.
+func NewTotals() *Totals { return &Totals{keep: DefaultKeep} }
+
+// Keep bounds the bytes of committed payloads the totals keep for Committed (0: none, for a run
+// that needs only the fold).
+func (t *Totals) Keep(bytes int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.keep = bytes
+}
+
+// Committed returns the payloads of every committed record, good and bad, in the order they were
+// recorded (one Run's in the order produced), for a check that decodes them on its own. It is an
+// error once more were committed than the totals keep.
+func (t *Totals) Committed() ([][]byte, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.over {
+		return nil, fmt.Errorf("loadgen: the committed payloads passed the %d bytes the totals keep", t.keep)
+	}
+	return slices.Clone(t.committed), nil
+}
 
 // use fixes the totals' plan, refusing a second one: one fold cannot hold two specs' tables.
 func (t *Totals) use(p *spec.Plan) error {
@@ -133,6 +176,13 @@ func (t *Totals) record(recs []pendingRec, committed bool) error {
 		return nil
 	}
 	for _, r := range recs {
+		if !t.over {
+			if t.kept += int64(len(r.payload)); t.kept <= t.keep {
+				t.committed = append(t.committed, r.payload)
+			} else {
+				t.over, t.committed = true, nil
+			}
+		}
 		reason, field := t.dec.Decode(r.payload, &t.rec)
 		switch {
 		case reason != spec.OK && r.bad == nil:
@@ -219,13 +269,16 @@ type Generator struct {
 	o      Options
 	plan   *spec.Plan
 	fields []spec.InputField
-	values [][]string // per field: the JSON literals it is drawn from (nil: see value)
+	values [][]string // per field: the values it is drawn from (nil: see raw)
+	plains [][]string // values as the plain records write them (see plain), rendered once
 	draw   []int      // the fields in the order values are drawn: grouped or filtered, the event time, the rest
 	layout []node     // the record's top-level keys
 	rng    *rand.Rand
+	sp     *speller // with Escape: how each record is written
 	seq    int64
-	bad    int // bad records made so far
-	lits   []string
+	bad    int      // bad records made so far
+	vals   []string // this record's values, by field (as raw gives them)
+	lits   []string // and as the plain records write them
 }
 
 // node is one key of the record: a field's value, or an object of fields sharing a path prefix.
@@ -250,16 +303,22 @@ func NewGenerator(o Options) *Generator {
 		o.StartTS = 1764000000000 - 1764000000000%60000
 	}
 	g := &Generator{o: o, plan: o.Plan, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))}
+	if o.Escape {
+		g.sp = newSpeller(o.Seed)
+	}
 	if g.plan == nil {
 		g.plan = DefaultPlan()
 	}
 	g.fields = g.plan.InputFields()
-	g.values = make([][]string, len(g.fields))
-	g.lits = make([]string, len(g.fields))
+	g.values, g.plains = make([][]string, len(g.fields)), make([][]string, len(g.fields))
+	g.vals, g.lits = make([]string, len(g.fields)), make([]string, len(g.fields))
 	et := len(g.fields) - 1
 	var rest []int
 	for i, f := range g.fields[:et] {
 		g.values[i] = choices(f, o)
+		for _, v := range g.values[i] {
+			g.plains[i] = append(g.plains[i], plain(&f, v))
+		}
 		g.layout = place(g.layout, f.Path, i)
 		if f.Grouped || f.Filter != nil {
 			g.draw = append(g.draw, i)
@@ -272,55 +331,52 @@ func NewGenerator(o Options) *Generator {
 	return g
 }
 
-// choices are the literals a field is drawn from: a filter's values and one it drops, a small
+// choices are the values a field is drawn from: a filter's values and one it drops, a small
 // vocabulary for a grouped field (so keys collide), the edge amounts for a decimal. An ungrouped
-// string is an order id and an ungrouped int any small number (nil: value makes them).
+// string is an order id and an ungrouped int any small number (nil: raw makes them).
 func choices(f spec.InputField, o Options) []string {
 	n := o.SKUs
 	if d, ok := o.Distinct[f.Name]; ok && d > 0 {
 		n = d
 	}
-	quote := f.Kind == spec.KindString
 	var out []string
-	add := func(v string) {
-		if quote {
-			v = strconv.Quote(v)
-		}
-		out = append(out, v)
-	}
 	switch {
 	case f.Filter != nil:
-		for _, v := range f.Filter {
-			add(v)
-		}
+		out = slices.Clone(f.Filter)
 		// One value the filters drop, so records both reach and miss the filtered aggregates.
 		for k := 0; ; k++ {
-			v := vocabulary(f, k)
+			v := vocabulary(f, k, o.Escape)
 			if !slices.Contains(f.Filter, v) {
-				add(v)
-				return out
+				return append(out, v)
 			}
 		}
 	case f.Kind == spec.KindDecimal:
 		for _, a := range amounts {
-			out = append(out, strconv.Quote(cut(a, f.Scale)))
+			out = append(out, cut(a, f.Scale))
 		}
 	case f.Grouped:
 		for k := range n {
-			add(vocabulary(f, k))
+			out = append(out, vocabulary(f, k, o.Escape))
 		}
 	}
 	return out
 }
 
 // vocabulary is a grouped field's k-th value: SKU-k for a field sku, k for an int, within the
-// field's byte bound.
-func vocabulary(f spec.InputField, k int) string {
+// field's byte bound. With escape, a string carries the k-th decoration (SKU-café-1, SKU-日本語-4):
+// the decomposed one the previous value's number, so both spell the same visible text.
+func vocabulary(f spec.InputField, k int, escape bool) string {
 	if f.Kind == spec.KindInt {
 		return strconv.Itoa(k)
 	}
-	v := strings.ToUpper(f.Path[len(f.Path)-1]) + "-" + strconv.Itoa(k)
-	return v[max(0, len(v)-f.Max):]
+	deco, num := "", k
+	if escape {
+		deco = decorations[k%len(decorations)]
+		if k%len(decorations) == nfdDecoration {
+			num = k - 1
+		}
+	}
+	return fitTail(strings.ToUpper(f.Path[len(f.Path)-1])+"-"+deco+strconv.Itoa(num), f.Max)
 }
 
 // cut drops the fractional digits of a past scale (an amount for a decimal(scale) field).
@@ -359,30 +415,57 @@ func (g *Generator) Next() ([]byte, pendingRec) {
 		return []byte(b.Payload), pendingRec{payload: []byte(b.Payload), bad: &b}
 	}
 	for _, i := range g.draw {
-		g.lits[i] = g.value(i)
+		var k int
+		g.vals[i], k = g.raw(i)
+		if g.sp == nil {
+			if k >= 0 {
+				g.lits[i] = g.plains[i][k]
+			} else {
+				g.lits[i] = plain(&g.fields[i], g.vals[i])
+			}
+		}
 	}
-	rec := appendObject(nil, g.layout, g.lits)
+	var rec []byte
+	if g.sp != nil {
+		rec = g.sp.record(nil, g.layout, g.fields, g.vals)
+	} else {
+		rec = appendObject(nil, g.layout, g.lits)
+	}
 	return rec, pendingRec{payload: rec}
 }
 
-// value draws field i's JSON literal.
-func (g *Generator) value(i int) string {
+// raw draws field i's value (a string's text, a number's digits, a time's epoch milliseconds) and
+// its index in g.values[i], -1 for a value made here.
+func (g *Generator) raw(i int) (string, int) {
 	f := &g.fields[i]
 	if vs := g.values[i]; vs != nil {
-		return vs[g.rng.IntN(len(vs))]
+		k := g.rng.IntN(len(vs))
+		return vs[k], k
 	}
 	switch f.Kind {
 	case spec.KindEpochMS, spec.KindRFC3339:
-		ts := g.o.StartTS + g.rng.Int64N(int64(g.o.Windows)*g.o.Window.Milliseconds())
-		if f.Kind == spec.KindEpochMS {
-			return strconv.FormatInt(ts, 10)
-		}
-		return strconv.Quote(time.UnixMilli(ts).UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+		return strconv.FormatInt(g.o.StartTS+g.rng.Int64N(int64(g.o.Windows)*g.o.Window.Milliseconds()), 10), -1
 	case spec.KindInt:
-		return strconv.Itoa(g.rng.IntN(1000) - 100)
+		return strconv.Itoa(g.rng.IntN(1000) - 100), -1
 	}
 	id := fmt.Sprintf("o-%d-%d", g.o.Seed, g.seq)
-	return strconv.Quote(id[:min(len(id), f.Max)])
+	if g.sp != nil {
+		id += idSuffixes[g.seq%int64(len(idSuffixes))]
+	}
+	return fitHead(id, f.Max), -1
+}
+
+// plain is value v of field f as the plain records write it: strings, decimals and RFC 3339
+// times quoted, integers and epoch milliseconds bare.
+func plain(f *spec.InputField, v string) string {
+	switch f.Kind {
+	case spec.KindInt, spec.KindEpochMS:
+		return v
+	case spec.KindRFC3339:
+		ms, _ := strconv.ParseInt(v, 10, 64)
+		v = time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	}
+	return strconv.Quote(v)
 }
 
 func appendObject(dst []byte, layout []node, lits []string) []byte {
@@ -418,13 +501,23 @@ func Run(ctx context.Context, o Options, totals *Totals) error {
 	}
 	batch := max(o.Batch, 1)
 	start := time.Now()
+	var prog progress
+	if o.Progress != nil {
+		every := o.ProgressEvery
+		if every <= 0 {
+			every = 5 * time.Second
+		}
+		stop, done := make(chan struct{}), make(chan struct{})
+		go prog.report(o.Progress, every, o.Orders, stop, done)
+		defer func() { close(stop); <-done }()
+	}
 	reopened := 0
 	for sent := 0; sent < o.Orders; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		n := min(batch, o.Orders-sent)
-		recs, committed, err := sendBatch(ctx, p, o, g, n, func(i int) error { return pace(ctx, start, o.Rate, sent+i) })
+		recs, committed, err := sendBatch(ctx, p, o, g, n, &prog.sent, func(i int) error { return pace(ctx, start, o.Rate, sent+i) })
 		var ke kafka.Error
 		if err != nil && o.TxnID != "" && errors.As(err, &ke) && ke.IsFatal() && reopened < reopens {
 			// Seen on a broker whose transaction coordinator had just loaded: EndTxn answered
@@ -441,6 +534,11 @@ func Run(ctx context.Context, o Options, totals *Totals) error {
 		}
 		if err := totals.record(recs, committed); err != nil {
 			return err
+		}
+		if committed {
+			prog.committed.Add(int64(len(recs)))
+		} else {
+			prog.aborted.Add(int64(len(recs)))
 		}
 		sent += n
 		if err := pace(ctx, start, o.Rate, sent); err != nil {
@@ -494,8 +592,9 @@ func newProducer(ctx context.Context, o Options) (*kafka.Producer, error) {
 // ones generated so far, none of them committed. Without transactions each record waits for
 // paceRecord(i) first, so a rate spreads over the batch: flushing a batch takes up to 100 ms, and
 // paced only between batches the load came in bursts (asked for 20 k/s, got 5.6 k/s).
-// A transaction is sent whole: its records become readable together anyway.
-func sendBatch(ctx context.Context, p *kafka.Producer, o Options, g *Generator, n int, paceRecord func(i int) error) ([]pendingRec, bool, error) {
+// A transaction is sent whole: its records become readable together anyway. sent counts each
+// record handed to the producer (for progress lines).
+func sendBatch(ctx context.Context, p *kafka.Producer, o Options, g *Generator, n int, sent *atomic.Int64, paceRecord func(i int) error) ([]pendingRec, bool, error) {
 	recs := make([]pendingRec, 0, n)
 	if o.TxnID != "" {
 		if err := p.BeginTransaction(); err != nil {
@@ -509,6 +608,7 @@ func sendBatch(ctx context.Context, p *kafka.Producer, o Options, g *Generator, 
 		}
 		v, r := g.Next()
 		recs = append(recs, r)
+		sent.Add(1)
 		for {
 			err := p.Produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: v}, nil)
 			if err == nil {

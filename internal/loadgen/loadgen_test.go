@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"math/big"
 	"path/filepath"
-	"strings"
+	"strconv"
 	"testing"
 	"time"
 
@@ -95,10 +95,52 @@ func TestTotalsSummary(t *testing.T) {
 	}
 }
 
+// The totals keep the payloads of committed records, good and bad, in the order recorded, and
+// none of an aborted transaction; past their bound they say so instead of returning a part.
+func TestTotalsKeepCommitted(t *testing.T) {
+	tot := NewTotals()
+	if err := tot.use(DefaultPlan()); err != nil {
+		t.Fatal(err)
+	}
+	rec := func(s string) pendingRec { return pendingRec{payload: []byte(s)} }
+	a := rec(`{"order_id":"1","sku":"caf\u00e9","amount":"1.00","ts":1764000000000}`)
+	b := rec(`{"order_id":"2","sku":"\u0073ku-A","amount":2,"ts":1764000001000}`)
+	bad := pendingRec{payload: []byte(badRecords[0].Payload), bad: &badRecords[0]}
+	for _, batch := range []struct {
+		recs      []pendingRec
+		committed bool
+	}{{[]pendingRec{a, bad}, true}, {[]pendingRec{rec(`{"aborted":1}`)}, false}, {[]pendingRec{b}, true}} {
+		if err := tot.record(batch.recs, batch.committed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := tot.Committed()
+	if err != nil || len(got) != 3 || string(got[0]) != string(a.payload) || string(got[1]) != badRecords[0].Payload || string(got[2]) != string(b.payload) {
+		t.Fatalf("committed payloads %q, %v", got, err)
+	}
+	tot.Keep(int64(len(a.payload) + len(bad.payload) + len(b.payload) + 1))
+	if err := tot.record([]pendingRec{a}, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tot.Committed(); err == nil || got != nil {
+		t.Fatalf("past the bound: %d payloads, error %v; want none and an error", len(got), err)
+	}
+}
+
 // randomSpec is a spec drawn from seed: a nested string dimension, an int dimension, a decimal of a
 // random scale, an event time in a random format, windows of random sizes, and a filtered
 // aggregate with min and max.
 func randomSpec(t *testing.T, seed int) (*spec.Plan, int, string) {
+	y, scale, format := randomSpecYAML(seed)
+	p, err := spec.Parse([]byte(y), spec.Limits{MaxPayloadBytes: 65536, MinTS: 946684800000, MaxTS: 4102444800000, MaxUnits: 999999999999999999})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, scale, format
+}
+
+// randomSpecYAML is randomSpec's YAML (its limits are relay's defaults).
+func randomSpecYAML(seed int) (string, int, string) {
 	scale := seed % 5
 	format := [...]string{"epoch_ms", "rfc3339"}[seed%2]
 	window := [...]string{"1m", "15m", "1h"}[seed%3]
@@ -127,21 +169,19 @@ aggregates:
       - {column: most, kind: max, field: qty}
     filter: {field: status, in: [paid, shipped]}
 `, scale, format, window)
-	p, err := spec.Parse([]byte(y), spec.Limits{MaxPayloadBytes: 65536, MinTS: 946684800000, MaxTS: 4102444800000, MaxUnits: 999999999999999999})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p, scale, format
+	return y, scale, format
 }
 
 // Records generated for any spec decode OK through its decoder, and the totals (the spec's fold)
 // equal an independent recount of the filtered table: encoding/json, exact rationals, windows by
-// hand. The totals file reads back to the same rows.
+// hand. The totals file reads back to the same rows. Each spec runs with plain and with escaped
+// records (Options.Escape).
 func TestGeneratorAnySpec(t *testing.T) {
-	for seed := range 6 {
-		plan, scale, format := randomSpec(t, seed)
-		t.Run(fmt.Sprintf("decimal(%d)/%s", scale, format), func(t *testing.T) {
-			g := NewGenerator(Options{Plan: plan, Seed: uint64(seed), SKUs: 4, Distinct: map[string]int{"customer.tier": 3}, Windows: 150})
+	for seed := range 12 {
+		plan, scale, format := randomSpec(t, seed/2)
+		escape := seed%2 == 1
+		t.Run(fmt.Sprintf("decimal(%d)/%s/escape=%v", scale, format, escape), func(t *testing.T) {
+			g := NewGenerator(Options{Plan: plan, Seed: uint64(seed), SKUs: 4, Distinct: map[string]int{"customer.tier": 3}, Windows: 150, Escape: escape})
 			tot := NewTotals()
 			if err := tot.use(plan); err != nil {
 				t.Fatal(err)
@@ -153,51 +193,44 @@ func TestGeneratorAnySpec(t *testing.T) {
 			recount := map[string]*acc{} // hour | region
 			var recs []pendingRec
 			statuses := map[string]int{}
+			fields := map[string]spec.InputField{}
+			for _, f := range plan.InputFields() {
+				fields[f.Name] = f
+			}
 			for range 3000 {
 				b, r := g.Next()
 				recs = append(recs, r)
-				var v struct {
-					Customer struct {
-						Region string
-						Tier   json.Number
-					}
-					Status string
-					Qty    json.Number
-					Price  string
-					Meta   struct{ At json.RawMessage }
-				}
 				dec := json.NewDecoder(bytes.NewReader(b))
 				dec.UseNumber()
+				var v any
 				if err := dec.Decode(&v); err != nil {
 					t.Fatalf("%s: %v", b, err)
 				}
-				statuses[v.Status]++
-				if v.Status != "paid" && v.Status != "shipped" {
+				// field reads a field as encoding/json, big.Rat and time see it (jsonMeaning).
+				field := func(name string) string {
+					f := fields[name]
+					jv, ok := lookup(v, f.Path)
+					s, err := jsonMeaning(f, jv)
+					if !ok || err != nil {
+						t.Fatalf("record %s: field %s: %v", b, name, err)
+					}
+					return s
+				}
+				status := field("status")
+				statuses[status]++
+				if status != "paid" && status != "shipped" {
 					continue
 				}
-				var at time.Time
-				if format == "epoch_ms" {
-					var ms int64
-					if err := json.Unmarshal(v.Meta.At, &ms); err != nil {
-						t.Fatal(err)
-					}
-					at = time.UnixMilli(ms)
-				} else {
-					var s string
-					_ = json.Unmarshal(v.Meta.At, &s)
-					var err error
-					if at, err = time.Parse(time.RFC3339Nano, s); err != nil {
-						t.Fatal(err)
-					}
-				}
-				k := at.UTC().Truncate(time.Hour).Format(time.DateTime) + "|" + v.Customer.Region
-				price, ok := new(big.Rat).SetString(v.Price)
-				qty, err := v.Qty.Int64()
-				if !ok || err != nil || len(v.Customer.Region) == 0 || len(v.Customer.Region) > 6 {
+				ms, _ := strconv.ParseInt(field("meta.at"), 10, 64)
+				region := field("customer.region")
+				k := time.UnixMilli(ms).UTC().Truncate(time.Hour).Format(time.DateTime) + "|" + region
+				price, ok := new(big.Rat).SetString(field("price"))
+				qty, err := strconv.ParseInt(field("qty"), 10, 64)
+				if !ok || err != nil || len(region) == 0 || len(region) > 6 {
 					t.Fatalf("record %s", b)
 				}
-				if frac := strings.SplitN(v.Price, ".", 2); len(frac) == 2 && len(frac[1]) > scale {
-					t.Fatalf("price %s of a decimal(%d)", v.Price, scale)
+				if units := new(big.Rat).Mul(price, new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(scale)), nil))); !units.IsInt() {
+					t.Fatalf("price %s of a decimal(%d)", price.FloatString(6), scale)
 				}
 				a := recount[k]
 				if a == nil {

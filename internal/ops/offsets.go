@@ -141,7 +141,7 @@ func ResetOffsets(ctx context.Context, e *Env, target ResetTarget, confirm Confi
 	if r.Checkpoint, _, err = fence.ReserveIDs(ctx, led, lastID+1); err != nil {
 		return nil, err
 	}
-	if err := writeResume(ctx, led, held, fence.Epoch, r.Checkpoint, next); err != nil {
+	if err := writeResume(ctx, led, held, fence.Epoch(), r.Checkpoint, next); err != nil {
 		return nil, err
 	}
 	r.Applied = true

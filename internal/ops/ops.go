@@ -1,5 +1,5 @@
 // Package ops is the logic behind relay's operator commands: status, txns list/resolve, offsets
-// reset, verify and preflight (DESIGN §7), kept out of cmd/relay so it is testable without the
+// reset, verify and preflight (docs/RUNBOOK.md, "Tools"), kept out of cmd/relay so it is testable without the
 // binary.
 //
 // Invariant: an operator command never contradicts the ledger unless the operator forces it, and
@@ -121,6 +121,52 @@ type Txn struct {
 	LedgerState string     `json:"ledger_state"` // COMMITTING, COMMITTED, or "" (no row: undecided)
 	DecidedAt   *time.Time `json:"decided_at"`
 	AgeSeconds  *float64   `json:"age_seconds"` // null: unknown (XA RECOVER has no age; only a decision has a time)
+	// State says who will settle the branch (one of the State* values); LiveOwner is the live
+	// owner of its instance, if any.
+	State     string `json:"state"`
+	LiveOwner string `json:"live_owner,omitempty"`
+}
+
+// States of a prepared branch: who settles it, and whether an operator has anything to do.
+const (
+	// StateInFlight: undecided, and its instance's live owner (fence held, lease running) took
+	// the checkpoint id from the block its session is using: it is deciding it now; leave it.
+	StateInFlight = "in_flight"
+	// StateAwaitingCommit: decided; the live owner (or the next relay run) commits it.
+	StateAwaitingCommit = "awaiting_commit"
+	// StateLeftBehind: undecided, left by an earlier session while a live owner runs: its resolver
+	// rolls it back.
+	StateLeftBehind = "left_behind"
+	// StateOrphaned: undecided and no owner of its instance is alive: the next relay run's
+	// recovery rolls it back (or relay txns resolve --rollback).
+	StateOrphaned = "orphaned"
+	// StateUnknown: a branch of an unknown job (only its own ledger can say) or a preflight probe.
+	StateUnknown = "unknown"
+)
+
+// StateText is t's state for people.
+func (t Txn) StateText() string {
+	owner := "no owner alive"
+	if t.LiveOwner != "" {
+		owner = "live owner " + t.LiveOwner
+	}
+	switch t.State {
+	case StateInFlight:
+		return fmt.Sprintf("in flight (%s, checkpoint %d): it decides it; leave it", owner, t.Checkpoint)
+	case StateAwaitingCommit:
+		if t.LiveOwner != "" {
+			return fmt.Sprintf("decided, awaiting commit (%s commits it)", owner)
+		}
+		return "decided, awaiting commit (no owner alive: the next relay run commits it)"
+	case StateLeftBehind:
+		return fmt.Sprintf("undecided, left by an earlier session (%s: its resolver rolls it back)", owner)
+	case StateOrphaned:
+		return "undecided, no owner alive: recovery rolls it back at the next relay run"
+	}
+	if t.Kind == KindProbe {
+		return "preflight probe: roll it back"
+	}
+	return "unknown job: only its own ledger can say"
 }
 
 // Age renders the branch's age for people.
@@ -173,22 +219,91 @@ func (e *Env) inventory(ctx context.Context) (txns []Txn, foreign int, err error
 			byJob[job] = append(byJob[job], c)
 		}
 	}
-	now, err := ledger.ServerNow(ctx, e.Ledger.DB())
-	if err != nil {
-		return nil, 0, err
-	}
 	rows := map[string]map[int64]ledger.Checkpoint{}
 	for job, ids := range byJob {
 		if rows[job], err = ledger.New(e.Ledger.DB(), job).Lookup(ctx, ids); err != nil {
 			return nil, 0, err
 		}
 	}
+	// Read after the rows: a decision that landed while they were read is not in the future.
+	now, err := ledger.ServerNow(ctx, e.Ledger.DB())
+	if err != nil {
+		return nil, 0, err
+	}
 	for i := range txns {
 		if c, ok := rows[txns[i].Job][txns[i].Checkpoint]; ok {
 			txns[i].withDecision(c, now)
 		}
 	}
+	if err := e.classify(ctx, txns); err != nil {
+		return nil, 0, err
+	}
 	return txns, foreign, nil
+}
+
+// liveOwner is what classify learns of one instance: its live owner ("" when none) and the block
+// its session draws checkpoint ids from.
+type liveOwner struct {
+	owner       string
+	first, last int64
+}
+
+// classify sets each branch's State from its verdict and the state of the instance that may
+// decide its checkpoint (owner): is a process holding its fence with a running lease, and is the
+// checkpoint from the block of ids that process's session uses.
+func (e *Env) classify(ctx context.Context, txns []Txn) error {
+	live := map[string]liveOwner{}
+	for i := range txns {
+		t := &txns[i]
+		if t.Kind != KindJob && t.Kind != KindOtherJob {
+			t.State = StateUnknown
+			continue
+		}
+		led, err := owner(ctx, e.Ledger.DB(), *t)
+		if err != nil {
+			return err
+		}
+		lo, ok := live[led.Key()]
+		if !ok {
+			if lo, err = liveOwnerOf(ctx, led); err != nil {
+				return err
+			}
+			live[led.Key()] = lo
+		}
+		t.LiveOwner = lo.owner
+		switch {
+		case t.Verdict == VerdictCommit:
+			t.State = StateAwaitingCommit
+		case lo.owner == "":
+			t.State = StateOrphaned
+		case t.Checkpoint >= lo.first && t.Checkpoint <= lo.last:
+			t.State = StateInFlight
+		default:
+			t.State = StateLeftBehind
+		}
+	}
+	return nil
+}
+
+// liveOwnerOf reads whether a process holds led's fence with a running lease, and its id block.
+func liveOwnerOf(ctx context.Context, led *ledger.Ledger) (liveOwner, error) {
+	held, err := ledger.IsHeld(ctx, led)
+	if err != nil || !held {
+		return liveOwner{}, err
+	}
+	lease, err := led.Lease(ctx)
+	if err != nil || lease == nil || lease.Remaining <= 0 {
+		return liveOwner{}, err
+	}
+	lo := liveOwner{owner: fmt.Sprintf("%s, epoch %d", lease.Owner, lease.Epoch)}
+	first, last, ok, err := led.NewestBlock(ctx)
+	if err != nil {
+		return liveOwner{}, err
+	}
+	if ok {
+		lo.first, lo.last = first, last
+	}
+	return lo, nil
 }
 
 // withDecision fills in the verdict of a decided checkpoint.
@@ -197,6 +312,10 @@ func (t *Txn) withDecision(c ledger.Checkpoint, now time.Time) {
 	t.LedgerState = string(c.State)
 	at := c.DecidedAt
 	t.DecidedAt = &at
-	age := now.Sub(at).Seconds()
+	age := ageSeconds(now, at)
 	t.AgeSeconds = &age
 }
+
+// ageSeconds is the time from at to now, both read from the ledger server's clock, never negative:
+// callers read now after at, and a server clock stepped back is no reason for a negative age.
+func ageSeconds(now, at time.Time) float64 { return max(now.Sub(at).Seconds(), 0) }

@@ -3,7 +3,10 @@
 // Invariant: gathering status changes nothing and locks nothing (no locking reads, no fence), so it
 // is safe to run as often as an operator or a monitor likes, while relay runs. "Running" means what
 // a readiness probe means by it: the fence is held and that process's /readyz answers 200; the lock
-// alone only says a process exists (it may be recovering, or stuck with an old checkpoint).
+// alone only says a process exists (it may be recovering, or stuck with an old checkpoint). The
+// /readyz asked is the one the current owner epoch recorded with its lease, so after a takeover it
+// is the new owner's. Every time and age is the ledger server's clock, read after the rows it is
+// compared with, so no age is negative.
 package ops
 
 import (
@@ -12,6 +15,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -31,13 +36,13 @@ type StatusReport struct {
 	// Server is what the sink server is: "not a Galera node", or the Galera node and its
 	// cluster's state (a node outside the primary component refuses relay's queries).
 	Server         string              `json:"server"`
-	Fences         []InstanceFence     `json:"fences"`          // one per instance (DESIGN §8)
+	Fences         []InstanceFence     `json:"fences"`          // one per instance (docs/PROTOCOL.md, "Several instances")
 	LastCheckpoint *CheckpointInfo     `json:"last_checkpoint"` // null: the job never decided a checkpoint
 	Partitions     []PartitionLag      `json:"partitions"`
 	Branches       []Txn               `json:"branches"`
 	Committing     []CheckpointInfo    `json:"committing"`
 	ManualActions  []ledger.AuditEntry `json:"manual_actions"` // newest first, at most 5
-	ServerTime     time.Time           `json:"server_time"`
+	ServerTime     time.Time           `json:"server_time"`    // the ledger server's clock, read after everything else
 }
 
 // InstanceFence says whether a process holds one instance of the job, and who took it last.
@@ -49,10 +54,19 @@ type InstanceFence struct {
 	OwnerEpoch int64      `json:"owner_epoch"`
 	AcquiredAt *time.Time `json:"acquired_at"`
 	// Ready is the answer of the holder's /readyz (true: 200): null when nobody holds the fence or
-	// when it was not asked (another instance) or did not answer. Readiness says why, in /readyz's
+	// when it was not asked (no address known) or did not answer. Readiness says why, in /readyz's
 	// own words or the error.
 	Ready     *bool  `json:"ready"`
 	Readiness string `json:"readiness"`
+	// ReadyzURL is the /readyz status asked ("" when none): --readyz, else the one the current
+	// owner epoch recorded with its lease, else (for the configured instance) http_addr on this host.
+	ReadyzURL string `json:"readyz_url"`
+	// The lease of the current owner epoch, on the ledger server's clock (all null when nobody
+	// holds the fence or its owner has no lease): when it runs out, how long it still runs (0 once
+	// expired) and whether it expired, i.e. the holder stopped renewing (a relay run takes over).
+	LeaseUntil            *time.Time `json:"lease_until"`
+	LeaseRemainingSeconds *float64   `json:"lease_remaining_seconds"`
+	LeaseExpired          *bool      `json:"lease_expired"`
 }
 
 // CheckpointInfo is one ledger row, summarised.
@@ -84,29 +98,35 @@ type PartitionLag struct {
 	OutOfRange *string `json:"out_of_range"`
 }
 
-func checkpointInfo(c ledger.Checkpoint, now time.Time) CheckpointInfo {
+// checkpointInfo summarises c; its age is set once the report's clock is read (withAges).
+func checkpointInfo(c ledger.Checkpoint) CheckpointInfo {
 	return CheckpointInfo{ID: c.ID, State: string(c.State), DecidedAt: c.DecidedAt, CommittedAt: c.CommittedAt,
-		AgeSeconds: now.Sub(c.DecidedAt).Seconds(), Records: c.Records, Tags: c.Tags}
+		Records: c.Records, Tags: c.Tags}
 }
 
-// Status gathers the report; readyz is the /readyz URL of the process running the configured
-// instance ("" when unknown; see ReadyzURL).
+// Status gathers the report. readyz overrides the /readyz URL asked for the configured instance
+// ("": the one its owner recorded, else http_addr of the configuration on this host).
 func Status(ctx context.Context, e *Env, readyz string) (*StatusReport, error) {
 	led := e.Ledger
 	r := &StatusReport{Job: led.Job(), Mode: string(e.Config.Mode), Server: e.Galera.String(), Partitions: []PartitionLag{}, Branches: []Txn{},
 		Committing: []CheckpointInfo{}}
-	now, err := ledger.ServerNow(ctx, led.DB())
-	if err != nil {
-		return nil, err
-	}
-	r.ServerTime = now
+	var err error
 	if r.Fences, err = fences(ctx, led); err != nil {
 		return nil, err
 	}
 	for i := range r.Fences {
-		askReadiness(ctx, &r.Fences[i], led.Key(), readyz)
+		f := &r.Fences[i]
+		if f.Instance == led.Key() {
+			switch {
+			case readyz != "":
+				f.ReadyzURL = readyz
+			case f.ReadyzURL == "":
+				f.ReadyzURL = ReadyzURL(e.Config.HTTPAddr)
+			}
+		}
+		askReadiness(ctx, f)
 	}
-	decided, err := e.lastCommit(ctx, r, now)
+	decided, err := e.lastCommit(ctx, r)
 	if err != nil {
 		return nil, err
 	}
@@ -125,24 +145,42 @@ func Status(ctx context.Context, e *Env, readyz string) (*StatusReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, b := range branches {
-		t := Txn{Tag: b.Tag, Job: led.Job(), Kind: KindJob, Checkpoint: b.Checkpoint, Subtask: b.Subtask, Verdict: VerdictRollback}
-		if c, ok := rows[b.Checkpoint]; ok {
-			t.withDecision(c, now)
-		}
-		r.Branches = append(r.Branches, t)
-	}
 	committing, err := led.Committing(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, c := range committing {
-		r.Committing = append(r.Committing, checkpointInfo(c, now))
+		r.Committing = append(r.Committing, checkpointInfo(c))
 	}
 	if r.ManualActions, err = led.AuditLog(ctx, 5); err != nil {
 		return nil, err
 	}
+	// The clock is read last: every decided_at above was written before it.
+	if r.ServerTime, err = ledger.ServerNow(ctx, led.DB()); err != nil {
+		return nil, err
+	}
+	for _, b := range branches {
+		t := Txn{Tag: b.Tag, Job: led.Job(), Kind: KindJob, Checkpoint: b.Checkpoint, Subtask: b.Subtask, Verdict: VerdictRollback}
+		if c, ok := rows[b.Checkpoint]; ok {
+			t.withDecision(c, r.ServerTime)
+		}
+		r.Branches = append(r.Branches, t)
+	}
+	if err := e.classify(ctx, r.Branches); err != nil {
+		return nil, err
+	}
+	r.withAges()
 	return r, nil
+}
+
+// withAges sets the checkpoints' ages against the report's clock.
+func (r *StatusReport) withAges() {
+	if c := r.LastCheckpoint; c != nil {
+		c.AgeSeconds = ageSeconds(r.ServerTime, c.DecidedAt)
+	}
+	for i := range r.Committing {
+		r.Committing[i].AgeSeconds = ageSeconds(r.ServerTime, r.Committing[i].DecidedAt)
+	}
 }
 
 // fences reports every instance of the job's layout.
@@ -165,6 +203,17 @@ func fences(ctx context.Context, led *ledger.Ledger) ([]InstanceFence, error) {
 		if o != nil {
 			f.Owner, f.OwnerEpoch, f.AcquiredAt = o.Owner, o.Epoch, &o.AcquiredAt
 		}
+		lease, err := il.Lease(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// A lease only means something while its owner holds the lock: a released or dead owner's
+		// row may still run, but nobody owns the job.
+		if lease != nil && f.Held {
+			until, left, expired := lease.Until, max(lease.Remaining.Seconds(), 0), lease.Remaining <= 0
+			f.LeaseUntil, f.LeaseRemainingSeconds, f.LeaseExpired = &until, &left, &expired
+			f.ReadyzURL = localReadyz(lease.Readyz)
+		}
 		out[i] = f
 	}
 	return out, nil
@@ -184,18 +233,42 @@ func ReadyzURL(httpAddr string) string {
 	return "http://" + net.JoinHostPort(host, port) + "/readyz"
 }
 
-// askReadiness fills in f's readiness: only for the instance this configuration names (key), the
-// one whose http address it knows, and only while some process holds its fence.
-func askReadiness(ctx context.Context, f *InstanceFence, key, readyz string) {
+// AdvertisedReadyz is the /readyz URL a relay bound at addr (its listener's address) records with
+// its lease, for relay status on any host: a wildcard host becomes this host's name.
+func AdvertisedReadyz(addr, hostname string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" || port == "0" {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = hostname
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/readyz"
+}
+
+// localReadyz is a recorded /readyz URL as status asks it: one naming this host asks loopback
+// (a host's own name need not resolve inside a container).
+func localReadyz(recorded string) string {
+	u, err := url.Parse(recorded)
+	if err != nil || recorded == "" {
+		return recorded
+	}
+	if name, err := os.Hostname(); err == nil && strings.EqualFold(u.Hostname(), name) {
+		u.Host = net.JoinHostPort("127.0.0.1", u.Port())
+	}
+	return u.String()
+}
+
+// askReadiness fills in f's readiness from f.ReadyzURL, only while some process holds its fence.
+func askReadiness(ctx context.Context, f *InstanceFence) {
+	readyz := f.ReadyzURL
 	switch {
 	case !f.Held:
 		f.Readiness = "not running"
-		return
-	case f.Instance != key:
-		f.Readiness = "not asked: run relay status with that instance's configuration"
+		f.ReadyzURL = ""
 		return
 	case readyz == "":
-		f.Readiness = "not asked: http_addr names no fixed port; pass --readyz"
+		f.Readiness = "not asked: its owner recorded no /readyz address (an operator command, or a relay older than this one) and this configuration names none; pass --readyz"
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -219,7 +292,7 @@ func askReadiness(ctx context.Context, f *InstanceFence, key, readyz string) {
 // lastCommit fills in the last checkpoint and returns the offsets the job resumes from (each
 // partition's row, committed with the decision or the data that covers it). In held mode, which
 // writes no checkpoint rows, the last checkpoint is the newest of those offset rows.
-func (e *Env) lastCommit(ctx context.Context, r *StatusReport, now time.Time) (ledger.Offsets, error) {
+func (e *Env) lastCommit(ctx context.Context, r *StatusReport) (ledger.Offsets, error) {
 	led := e.Ledger
 	offs, id, err := led.PartitionOffsets(ctx)
 	if err != nil {
@@ -233,7 +306,7 @@ func (e *Env) lastCommit(ctx context.Context, r *StatusReport, now time.Time) (l
 		if err != nil {
 			return nil, err
 		}
-		info := checkpointInfo(ledger.Checkpoint{ID: id, State: ledger.Committed, DecidedAt: at, CommittedAt: &at}, now)
+		info := checkpointInfo(ledger.Checkpoint{ID: id, State: ledger.Committed, DecidedAt: at, CommittedAt: &at})
 		r.LastCheckpoint = &info
 		return offs, nil
 	}
@@ -241,7 +314,7 @@ func (e *Env) lastCommit(ctx context.Context, r *StatusReport, now time.Time) (l
 	if err != nil || last == nil {
 		return offs, err
 	}
-	info := checkpointInfo(*last, now)
+	info := checkpointInfo(*last)
 	r.LastCheckpoint = &info
 	return offs, nil
 }
@@ -363,6 +436,12 @@ func (r *StatusReport) WriteText(w io.Writer) error {
 		if f.AcquiredAt != nil {
 			fmt.Fprintf(tw, "  last owner\t%s, owner epoch %d, since %s\n", f.Owner, f.OwnerEpoch, f.AcquiredAt.Format(time.RFC3339))
 		}
+		if f.LeaseUntil != nil {
+			fmt.Fprintf(tw, "  lease\t%s\n", f.leaseState(r.ServerTime))
+		}
+		if f.ReadyzURL != "" {
+			fmt.Fprintf(tw, "  readiness asked at\t%s\n", f.ReadyzURL)
+		}
 	}
 	if c := r.LastCheckpoint; c != nil {
 		fmt.Fprintf(tw, "last checkpoint\t%d %s, decided %s (%s ago), %d records\n", c.ID, c.State,
@@ -418,6 +497,16 @@ func (r *StatusReport) WriteText(w io.Writer) error {
 	return tw.Flush()
 }
 
+// leaseState says when the lease runs out, on the server's clock (now).
+func (f InstanceFence) leaseState(now time.Time) string {
+	until := f.LeaseUntil.Format("2006-01-02T15:04:05.000Z07:00")
+	if *f.LeaseExpired {
+		return fmt.Sprintf("EXPIRED %s ago (until %s): the holder stopped renewing; a relay run takes the fence over", ageString(ageSeconds(now, *f.LeaseUntil)), until)
+	}
+	left := time.Duration(*f.LeaseRemainingSeconds * float64(time.Second)).Round(100 * time.Millisecond)
+	return fmt.Sprintf("renewed, runs %s more (until %s, server clock)", left, until)
+}
+
 // runState says "running" only when /readyz said 200, as a readiness probe would.
 func (f InstanceFence) runState() string {
 	switch {
@@ -437,12 +526,12 @@ func ageString(seconds float64) string {
 
 // writeTxns renders branches as table rows.
 func writeTxns(w io.Writer, txns []Txn) {
-	fmt.Fprintln(w, "TAG\tJOB\tKIND\tCHECKPOINT\tSUBTASK\tLEDGER\tVERDICT\tAGE")
+	fmt.Fprintln(w, "TAG\tJOB\tKIND\tCHECKPOINT\tSUBTASK\tLEDGER\tVERDICT\tAGE\tSTATE")
 	for _, t := range txns {
 		state := t.LedgerState
 		if state == "" {
 			state = "no row"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.Tag, t.Job, t.Kind, t.Checkpoint, t.Subtask, state, t.Verdict, t.Age())
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Tag, t.Job, t.Kind, t.Checkpoint, t.Subtask, state, t.Verdict, t.Age(), t.StateText())
 	}
 }

@@ -179,6 +179,8 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool, confir
 	case fault.IsMySQL(err, fault.XAErNota):
 		return nil, fmt.Errorf("%w: %s: MySQL answers XAER_NOTA while XA RECOVER lists it, so the session that prepared it is alive (a running relay, or a client still connected); stop that process, or wait until the server notices it is gone, then retry",
 			ErrAttached, tag)
+	case errors.Is(err, xa.ErrRolledBack):
+		return nil, fmt.Errorf("resolve %s: %w; when the ledger's decision lists this branch, its rows are lost (docs/RUNBOOK.md, \"Branch rolled back by the server\")", tag, err)
 	case errors.Is(err, errGone):
 		return nil, fmt.Errorf("resolve %s: another process resolved it meanwhile: %w", tag, err)
 	case err != nil:

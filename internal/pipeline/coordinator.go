@@ -4,7 +4,9 @@
 // error, and only before the fence's lease deadline; a participant is told to commit only after
 // the decision is durable; past the decision a failure fails the checkpoint but never undoes it
 // (recovery finishes the commit from XA RECOVER and the ledger, never by retrying a COMMIT whose
-// reply was lost). Every phase runs under a deadline. The coordinator knows the subtasks only as
+// reply was lost); the decision is marked COMMITTED only after every branch's commit answered, so
+// a reader's snapshot without a COMMITTING row is a checkpoint boundary (docs/PIPELINES.md, "What a
+// reader sees"). Every phase runs under a deadline. The coordinator knows the subtasks only as
 // participants and the ledger only as a decider, so it is tested without Kafka or MySQL.
 package pipeline
 
@@ -57,7 +59,7 @@ type fencedLedger struct {
 
 func (f fencedLedger) Deadline() time.Time { return f.fence.Deadline() }
 func (f fencedLedger) Decide(ctx context.Context, c ledger.Checkpoint) error {
-	return f.led.Decide(ctx, f.fence.Epoch, c)
+	return f.led.Decide(ctx, f.fence.Epoch(), c)
 }
 func (f fencedLedger) MarkCommitted(ctx context.Context, id int64) error {
 	return f.led.MarkCommitted(ctx, id)

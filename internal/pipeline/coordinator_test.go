@@ -18,10 +18,11 @@ import (
 )
 
 // fakePart is a participant whose commit answers with err, or never when hang is set; commits
-// counts the orders it got.
+// counts the orders it got, answers the answers it sent.
 type fakePart struct {
 	mu      sync.Mutex
 	commits int
+	answers int
 	err     error
 	hang    bool
 	// gate, when set, holds the reply until every participant sharing it got its order.
@@ -40,6 +41,9 @@ func (f *fakePart) commit(_ time.Time, done chan<- error) {
 			f.gate.Done()
 			f.gate.Wait()
 		}
+		f.mu.Lock()
+		f.answers++
+		f.mu.Unlock()
 		done <- f.err
 	}()
 }
@@ -58,6 +62,7 @@ type fakeDecider struct {
 	decided   []ledger.Checkpoint
 	marked    []int64
 	pruned    []int64
+	onMark    func() // called as MarkCommitted starts
 }
 
 func (d *fakeDecider) Deadline() time.Time { return d.deadline }
@@ -69,6 +74,9 @@ func (d *fakeDecider) Decide(_ context.Context, c ledger.Checkpoint) error {
 	return nil
 }
 func (d *fakeDecider) MarkCommitted(_ context.Context, id int64) error {
+	if d.onMark != nil {
+		d.onMark()
+	}
 	if d.markErr != nil {
 		return d.markErr
 	}
@@ -237,6 +245,18 @@ func runCheckpointCase(t *testing.T, c checkpointCase) {
 	if c.decider != nil {
 		c.decider(d)
 	}
+	// A reader takes a snapshot without a COMMITTING row for a checkpoint boundary (docs/PIPELINES.md,
+	// "What a reader sees"): the row may become COMMITTED only once every branch committed.
+	var answeredAtMark []int // at the first MarkCommitted
+	d.onMark = func() {
+		if answeredAtMark == nil {
+			for _, f := range fakes {
+				f.mu.Lock()
+				answeredAtMark = append(answeredAtMark, f.answers)
+				f.mu.Unlock()
+			}
+		}
+	}
 	parts := make([]participant, len(fakes))
 	for i, f := range fakes {
 		parts[i] = f
@@ -275,6 +295,12 @@ func runCheckpointCase(t *testing.T, c checkpointCase) {
 	for i, f := range fakes {
 		if got := f.committed(); got != c.commits[i] {
 			t.Errorf("participant %d told to commit %d times, want %d", i, got, c.commits[i])
+		}
+	}
+	for i, f := range fakes {
+		if answeredAtMark != nil && answeredAtMark[i] != f.committed() {
+			t.Errorf("the ledger row was marked COMMITTED when participant %d had answered %d of the %d commits it was told",
+				i, answeredAtMark[i], f.committed())
 		}
 	}
 	if marked := len(d.marked) == 1; marked != c.marked {

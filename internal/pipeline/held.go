@@ -1,11 +1,12 @@
 // Held mode: partition-affine subtasks, one ordinary local transaction per subtask per epoch,
-// whose COMMIT carries the subtask's partition offsets with its rows (DESIGN §5).
+// whose COMMIT carries the subtask's partition offsets with its rows (docs/PROTOCOL.md, "Held mode").
 //
 // Invariants: the offsets a subtask commits are exactly those of the partitions it owns, so each
 // COMMIT is a whole decision for its partitions and nothing is ever in doubt; it is issued only
-// before the fence's lease deadline, under the owner epoch. Like an XA branch, a connection with
-// an open held transaction is never returned to the pool; on any error it is discarded and the
-// server rolls the transaction back, which is the whole of held mode's abort.
+// before the fence's lease deadline, under the owner epoch, which each session takes anew. Like an
+// XA branch, a connection with an open held transaction is never returned to the pool; on any
+// error it is discarded and the server rolls the transaction back, which is the whole of held
+// mode's abort.
 package pipeline
 
 import (
@@ -31,6 +32,14 @@ type heldProtocol struct{ led *ledger.Ledger }
 // data covers.
 func (heldProtocol) recover(context.Context, *Pipeline, *ledger.Fence) (Recovered, error) {
 	return Recovered{}, nil
+}
+
+// resume takes a new owner epoch for the session and reads the offsets under it, in one
+// transaction (Fence.NewSession): a data transaction of the previous session still committing on
+// the server is waited for, not read around, and one not yet through its fence check can no longer
+// decide. An in-process restart keeps the fence but never the epoch.
+func (h heldProtocol) resume(ctx context.Context, _ *Pipeline, fence *ledger.Fence) (ledger.Offsets, int64, error) {
+	return fence.NewSession(ctx, h.led)
 }
 
 // decided: only what the ledger holds. A partition started from the configured position must get
@@ -77,7 +86,7 @@ func (h heldProtocol) barrier(ctx context.Context, s *subtask, b batch, r *prepa
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	if err := h.led.WriteHeldOffsets(ctx, tx.Conn(), s.fence.Epoch, b.epoch, b.offsets); err != nil {
+	if err := h.led.WriteHeldOffsets(ctx, tx.Conn(), s.fence.Epoch(), b.epoch, b.offsets); err != nil {
 		tx.fail()
 		return false, fmt.Errorf("subtask %d: %w", s.global, err)
 	}

@@ -14,12 +14,17 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relay-sh/relay/internal/consumer"
+	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/spec"
 )
 
 func (s *session) run(ctx context.Context) (err error) {
 	defer func() {
+		if fault.DataRefused(err) {
+			// The record MySQL refused is among those not yet decided: name them for the operator.
+			err = fmt.Errorf("records %s not committed: %w", s.undecided(), err)
+		}
 		if err != nil {
 			s.close(err)
 		} else {

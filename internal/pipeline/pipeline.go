@@ -16,7 +16,8 @@
 //     the network have kept them alive) and recovery (the same code as at start-up) rolls back what
 //     was not decided and commits what was, then the consumer rewinds to the last decision.
 //   - The process leaves Run only for what no restart can cure: another live owner (ErrFenced),
-//     bad input under policy fail, data Kafka no longer has, or failures past the bound.
+//     bad input under policy fail, data Kafka no longer has, a checkpoint's data MySQL refused
+//     (ErrDataRefused), or failures past the bound.
 //   - Every statement of the protocol runs under a deadline, so a connection the network
 //     blackholed fails the session in bounded time instead of freezing it.
 package pipeline
@@ -76,6 +77,17 @@ func (s State) String() string {
 
 // ErrBadInput stops the pipeline under bad_input_policy=fail.
 var ErrBadInput = fault.Fatal("bad input")
+
+// ErrDataRefused ends the process when MySQL refused a checkpoint's rows for their values
+// (fault.DataRefused) refusedAttempts times in a row: the same records give the same rows, so no
+// restart can get past them, and each would only fail again with nobody told. relay validates
+// every value it writes, so this is a relay bug (or a table changed behind relay's back): the
+// error names the records not committed and the row refused, for the operator (docs/RUNBOOK.md).
+var ErrDataRefused = errors.New("MySQL refused a checkpoint's data (a relay bug: see docs/RUNBOOK.md#mysql-refused-a-row)")
+
+// refusedAttempts is how many sessions in a row may fail on refused data before the process ends:
+// more than one, in case what refused it was passing (a trigger or a column being changed).
+const refusedAttempts = 3
 
 // Deps are the opened resources a pipeline runs on.
 type Deps struct {
@@ -160,7 +172,8 @@ func (p *Pipeline) Ready() (bool, string) {
 // Run takes the fence, recovers and consumes until ctx ends (then drains and returns nil) or a
 // fatal error. A failed session (a checkpoint, a lost connection, a server restart, the fence's
 // lock session lost) is torn down and started again in-process through recovery, after a jittered
-// back-off, up to the tolerable number of failures in a row without a committed checkpoint.
+// back-off, up to the tolerable number of failures in a row without a committed checkpoint, and
+// up to refusedAttempts when MySQL refuses the data.
 func (p *Pipeline) Run(ctx context.Context) error {
 	var fence *ledger.Fence
 	defer func() {
@@ -170,6 +183,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}()
 	failures := 0
 	streak := 0  // restarts in a row, cluster events included: what the back-off grows with
+	refused := 0 // sessions in a row whose data MySQL refused
 	ran := false // a session committed a checkpoint
 	for {
 		committed := false
@@ -182,7 +196,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			if s, err = p.newSession(ctx, fence); err == nil {
 				err = s.run(ctx)
 				if committed = s.committedAny.Load(); committed {
-					failures, streak = 0, 0
+					failures, streak, refused = 0, 0, 0
 				}
 			}
 		}
@@ -207,6 +221,13 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		if errors.As(err, &ce) {
 			p.Metrics.Checkpoints.WithLabelValues("failed").Inc()
 		}
+		if fault.DataRefused(err) {
+			if refused++; refused >= refusedAttempts || failures > p.Config.Checkpoint.TolerableFailures {
+				p.setState(Failed)
+				p.settle(ctx, fence)
+				return fmt.Errorf("%w, %d times in a row: %w", ErrDataRefused, refused, err)
+			}
+		}
 		if failures > p.Config.Checkpoint.TolerableFailures {
 			p.setState(Failed)
 			return fmt.Errorf("%d consecutive failures without a committed checkpoint, last: %w", failures, err)
@@ -220,6 +241,22 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			p.setState(Stopped)
 			return nil
 		}
+	}
+}
+
+// settle resolves what the failed session left in doubt, as the next session's recovery would: the
+// subtasks whose rows MySQL took prepared their branches, which would hold their row locks until
+// the next start, against the operator repairing the table. Failing to settle is only logged: the
+// next start's recovery finishes it.
+func (p *Pipeline) settle(ctx context.Context, fence *ledger.Fence) {
+	rctx, cancel := context.WithTimeout(ctx, p.Config.Checkpoint.RestartAllowance)
+	defer cancel()
+	err := p.endZombies(rctx)
+	if err == nil {
+		_, _, err = p.recover(rctx, fence)
+	}
+	if err != nil {
+		p.Log.Warn("resolving the failed checkpoint's branches before the exit failed; the next start's recovery will", zap.Error(err))
 	}
 }
 
@@ -294,7 +331,7 @@ func (p *Pipeline) ensureFence(ctx context.Context, f **ledger.Fence) error {
 			zap.Int64("previous_epoch", t.Epoch), zap.Duration("lease_expired_for", t.ExpiredFor),
 			zap.Duration("waited", t.WaitedLease), zap.Int64s("sessions_ended", t.Killed))
 	}
-	log.Info("job fenced", zap.Int64("owner_epoch", fence.Epoch))
+	log.Info("job fenced", zap.Int64("owner_epoch", fence.Epoch()))
 	*f = fence
 	p.fence.Store(fence)
 	return nil

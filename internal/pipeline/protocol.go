@@ -17,6 +17,9 @@ import (
 type protocol interface {
 	// recover finishes what earlier sessions left in doubt, before a session starts.
 	recover(ctx context.Context, p *Pipeline, fence *ledger.Fence) (Recovered, error)
+	// resume reads where a new session starts, after recover: every partition's committed offset
+	// and the highest checkpoint id among them.
+	resume(ctx context.Context, p *Pipeline, fence *ledger.Fence) (ledger.Offsets, int64, error)
 	// decided is what a new session takes as already decided: start is where its consumer starts,
 	// from what the ledger holds.
 	decided(start, from ledger.Offsets) ledger.Offsets

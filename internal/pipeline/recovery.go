@@ -187,6 +187,9 @@ func resolveBranch(ctx context.Context, led *ledger.Ledger, epoch int64, sinkDB 
 	}
 	err = fault.Do(ctx, p, func(ctx context.Context) error {
 		err := led.Guard(ctx, epoch, func() error { return xa.Resolve(ctx, sinkDB, b.Tag, commit) })
+		if errors.Is(err, xa.ErrRolledBack) {
+			return rolledBack(ctx, led, b, log, origin)
+		}
 		if fault.IsMySQL(err, fault.XAErNota) {
 			// Either the old session still holds it, or it is gone: ask XA RECOVER which.
 			still, lerr := listed(ctx, sinkDB, b.Tag)
@@ -212,6 +215,26 @@ func resolveBranch(ctx context.Context, led *ledger.Ledger, epoch int64, sinkDB 
 	log.Info("in-doubt branch resolved", zap.String("tag", b.Tag), zap.Int64("checkpoint", b.Checkpoint),
 		zap.String("action", action), zap.String("origin", origin), zap.String("verdict_source", "ledger"))
 	return commit, nil
+}
+
+// rolledBack answers for a decided branch the server rolled back instead of committing: nothing
+// lost when the decision does not list it, ledger.ErrBranchLost (fatal) when it does.
+func rolledBack(ctx context.Context, led *ledger.Ledger, b Branch, log *zap.Logger, origin string) error {
+	cs, err := led.Lookup(ctx, []int64{b.Checkpoint})
+	if err != nil {
+		return err
+	}
+	c, ok := cs[b.Checkpoint]
+	if !ok { // decided, then pruned: what it listed is unknown, so it may have lost rows
+		c = ledger.Checkpoint{ID: b.Checkpoint, Tags: []string{b.Tag}}
+	}
+	if err := c.RolledBack(b.Tag); err != nil {
+		log.Error("decided branch rolled back by the server: its rows are lost", zap.String("tag", b.Tag),
+			zap.Int64("checkpoint", b.Checkpoint), zap.String("origin", origin), zap.Error(err))
+		return err
+	}
+	log.Info("decided branch was empty: the server rolled it back", zap.String("tag", b.Tag), zap.Int64("checkpoint", b.Checkpoint))
+	return nil
 }
 
 func listed(ctx context.Context, db *sql.DB, tag string) (bool, error) {

@@ -19,7 +19,8 @@ import (
 
 // ResolveLoop runs the resolver as soon as recovery finished and then every interval until ctx
 // ends. Errors are logged and retried at the next tick: a resolver that cannot reach MySQL is no
-// reason to stop the pipeline. (The first pass does not wait an interval: until it runs, the
+// reason to stop the pipeline. A decided branch the server rolled back is: it is gone after that
+// one answer, and the process stops on it as recovery does (ledger.ErrBranchLost). (The first pass does not wait an interval: until it runs, the
 // in-doubt gauges know nothing of the branches recovery left behind.)
 func (p *Pipeline) ResolveLoop(ctx context.Context) error {
 	log := p.Log.Named("resolver")
@@ -35,7 +36,11 @@ func (p *Pipeline) ResolveLoop(ctx context.Context) error {
 			t.Reset(100 * time.Millisecond)
 			continue
 		}
-		if err := p.resolvePass(ctx, log); err != nil && ctx.Err() == nil {
+		err := p.resolvePass(ctx, log)
+		if errors.Is(err, ledger.ErrBranchLost) {
+			return err
+		}
+		if err != nil && ctx.Err() == nil {
 			log.Warn("resolver pass failed", zap.Error(err))
 		}
 		t.Reset(p.Config.Checkpoint.ResolveInterval)
@@ -97,7 +102,7 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger) error {
 			if fence == nil {
 				continue // between two fences: the next recovery answers for them
 			}
-			err = p.resolveAll(ctx, p.Ledger, fence.Epoch, bs, live, log)
+			err = p.resolveAll(ctx, p.Ledger, fence.Epoch(), bs, live, log)
 		} else {
 			err = p.takeOver(ctx, key, bs, log)
 		}
@@ -155,7 +160,7 @@ func (p *Pipeline) takeOver(ctx context.Context, key string, bs []Branch, log *z
 	defer f.Release()
 	p.Metrics.Takeovers.Inc()
 	log.Info("resolving a stopped instance's branches", zap.String("instance", key), zap.Int("branches", len(bs)))
-	return p.resolveAll(ctx, other, f.Epoch, bs, math.MaxInt64, log)
+	return p.resolveAll(ctx, other, f.Epoch(), bs, math.MaxInt64, log)
 }
 
 // resolveAll applies the ledger's verdict to each branch, then marks the checkpoints done whose

@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +70,7 @@ type session struct {
 	subs         []*subtask
 	wg           sync.WaitGroup
 	positions    ledger.Offsets                 // next offset per partition, as of the records folded so far
+	begin        ledger.Offsets                 // positions at the session's start
 	decided      atomic.Pointer[ledger.Offsets] // offsets of the last decided checkpoint
 	cur          *epoch
 	inflight     chan error // result of the checkpoint in flight; nil when none
@@ -114,7 +117,7 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 		return nil, err
 	}
 	p.sessionFirstID.Store(first)
-	s := &session{p: p, fence: fence, cons: cons, positions: start, cur: p.newEpoch(first), blockLast: last}
+	s := &session{p: p, fence: fence, cons: cons, positions: start, begin: start.Clone(), cur: p.newEpoch(first), blockLast: last}
 	decided := p.proto.decided(start, from)
 	s.decided.Store(&decided)
 	s.ctx, s.fail = context.WithCancelCause(context.Background())
@@ -167,7 +170,7 @@ func (p *Pipeline) recover(ctx context.Context, fence *ledger.Fence) (Recovered,
 	if err != nil {
 		return rec, nil, err
 	}
-	offs, maxID, err := p.Ledger.PartitionOffsets(ctx)
+	offs, maxID, err := p.proto.resume(ctx, p, fence)
 	if err != nil {
 		return rec, nil, err
 	}
@@ -217,6 +220,27 @@ func (s *session) commitGroup(o ledger.Offsets) {
 }
 
 var errSessionEnd = errors.New("session ended")
+
+// undecided names the records read but not decided, per partition as topic/partition@first-last:
+// those of the checkpoint in flight and of the epoch being filled. Called by the loop (which owns
+// positions).
+func (s *session) undecided() string {
+	decided := *s.decided.Load()
+	var parts []string
+	for t, ps := range s.positions {
+		for part, next := range ps {
+			from, ok := decided.Get(t, part)
+			if !ok {
+				from, _ = s.begin.Get(t, part)
+			}
+			if next > from {
+				parts = append(parts, fmt.Sprintf("%s/%d@%d-%d", t, part, from, next-1))
+			}
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}
 
 // committed records a checkpoint whose data is durable in MySQL.
 func (s *session) committed(cp *pending, tags []string, log *zap.Logger) {

@@ -18,12 +18,14 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/sink"
@@ -177,34 +179,118 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 	n := s.p.Config.MySQL.BatchRows // rows per statement
 	// Aggregates in spec order, each one's rows in primary-key order: every transaction takes its
 	// row locks in the same order, table by table.
-	for a := range s.p.Plan.Tables() {
+	for a, table := range s.p.Plan.Tables() {
 		if !hasRows {
 			break
 		}
 		rows := b.table.Drain(a)
-		for i := 0; i < len(rows); i += n {
-			j := min(i+n, len(rows))
-			s.buf = s.p.Plan.AppendUpsert(s.buf[:0], a, rows[i:j])
-			if err := s.exec(ctx); err != nil {
-				return fmt.Errorf("subtask %d: %s: %w", s.global, s.p.Plan.Tables()[a], err)
+		err := s.flush(ctx, len(rows), n,
+			func(dst []byte, i, j int) []byte { return s.p.Plan.AppendUpsert(dst, a, rows[i:j]) },
+			func(k int) string { return rowName(s.p.Plan, a, rows[k]) })
+		if err != nil {
+			return fmt.Errorf("subtask %d: %s: %w", s.global, table, err)
+		}
+	}
+	err := s.flush(ctx, len(b.details), n,
+		func(dst []byte, i, j int) []byte { return s.p.schema.AppendDetailInsert(dst, b.details[i:j]) },
+		func(k int) string {
+			d := &b.details[k]
+			return fmt.Sprintf("order_id=%q of record %s/%d@%d", d.OrderID, d.Topic, d.Partition, d.Offset)
+		})
+	if err != nil {
+		return fmt.Errorf("subtask %d: detail rows: %w", s.global, err)
+	}
+	err = s.flush(ctx, len(b.dlq), n,
+		func(dst []byte, i, j int) []byte {
+			return s.p.schema.AppendDLQInsert(dst, s.p.Config.Job.Name, b.epoch, b.dlq[i:j])
+		},
+		func(k int) string {
+			d := &b.dlq[k]
+			return fmt.Sprintf("record %s/%d@%d", d.Topic, d.Partition, d.Offset)
+		})
+	if err != nil {
+		return fmt.Errorf("subtask %d: dead-letter rows: %w", s.global, err)
+	}
+	return nil
+}
+
+// flush writes rows 0..rows-1 of one table, n to a statement; stmt renders rows [i, j), and name
+// names row k should MySQL refuse it.
+func (s *subtask) flush(ctx context.Context, rows, n int, stmt func(dst []byte, i, j int) []byte, name func(k int) string) error {
+	for i := 0; i < rows; i += n {
+		j := min(i+n, rows)
+		s.buf = stmt(s.buf[:0], i, j)
+		if err := s.exec(ctx); err != nil {
+			if fault.DataRefused(err) {
+				return s.refused(ctx, i, j, stmt, name, err)
 			}
-		}
-	}
-	for i := 0; i < len(b.details); i += n {
-		j := min(i+n, len(b.details))
-		s.buf = s.p.schema.AppendDetailInsert(s.buf[:0], b.details[i:j])
-		if err := s.exec(ctx); err != nil {
-			return fmt.Errorf("subtask %d: detail rows: %w", s.global, err)
-		}
-	}
-	for i := 0; i < len(b.dlq); i += n {
-		j := min(i+n, len(b.dlq))
-		s.buf = s.p.schema.AppendDLQInsert(s.buf[:0], s.p.Config.Job.Name, b.epoch, b.dlq[i:j])
-		if err := s.exec(ctx); err != nil {
-			return fmt.Errorf("subtask %d: dead-letter rows: %w", s.global, err)
+			return err
 		}
 	}
 	return nil
+}
+
+// refused names the row of a statement (rows [i, j)) that MySQL refused for its data. relay
+// validated every value it writes, so this is a relay bug, and no retry of the statement can
+// succeed; the operator needs the row. The epoch's transaction is gone with the error (its
+// connection is discarded), so the rows run again one at a time in a transaction of their own,
+// rolled back whatever happens, up to the first that MySQL refuses.
+func (s *subtask) refused(ctx context.Context, i, j int, stmt func(dst []byte, i, j int) []byte, name func(k int) string, err error) error {
+	k := i
+	if j-i > 1 {
+		var perr error
+		if k, perr = s.probe(ctx, i, j, stmt); perr != nil {
+			return fmt.Errorf("MySQL refused a statement for its data (finding the row failed: %v): %w", perr, err)
+		}
+		if k < 0 {
+			return fmt.Errorf("MySQL refused a statement for its data, but none of its rows alone: %w", err)
+		}
+	}
+	return fmt.Errorf("MySQL refused row %s: %w", name(k), err)
+}
+
+// probe runs rows [i, j) one statement each, in one transaction that it rolls back, and returns
+// the first row MySQL refuses for its data (-1: none). A statement that waits for a lock (a peer's
+// transaction) fails at mysql.lock_wait_timeout; the whole probe is bounded by checkpoint.timeout.
+func (s *subtask) probe(ctx context.Context, i, j int, stmt func(dst []byte, i, j int) []byte) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.p.Config.Checkpoint.Timeout)
+	defer cancel()
+	tx, err := s.p.Sink.BeginTx(ctx, nil)
+	if err != nil {
+		return -1, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	for k := i; k < j; k++ {
+		s.buf = stmt(s.buf[:0], k, k+1)
+		switch _, err := tx.ExecContext(ctx, string(s.buf)); {
+		case fault.DataRefused(err):
+			return k, nil
+		case err != nil:
+			return -1, err
+		}
+	}
+	return -1, nil
+}
+
+// rowName names row r of aggregate a for an operator: its key columns as MySQL prints them
+// (strings quoted in Go syntax, so bytes that are not UTF-8 show as escapes), then what the
+// checkpoint adds to its measures.
+func rowName(p *spec.Plan, a int, r spec.Row) string {
+	cols, err := p.Format(a, r)
+	if err != nil {
+		return fmt.Sprintf("%q (%v)", r.Key, err)
+	}
+	key, measures := p.ColumnNames(a)
+	var b strings.Builder
+	for i, c := range key {
+		fmt.Fprintf(&b, "%s=%q ", c, cols[i])
+	}
+	b.WriteString("(adding")
+	for i, c := range measures {
+		fmt.Fprintf(&b, " %s=%s", c, cols[len(key)+i])
+	}
+	b.WriteString(")")
+	return b.String()
 }
 
 // exec runs the statement in s.buf inside the epoch's transaction. One still running after a fifth

@@ -1,4 +1,4 @@
-// XA mode: one XA branch per subtask per epoch, the ledger row as the decision (DESIGN §3).
+// XA mode: one XA branch per subtask per epoch, the ledger row as the decision (docs/PROTOCOL.md, "The epoch, end to end").
 //
 // Invariant: a branch is prepared only at the barrier, after all its rows were written, and left
 // prepared for the coordinator; a session's in-doubt branches are resolved by recovery, from the
@@ -22,7 +22,13 @@ import (
 type xaProtocol struct{}
 
 func (xaProtocol) recover(ctx context.Context, p *Pipeline, fence *ledger.Fence) (Recovered, error) {
-	return Recover(ctx, p.Ledger, fence.Epoch, p.Sink, p.Log.Named("recovery"), p.Metrics, metrics.OriginRecovery)
+	return Recover(ctx, p.Ledger, fence.Epoch(), p.Sink, p.Log.Named("recovery"), p.Metrics, metrics.OriginRecovery)
+}
+
+// resume: recovery has settled every branch below the ids this owner uses, and a decision of this
+// owner is written only under its fence: the offsets rows are the last decision's.
+func (xaProtocol) resume(ctx context.Context, p *Pipeline, _ *ledger.Fence) (ledger.Offsets, int64, error) {
+	return p.Ledger.PartitionOffsets(ctx)
 }
 
 // decided: the consumer starts exactly at the last decision's offsets (or where the configured

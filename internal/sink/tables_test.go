@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,6 +97,46 @@ func TestCreateRefusesDifferentTable(t *testing.T) {
 	for _, w := range []string{".dlq_myisam: engine MyISAM, not InnoDB", ".details_ci: column order_id has collation utf8mb4_general_ci, want " + coll} {
 		if !errors.Is(err, sink.ErrTableDiffers) || !strings.Contains(err.Error(), w) {
 			t.Errorf("dead-letter and append-sink tables that differ: %v, want %q", err, w)
+		}
+	}
+}
+
+// Every string relay writes fits its column, so MySQL never refuses one that relay's decoder let
+// through (issue 23 §3): the decoder bounds strings in bytes, a utf8mb4 VARCHAR(N) counts
+// characters, so N at least the byte bound is enough. The append sink's columns are written out
+// in sink, the bounds in order: this holds the two together; and every reason fits the dead-letter
+// table's reason column.
+func TestStringColumnsHoldWhatTheDecoderAccepts(t *testing.T) {
+	l := order.DefaultLimits()
+	varchar := map[string]map[string]int{} // table -> column -> N
+	table := regexp.MustCompile("CREATE TABLE IF NOT EXISTS `([^`]+)`")
+	column := regexp.MustCompile(`\n\t(\w+) VARCHAR\((\d+)\)`)
+	for _, stmt := range schema(t, "agg", "dlq", "detail").CreateStatements(sink.MariaDB) {
+		name := table.FindStringSubmatch(stmt)
+		if name == nil {
+			continue
+		}
+		varchar[name[1]] = map[string]int{}
+		for _, c := range column.FindAllStringSubmatch(stmt, -1) {
+			varchar[name[1]][c[1]], _ = strconv.Atoi(c[2])
+		}
+	}
+	for _, c := range []struct {
+		table, column string
+		bytes         int
+	}{
+		{"agg", "sku", l.MaxSKUBytes},
+		{"detail", "sku", l.MaxSKUBytes},
+		{"detail", "order_id", l.MaxOrderIDBytes},
+	} {
+		if n := varchar[c.table][c.column]; n < c.bytes {
+			t.Errorf("%s.%s is VARCHAR(%d), the decoder lets through %d bytes", c.table, c.column, n, c.bytes)
+		}
+	}
+	for r := 1; r < 256; r++ {
+		name := spec.Reason(r).String()
+		if !strings.HasPrefix(name, "reason(") && len(name) > varchar["dlq"]["reason"] {
+			t.Errorf("reason %q is longer than dlq.reason's VARCHAR(%d)", name, varchar["dlq"]["reason"])
 		}
 	}
 }

@@ -24,6 +24,20 @@ const (
 
 var ownNames = [...]string{"too_long", "bad_text", "bad_int"}
 
+// AllReasons lists every reason a spec's decoder can return, order's and the spec's own, in
+// numeric order: the values of relay_bad_records_total's reason label and of the dead-letter
+// table's reason column (docs/METRICS.md lists them; a test checks).
+func AllReasons() []Reason {
+	var rs []Reason
+	for _, r := range order.AllReasons() {
+		rs = append(rs, Reason(r))
+	}
+	for i := range ownNames {
+		rs = append(rs, ReasonTooLong+Reason(i))
+	}
+	return rs
+}
+
 // String returns the metric label of r.
 func (r Reason) String() string {
 	if r < ReasonTooLong {

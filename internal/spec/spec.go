@@ -108,7 +108,10 @@ func Parse(b []byte, l Limits) (*Plan, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	// An empty document is an empty spec, which Compile refuses by name.
-	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) {
+	var se *Error
+	if err := dec.Decode(&s); errors.As(err, &se) {
+		return nil, err
+	} else if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	return s.Compile(l)
@@ -128,15 +131,11 @@ func (s Spec) Compile(l Limits) (*Plan, error) {
 
 // UnmarshalYAML reads a mapping of dotted path to type, keeping its order.
 func (f *Fields) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.MappingNode {
-		return fmt.Errorf("line %d: input.fields must map field paths to types", n.Line)
+	if err := checkNode("input.fields", n, fieldsType); err != nil {
+		return err
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind != yaml.ScalarNode || v.Kind != yaml.ScalarNode {
-			return fmt.Errorf("line %d: input.fields must map field paths to types", k.Line)
-		}
-		*f = append(*f, Field{Name: k.Value, Type: v.Value})
+		*f = append(*f, Field{Name: n.Content[i].Value, Type: n.Content[i+1].Value})
 	}
 	return nil
 }

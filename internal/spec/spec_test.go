@@ -111,7 +111,7 @@ func TestValidationMessages(t *testing.T) {
 		{func(string) string {
 			return "input:\n  fields: {a: int}\n  event_time: {field: ts, format: epoch_ms}\n"
 		}, "pipeline.aggregates: at least one aggregate is needed"},
-		{repl("window: 24h", "window: 24h\n    colour: red"), "field colour not found"},
+		{repl("window: 24h", "window: 24h\n    colour: red"), "pipeline.aggregates[1].colour: line 25: unknown key"},
 	} {
 		_, err := Parse([]byte(base(c.edit)), testLimits)
 		switch {

@@ -55,7 +55,11 @@ func (p *Plan) Schema(dlq, detail string) sink.Schema {
 }
 
 // measureType is the column type: sums are DECIMAL(38, scale) (exact past int64), min and max of
-// an int BIGINT, of a decimal DECIMAL(38, scale).
+// an int BIGINT, of a decimal DECIMAL(38, scale). No value relay adds can pass its column: a sum
+// reaches 10^38 units only after 10^19 records of int64's largest value (10^20 at the largest
+// amount, limits.MaxUnits), in one checkpoint or in the table over time, and a count BIGINT's
+// bound after 2^63 records; min and max are values that passed decoding. A stored value set near
+// its bound from outside makes MySQL refuse the upsert, which stops the job (pipeline.ErrDataRefused).
 func (p *Plan) measureType(m measure) string {
 	switch {
 	case m.kind == kindCount:

@@ -2,6 +2,8 @@ package spec
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,5 +166,40 @@ func TestDrain(t *testing.T) {
 	foldAll(t, p, st, record("paid", "eu", 1, "1", h))
 	if r := st[0].Rows(0); len(r) != 1 || r[0].Accs[0].N != 1 || rows[0].Accs[0].N != 1 {
 		t.Fatalf("after drain: %+v, drained %+v", r, rows)
+	}
+}
+
+// Windows are UTC (README, docs/PIPELINES.md): a 24h window is a UTC day, and an event time with an
+// offset lands in the UTC day it falls in, whatever the local zone of the process.
+func TestWindowsAreUTC(t *testing.T) {
+	p := mustParse(t, `
+input:
+  fields: {k: int}
+  event_time: {field: at, format: rfc3339}
+aggregates:
+  - {table: t, window: 24h, dimensions: [{column: k, field: k}], measures: [{column: n, kind: count}]}
+`)
+	saved := time.Local
+	time.Local = time.FixedZone("UTC-5", -5*3600)
+	defer func() { time.Local = saved }()
+	st := []*Tables{p.NewTables()}
+	// 23:30 at UTC-5 is 04:30 the next day in UTC; 00:30 at UTC+2 is 22:30 the day before.
+	foldAll(t, p, st, []byte(`{"k":1,"at":"2025-11-24T23:30:00-05:00"}`), []byte(`{"k":2,"at":"2025-11-25T00:30:00+02:00"}`))
+	var got []string
+	for _, r := range st[0].Rows(0) {
+		cols, err := p.Format(0, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, cols[0]+" k="+cols[1])
+	}
+	slices.Sort(got)
+	if want := []string{"2025-11-24 00:00:00 k=2", "2025-11-25 00:00:00 k=1"}; !slices.Equal(got, want) {
+		t.Fatalf("windows %v, want the UTC days %v", got, want)
+	}
+	// What MySQL is sent: the same UTC days.
+	sql := string(p.AppendUpsert(nil, 0, st[0].Rows(0)))
+	if !strings.Contains(sql, "('2025-11-24 00:00:00',2,") || !strings.Contains(sql, "('2025-11-25 00:00:00',1,") {
+		t.Fatalf("upsert does not write the UTC days: %s", sql)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"github.com/relay-sh/relay/internal/database"
@@ -223,9 +224,13 @@ func Recover(ctx context.Context, q interface {
 	return out, rows.Err()
 }
 
+// ErrRolledBack is the server's XA_RBROLLBACK answer to a commit: the branch is gone, rolled back.
+// MariaDB answers so for a prepared branch that wrote nothing; whether that lost anything is the
+// caller's to say, from what it knows the branch wrote (ledger.Checkpoint.RolledBack).
+var ErrRolledBack = errors.New("branch rolled back by the server")
+
 // Resolve commits or rolls back a prepared branch from a connection other than its own (recovery,
-// the resolver, and operators' manual resolution). An XA_RBROLLBACK answer to a commit means the
-// branch was empty and is gone: there was nothing to commit.
+// the resolver, and operators' manual resolution).
 func Resolve(ctx context.Context, db *sql.DB, tag string, commit bool) error {
 	c, err := db.Conn(ctx)
 	if err != nil {
@@ -236,8 +241,11 @@ func Resolve(ctx context.Context, db *sql.DB, tag string, commit bool) error {
 		stmt = "XA COMMIT " + XID(tag)
 	}
 	_, err = c.ExecContext(ctx, stmt)
-	if err != nil && !(commit && fault.IsMySQL(err, fault.XARBRollback)) {
+	if err != nil {
 		Discard(c)
+		if commit && fault.IsMySQL(err, fault.XARBRollback) {
+			return fmt.Errorf("XA COMMIT %s: %w: %w", tag, ErrRolledBack, err)
+		}
 		return fmt.Errorf("%s: %w", stmt[:len(stmt)-len(XID(tag))-1], err)
 	}
 	_ = c.Close()

@@ -3,6 +3,7 @@ package xa
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"testing"
 	"time"
 
@@ -127,8 +128,8 @@ func TestActiveBranchRollsBackWithConnection(t *testing.T) {
 }
 
 // An empty prepared branch, once its session is gone, answers XA_RBROLLBACK to a commit from
-// another session; Resolve treats that as "nothing to commit", which is why relay opens no branch
-// for an empty epoch in the first place.
+// another session (which is why relay opens no branch for an empty epoch in the first place);
+// Resolve reports it as ErrRolledBack, for the caller to tell an empty branch from lost rows.
 func TestEmptyPreparedBranch(t *testing.T) {
 	db, ctx := setup(t)
 	tag := "xatest-" + testenv.Suffix() + "-2"
@@ -145,14 +146,14 @@ func TestEmptyPreparedBranch(t *testing.T) {
 	b.Close()
 	var err2 error
 	for i := 0; i < 50; i++ {
-		_, err2 = db.ExecContext(ctx, "XA COMMIT "+XID(tag))
+		err2 = Resolve(ctx, db, tag, true)
 		if !fault.IsMySQL(err2, fault.XAErNota) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if !fault.IsMySQL(err2, fault.XARBRollback) {
-		t.Fatalf("commit of an empty prepared branch: got %v, want error 1402 XA_RBROLLBACK", err2)
+	if !errors.Is(err2, ErrRolledBack) || !fault.IsMySQL(err2, fault.XARBRollback) {
+		t.Fatalf("commit of an empty prepared branch: got %v, want ErrRolledBack (error 1402 XA_RBROLLBACK)", err2)
 	}
 	if listedTag(t, ctx, db, tag) {
 		t.Fatal("empty branch still listed after XA_RBROLLBACK")

@@ -290,9 +290,9 @@ func TestServerRestarts(t *testing.T) {
 			SKUs: 200, Windows: 20, Seed: seed}); err != nil {
 			t.Fatal(err)
 		}
-		want, _, _ := totals.Snapshot()
+		want := e.expected(totals)
 		deadline := time.Now().Add(90 * time.Second)
-		for diff(want, e.actual(want.Plan)) != "" {
+		for e.diffOracle(want) != "" {
 			select {
 			case <-p.Done():
 				err := p.Err()
@@ -300,7 +300,7 @@ func TestServerRestarts(t *testing.T) {
 			case <-time.After(200 * time.Millisecond):
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("totals not reached after seed %d:\n%s\n%s", seed, diff(want, e.actual(want.Plan)), tail(p.Log, 30))
+				t.Fatalf("totals not reached after seed %d:\n%s\n%s", seed, e.diffOracle(want), tail(p.Log, 30))
 			}
 		}
 	}

@@ -336,7 +336,8 @@ func TestOpsTxnsUnknownJob(t *testing.T) {
 
 // loadgen writes only where it is told: without --brokers and --topic it refuses (though the
 // RELAY_KAFKA_* of a relay pod are set), and into a topic a job's ledger reads it refuses, whichever
-// database of the server holds that ledger, unless --i-know-this-is-live.
+// database of the server holds that ledger, unless --i-know-this-is-live. With no MySQL named it
+// refuses a topic Kafka shows in use unless --force.
 func TestOpsLoadgenGuards(t *testing.T) {
 	e := ranJob(t, 2, 9)
 	end := e.highWatermarks()
@@ -359,7 +360,34 @@ func TestOpsLoadgenGuards(t *testing.T) {
 	if got := e.highWatermarks(); !got.Equal(end) {
 		t.Fatalf("a refused loadgen wrote to %s: end offsets %v, were %v", e.topic, got, end)
 	}
-	stdout, stderr, code := e.cli(nil, append(lg, "--i-know-this-is-live")...)
+	// No MySQL to ask: Kafka shows the topic in use (its records, relay's group offsets), so it is
+	// refused, with what shows it and how to proceed.
+	noDSN := []string{"RELAY_MYSQL_DSN=", "RELAY_LEDGER_DSN="}
+	stdout, stderr, code := e.cli(noDSN, lg...)
+	for _, want := range []string{"refusing to produce into " + e.topic, "no MySQL named", "it is not empty (",
+		"consumer groups with offsets committed on it: relay-" + e.job, "--ledger-dsn", "--force"} {
+		if code != 1 || !strings.Contains(stderr, want) {
+			t.Fatalf("loadgen without a MySQL into the job's input: exit %d, want 1 and %q\n%s%s", code, want, stdout, stderr)
+		}
+	}
+	if got := e.highWatermarks(); !got.Equal(end) {
+		t.Fatalf("a refused loadgen wrote to %s: end offsets %v, were %v", e.topic, got, end)
+	}
+	// A new topic shows no use: produced, with a note of what was not checked and progress lines.
+	fresh := testenv.Topic(t, 1)
+	stdout, stderr, code = e.cli(noDSN, "loadgen", "--brokers", e.brokers, "--topic", fresh, "--orders", "60", "--rate", "150", "--batch", "10",
+		"--progress", "100ms", "--escape")
+	if code != 0 || !strings.Contains(stdout, "60 records sent: 60 good orders committed") || !strings.Contains(stderr, "Kafka shows it unused") ||
+		!strings.Contains(stderr, "records sent (") {
+		t.Fatalf("loadgen without a MySQL into a new topic: exit %d, want 0 with a note and progress\n%s%s", code, stdout, stderr)
+	}
+	stdout, stderr, code = e.cli(noDSN, append(lg, "--force")...)
+	if code != 0 || !strings.Contains(stdout, "10 records sent: 10 good orders committed") || !strings.Contains(stderr, "--force: producing") {
+		t.Fatalf("loadgen --force without a MySQL: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// --force is no answer to a ledger that reads the topic.
+	refused(nil, "--force")
+	stdout, stderr, code = e.cli(nil, append(lg, "--i-know-this-is-live")...)
 	if code != 0 || !strings.Contains(stdout, "loadgen: topic "+e.topic) || !strings.Contains(stdout, "10 records sent: 10 good orders committed") {
 		t.Fatalf("loadgen --i-know-this-is-live: exit %d\n%s%s", code, stdout, stderr)
 	}

@@ -1,0 +1,100 @@
+package pipeline
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/testenv"
+	"github.com/relay-sh/relay/internal/xa"
+)
+
+// decidedJob is a new job's ledger with its fence held, on a fresh database.
+func decidedJob(t *testing.T) (*sql.DB, context.Context, *ledger.Ledger, *ledger.Fence) {
+	t.Helper()
+	db := testenv.Open(t, testenv.Database(t))
+	ctx := testenv.Context(t, time.Minute)
+	if err := ledger.EnsureSchema(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	led := ledger.New(db, "job_"+testenv.Suffix())
+	f, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Release)
+	return db, ctx, led, f
+}
+
+// emptyBranch prepares a branch with no write, as its session leaves it, and decides checkpoint
+// id listing tags.
+func emptyBranch(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Ledger, f *ledger.Fence, tag string, id int64, tags ...string) {
+	t.Helper()
+	b, err := xa.NewBranch(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx, tag); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: id, Tags: tags, Offsets: ledger.Offsets{}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// MariaDB answers XA_RBROLLBACK (1402) to the commit of a prepared branch that ran no write. Relay
+// prepares only branches that wrote (an epoch with nothing to write opens none), and the decision
+// lists exactly those: a listed branch answering 1402 lost its rows, and recovery stops naming it;
+// a branch of a decided checkpoint that the decision does not list lost nothing.
+func TestRecoverBranchRolledBackByServer(t *testing.T) {
+	db, ctx, led, f := decidedJob(t)
+	job := led.Job()
+	m := metrics.New("recovery_test")
+	// Checkpoint 1's decision lists subtask 0 only; subtask 1's branch is not one relay prepared.
+	emptyBranch(t, ctx, db, led, f, config.Tag(job, 1, 1), 1, config.Tag(job, 1, 0))
+	r, err := Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery)
+	if err != nil || r.Committed != 1 {
+		t.Fatalf("recovering an unlisted empty branch of a decided checkpoint: %+v, %v; want it committed (nothing lost)", r, err)
+	}
+	// Checkpoint 2's decision lists its branch: relay prepared it after writing rows.
+	lost := config.Tag(job, 2, 0)
+	emptyBranch(t, ctx, db, led, f, lost, 2, lost)
+	r, err = Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery)
+	if !errors.Is(err, ledger.ErrBranchLost) || !strings.Contains(err.Error(), lost) {
+		t.Fatalf("recovering a listed branch the server rolled back: %+v, %v; want ErrBranchLost naming %s", r, err, lost)
+	}
+	t.Logf("recovery stops with: %v", err)
+}
+
+// The resolver stops the process on a decided branch the server rolled back: it is gone from XA
+// RECOVER after that one answer, so logging it and going on would leave no trace but a log line.
+func TestResolverStopsOnLostBranch(t *testing.T) {
+	db, ctx, led, f := decidedJob(t)
+	lost := config.Tag(led.Job(), 2, 0)
+	emptyBranch(t, ctx, db, led, f, lost, 2, lost)
+	var cfg config.Config
+	cfg.Job.Name = led.Job()
+	cfg.Checkpoint.ResolveInterval = 100 * time.Millisecond
+	cfg.Checkpoint.InDoubtAlertAge = time.Hour
+	p := &Pipeline{Deps: Deps{Config: cfg, Sink: db, Ledger: led, Metrics: metrics.New("resolver_test"), Log: zap.NewNop()}}
+	p.fence.Store(f)
+	p.sessionFirstID.Store(1000)
+	p.recovered.Store(true)
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := p.ResolveLoop(rctx); !errors.Is(err, ledger.ErrBranchLost) || !strings.Contains(err.Error(), lost) {
+		t.Fatalf("resolver on a lost branch returned %v, want ErrBranchLost naming %s", err, lost)
+	}
+}

@@ -1,0 +1,795 @@
+// The differential test: relay's decoder and fold against test/oracle, an implementation that
+// shares no code with them (encoding/json, math/big, time, a plain map), over SEQUENCES of
+// records, because bugs of reused memory only show across records. Invariant checked: for every
+// spec below and every sequence, each record is valid or bad alike (the same reason and field),
+// and every table holds the same rows, column for column as MySQL prints them, in the same order.
+//
+// The pipeline's reader decodes a whole poll into separate Records before the loop folds them
+// (internal/pipeline/loop.go), and reuses those Records for the next poll; relayFold does the same.
+
+package spec
+
+import (
+	"bytes"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/relay-sh/relay/internal/order"
+	"github.com/relay-sh/relay/test/oracle"
+)
+
+// diffSpec is one spec run by both sides.
+type diffSpec struct {
+	name   string
+	plan   *Plan
+	oracle *oracle.Spec
+	limits Limits
+	yaml   string
+}
+
+// diffYAML are the specs beside the default: several tables, nested paths sharing prefixes,
+// filters on strings and ints, every measure kind on ints and decimals of several scales, int and
+// string dimensions (a string that is not the last column, so the key codec escapes it), both
+// event-time formats, windows from 1 s to a day, event times before 1970.
+var diffYAML = []struct {
+	name, yaml string
+	limits     Limits
+}{
+	{"shops", `
+input:
+  fields:
+    order_id: string(16)
+    status: string(8)
+    customer.region: string(4)
+    customer.tier: int
+    shop: string(6)
+    qty: int
+    price: decimal(2)
+    fee: decimal(0)
+  event_time: {field: meta.at, format: rfc3339}
+aggregates:
+  - table: region_hour
+    window: 1h
+    dimensions: [{column: region, field: customer.region}, {column: tier, field: customer.tier}]
+    measures:
+      - {column: orders, kind: count}
+      - {column: revenue, kind: sum, field: price}
+      - {column: cheapest, kind: min, field: price}
+      - {column: dearest, kind: max, field: price}
+      - {column: units, kind: sum, field: qty}
+      - {column: least_qty, kind: min, field: qty}
+      - {column: most_qty, kind: max, field: qty}
+      - {column: fees, kind: sum, field: fee}
+    filter: {field: status, in: [paid, "é", "e\u0301"]}
+  - table: shop_minute
+    window: 1m
+    dimensions: [{column: shop, field: shop}, {column: region, field: customer.region}]
+    measures:
+      - {column: n, kind: count}
+      - {column: top_fee, kind: max, field: fee}
+      - {column: low_fee, kind: min, field: fee}
+  - table: tier_day
+    window: 24h
+    measures: [{column: n, kind: count}, {column: qty, kind: sum, field: qty}]
+    filter: {field: customer.tier, in: ["1", "007", "-9223372036854775808"]}
+`, Limits{MaxPayloadBytes: 600, MinTS: -2208988800000, MaxTS: 4102444800000, MaxUnits: 999999999999999999}},
+	{"nested", `
+input:
+  fields:
+    a.b: string(5)
+    a.c: int
+    x.y.z: decimal(4)
+    k: string(3)
+    a.d.e: decimal(1)
+  event_time: {field: t, format: epoch_ms}
+aggregates:
+  - table: t15
+    window: 15m
+    dimensions: [{column: c, field: a.c}, {column: b, field: a.b}, {column: k, field: k}]
+    measures:
+      - {column: n, kind: count}
+      - {column: lo, kind: min, field: x.y.z}
+      - {column: hi, kind: max, field: x.y.z}
+      - {column: s, kind: sum, field: x.y.z}
+      - {column: e, kind: sum, field: a.d.e}
+  - table: t1s
+    window: 1s
+    dimensions: [{column: k, field: k}]
+    measures: [{column: n, kind: count}, {column: s, kind: sum, field: a.c}, {column: m, kind: max, field: a.c}]
+    filter: {field: k, in: ["é", "A", "\0"]}
+`, Limits{MaxPayloadBytes: 400, MinTS: -86400000 * 3, MaxTS: 86400000 * 3, MaxUnits: 100000000}},
+}
+
+func diffSpecs(t testing.TB) []diffSpec {
+	defLim := order.DefaultLimits()
+	plan, err := Compile(Default(order.DefaultFields(), defLim, "order_stats_minute", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := Limits{MaxPayloadBytes: defLim.MaxPayloadBytes, MinTS: defLim.MinTS, MaxTS: defLim.MaxTS, MaxUnits: defLim.MaxAmountUnits}
+	// The crash tests take the oracle's default limits as relay's: they must be the same.
+	def := oracle.Default()
+	if ol := def.Limits; ol.MaxPayloadBytes != lim.MaxPayloadBytes || ol.MinEventTime.UnixMilli() != lim.MinTS ||
+		ol.MaxEventTime.UnixMilli() != lim.MaxTS || ol.MaxAmount.Cmp(new(big.Rat).SetFrac64(lim.MaxUnits, 10000)) != 0 {
+		t.Fatalf("oracle.DefaultLimits %+v, relay's %+v", ol, lim)
+	}
+	out := []diffSpec{{name: "default", plan: plan, oracle: def, limits: lim}}
+	for _, d := range diffYAML {
+		out = append(out, compileDiff(t, d.name, d.yaml, d.limits))
+	}
+	return out
+}
+
+// compileDiff compiles a spec for both sides, with the same limits.
+func compileDiff(t testing.TB, name, yaml string, l Limits) diffSpec {
+	plan, err := Parse([]byte(yaml), l)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", name, err, yaml)
+	}
+	o, err := oracle.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", name, err, yaml)
+	}
+	o.Limits = oracle.Limits{MaxPayloadBytes: l.MaxPayloadBytes,
+		MinEventTime: time.UnixMilli(l.MinTS).UTC(), MaxEventTime: time.UnixMilli(l.MaxTS).UTC(),
+		MaxAmount: new(big.Rat).SetFrac64(l.MaxUnits, 10000)}
+	return diffSpec{name: name, plan: plan, oracle: o, limits: l, yaml: yaml}
+}
+
+// relayFold decodes every payload into recs (grown as needed, reused across calls as the reader
+// reuses a poll's records), then folds the valid ones into subtasks tables, and returns each
+// record's reason and field and each table's rows as Format renders them, in key order. Each row
+// must read back (ParseRow, as relay verify reads a table) to itself, and live in one subtask.
+func relayFold(t testing.TB, p *Plan, recs *[]Record, payloads [][]byte, subtasks int) (verdicts []string, tables [][][]string) {
+	d := p.NewDecoder()
+	if len(*recs) < len(payloads) {
+		*recs = append(*recs, make([]Record, len(payloads)-len(*recs))...)
+	}
+	for i, pl := range payloads {
+		r, f := d.Decode(pl, &(*recs)[i])
+		verdicts = append(verdicts, verdict(r.String(), f))
+	}
+	st := make([]*Tables, subtasks)
+	for i := range st {
+		st[i] = p.NewTables()
+	}
+	for i := range payloads {
+		if verdicts[i] == "ok" {
+			p.Fold(&(*recs)[i], st)
+		}
+	}
+	for a := range p.Tables() {
+		var rows []Row
+		for _, s := range st {
+			rows = append(rows, s.Rows(a)...)
+		}
+		slices.SortFunc(rows, func(x, y Row) int { return strings.Compare(x.Key, y.Key) })
+		var out [][]string
+		for i, r := range rows {
+			if i > 0 && rows[i-1].Key == r.Key {
+				t.Fatalf("%s: key %q in two subtasks", p.Tables()[a], r.Key)
+			}
+			cols, err := p.Format(a, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What relay verify reads back from the table must be the row itself.
+			raw := make([][]byte, len(cols))
+			for i, c := range cols {
+				raw[i] = []byte(c)
+			}
+			if back, err := p.ParseRow(a, raw); err != nil || !Same(back, r) {
+				t.Fatalf("%s: ParseRow(Format(%q)) = %v, %v", p.Tables()[a], cols, back, err)
+			}
+			out = append(out, cols)
+		}
+		tables = append(tables, out)
+	}
+	return verdicts, tables
+}
+
+func verdict(reason, field string) string {
+	if reason == "" || reason == "ok" {
+		return "ok"
+	}
+	if field == "" {
+		return reason
+	}
+	return reason + " " + field
+}
+
+// differ folds payloads on both sides and returns "" or a report of every difference: the
+// sequence with both verdicts, and each table's rows that only one side has.
+func differ(t testing.TB, s diffSpec, recs *[]Record, payloads [][]byte, subtasks int) string {
+	verdicts, tables := relayFold(t, s.plan, recs, payloads, subtasks)
+	want := s.oracle.Fold(payloads)
+	oracleVerdicts := make([]string, len(payloads))
+	for i := range oracleVerdicts {
+		oracleVerdicts[i] = "ok"
+	}
+	for _, b := range want.Bad {
+		oracleVerdicts[b.Index] = verdict(b.Reason, b.Field)
+	}
+	var b strings.Builder
+	for a, name := range s.plan.Tables() {
+		wt := want.Table(name)
+		if wt == nil {
+			t.Fatalf("%s: the oracle has no table %s", s.name, name)
+		}
+		if slices.EqualFunc(tables[a], wt.Rows, slices.Equal[[]string]) {
+			continue
+		}
+		fmt.Fprintf(&b, "table %s %q:\n", name, wt.Columns)
+		has := func(rows [][]string, r []string) bool {
+			return slices.ContainsFunc(rows, func(x []string) bool { return slices.Equal(x, r) })
+		}
+		for _, r := range tables[a] {
+			if !has(wt.Rows, r) {
+				fmt.Fprintf(&b, "  relay only:  %q\n", r)
+			}
+		}
+		for _, r := range wt.Rows {
+			if !has(tables[a], r) {
+				fmt.Fprintf(&b, "  oracle only: %q\n", r)
+			}
+		}
+		if !strings.Contains(b.String(), " only: ") {
+			for i := range tables[a] {
+				if !slices.Equal(tables[a][i], wt.Rows[i]) {
+					fmt.Fprintf(&b, "  same rows, other order; first at row %d:\n    relay  %q\n    oracle %q\n", i, tables[a][i], wt.Rows[i])
+					break
+				}
+			}
+		}
+	}
+	if b.Len() == 0 && slices.Equal(verdicts, oracleVerdicts) {
+		return ""
+	}
+	var seq strings.Builder
+	fmt.Fprintf(&seq, "spec %s, %d subtasks, %d records (relay | oracle | payload):\n", s.name, subtasks, len(payloads))
+	if s.name == "random" {
+		fmt.Fprintf(&seq, "%s(limits %+v)\n", s.yaml, s.limits)
+	}
+	for i, p := range payloads {
+		mark := " "
+		if verdicts[i] != oracleVerdicts[i] {
+			mark = "≠"
+		}
+		fmt.Fprintf(&seq, "%s %2d %s | %s | %s\n", mark, i, verdicts[i], oracleVerdicts[i], strconv.Quote(string(p)))
+	}
+	return seq.String() + b.String()
+}
+
+// TestDifferentialSequences runs random sequences for RELAY_DIFF_SECONDS (default 20; 0 runs one)
+// from RELAY_DIFF_SEED (random if unset). Sequence i uses seed+i, so a failure names the seed that
+// replays it first.
+func TestDifferentialSequences(t *testing.T) {
+	seed := rand.Uint64() >> 1
+	if v := os.Getenv("RELAY_DIFF_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("RELAY_DIFF_SEED: %v", err)
+		}
+	}
+	budget := 20 * time.Second
+	if v := os.Getenv("RELAY_DIFF_SECONDS"); v != "" {
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatalf("RELAY_DIFF_SECONDS: %v", err)
+		}
+		budget = time.Duration(n * float64(time.Second))
+	}
+	t.Logf("seed %d, budget %s (replay: RELAY_DIFF_SEED=%d)", seed, budget, seed)
+	specs := diffSpecs(t)
+	pools := make([][]Record, len(specs)+1)
+	start := time.Now()
+	n, records := 0, 0
+	for ; n == 0 || time.Since(start) < budget; n++ {
+		s := seed + uint64(n)
+		spec, i, payloads, subtasks := sequence(t, specs, s, nil)
+		records += len(payloads)
+		if report := differ(t, spec, &pools[i], payloads, subtasks); report != "" {
+			t.Fatalf("relay and the oracle differ on sequence %d (seed %d); replay it with\n"+
+				"  RELAY_DIFF_SEED=%d RELAY_DIFF_SECONDS=0 go test -count=1 -run 'TestDifferentialSequences$' ./internal/spec/\n%s",
+				n, s, s, report)
+		}
+	}
+	t.Logf("%d sequences, %d records, no difference", n, records)
+}
+
+// FuzzSequences is the differential test under the fuzzer: seed picks the spec and drives the
+// generator; lines, one record per line, come first in the sequence (the corpus holds known
+// troublemakers there, such as issue 23's records). `go test` runs the committed corpus
+// (testdata/fuzz/FuzzSequences); `make fuzz` explores.
+func FuzzSequences(f *testing.F) {
+	specs := diffSpecs(f)
+	pools := make([][]Record, len(specs)+1)
+	f.Fuzz(func(t *testing.T, seed uint64, lines []byte) {
+		var raw [][]byte
+		if len(lines) > 0 {
+			raw = bytes.Split(lines, []byte("\n"))
+		}
+		spec, i, payloads, subtasks := sequence(t, specs, seed, raw)
+		if report := differ(t, spec, &pools[i], payloads, subtasks); report != "" {
+			t.Fatalf("relay and the oracle differ (seed %d):\n%s", seed, report)
+		}
+	})
+}
+
+// sequence derives from seed a spec (one of specs, or with seed%(len(specs)+1) == len(specs) a
+// random one), 1 to 3 subtasks and the records: first, then up to 40 generated ones. i is the
+// spec's index, len(specs) for a random one.
+func sequence(t testing.TB, specs []diffSpec, seed uint64, first [][]byte) (s diffSpec, i int, payloads [][]byte, subtasks int) {
+	i = int(seed % uint64(len(specs)+1))
+	if i < len(specs) {
+		s = specs[i]
+	} else {
+		s = randomSpec(t, seed)
+	}
+	g := newGen(s, seed)
+	payloads = first
+	for range g.rng.IntN(41) {
+		payloads = append(payloads, g.record())
+	}
+	return s, i, payloads, 1 + g.rng.IntN(3)
+}
+
+// randomPaths share prefixes on purpose: "a" can be both a field and the parent of "a.b".
+// Long names share their first eight bytes, which relay's key match compares as one word.
+var randomPaths = []string{"a", "b", "a.b", "a.c", "c.d.e", "k", "c.x", "long_name_field", "long_name_fielD", "order_id", "order_idx"}
+
+// randomSpec derives a spec from seed: 1 to 5 fields of random types and short bounds, either
+// event-time format, 1 or 2 aggregates with random windows, dimensions, measures and filters, and
+// tight limits, so that bounds are hit often.
+func randomSpec(t testing.TB, seed uint64) diffSpec {
+	rng := rand.New(rand.NewPCG(seed, 5))
+	var y strings.Builder
+	y.WriteString("input:\n  fields:\n")
+	type fld struct{ path, typ string }
+	var fields []fld
+	for _, i := range rng.Perm(len(randomPaths))[:1+rng.IntN(5)] {
+		typ := []string{"int", fmt.Sprintf("string(%d)", 1+rng.IntN(6)), fmt.Sprintf("decimal(%d)", rng.IntN(5))}[rng.IntN(3)]
+		fields = append(fields, fld{randomPaths[i], typ})
+		fmt.Fprintf(&y, "    %s: %s\n", randomPaths[i], typ)
+	}
+	format := []string{"epoch_ms", "rfc3339"}[rng.IntN(2)]
+	fmt.Fprintf(&y, "  event_time: {field: %s, format: %s}\naggregates:\n", []string{"t", "m.t"}[rng.IntN(2)], format)
+	for a := range 1 + rng.IntN(2) {
+		fmt.Fprintf(&y, "  - table: r%d\n    window: %s\n    dimensions: [", a, []string{"1s", "1m", "90s", "15m", "1h", "24h"}[rng.IntN(6)])
+		var keyable, numeric []fld
+		for _, f := range fields {
+			if strings.HasPrefix(f.typ, "decimal") {
+				numeric = append(numeric, f)
+			} else {
+				keyable = append(keyable, f)
+				if f.typ == "int" {
+					numeric = append(numeric, f)
+				}
+			}
+		}
+		rng.Shuffle(len(keyable), func(i, j int) { keyable[i], keyable[j] = keyable[j], keyable[i] })
+		for d, f := range keyable[:rng.IntN(len(keyable)+1)] {
+			if d > 0 {
+				y.WriteString(", ")
+			}
+			fmt.Fprintf(&y, "{column: d%d, field: %s}", d, f.path)
+		}
+		y.WriteString("]\n    measures:\n      - {column: n, kind: count}\n")
+		for m, f := range numeric {
+			fmt.Fprintf(&y, "      - {column: m%d, kind: %s, field: %s}\n", m, []string{"sum", "min", "max"}[rng.IntN(3)], f.path)
+		}
+		if len(keyable) > 0 && rng.IntN(3) == 0 {
+			f := keyable[rng.IntN(len(keyable))]
+			in := `["A", "é", "a/b", "\0", "1"]`
+			if f.typ == "int" {
+				in = `[0, "1", "-1", "007"]`
+			}
+			fmt.Fprintf(&y, "    filter: {field: %s, in: %s}\n", f.path, in)
+		}
+	}
+	l := Limits{MaxPayloadBytes: 150 + rng.IntN(200), MinTS: -86400000 - rng.Int64N(86400000), MaxTS: 86400000 + rng.Int64N(86400000),
+		MaxUnits: []int64{1000000, 999999999999999999, 0}[rng.IntN(3)]}
+	if format == "rfc3339" {
+		// 1900..2100, or all DATETIME holds (input.min_event_time's bound .. max_event_time's).
+		l.MinTS, l.MaxTS = -2208988800000, 4102444800000
+		if rng.IntN(2) == 0 {
+			l.MinTS, l.MaxTS = -30610224000000, 253402214400000
+		}
+	}
+	return compileDiff(t, "random", y.String(), l)
+}
+
+// gen makes records of one spec: mostly valid, with keys that collide (a small vocabulary per
+// field, a few windows), in every encoding JSON allows, and every kind of bad value.
+type gen struct {
+	rng    *rand.Rand
+	clean  bool // this record gets only valid values (in any encoding)
+	fields []InputField
+	lim    Limits
+	bases  []int64 // event times records cluster around
+}
+
+func newGen(s diffSpec, seed uint64) *gen {
+	g := &gen{rng: rand.New(rand.NewPCG(seed, 23)), fields: s.plan.InputFields(), lim: s.limits}
+	for range 3 {
+		g.bases = append(g.bases, g.lim.MinTS+g.rng.Int64N(g.lim.MaxTS-g.lim.MinTS))
+	}
+	for _, b := range []int64{g.lim.MinTS, g.lim.MaxTS - 1, 0, 1764000000000} {
+		if b >= g.lim.MinTS && b < g.lim.MaxTS {
+			g.bases = append(g.bases, b)
+		}
+	}
+	return g
+}
+
+func (g *gen) pick(n int) int        { return g.rng.IntN(n) }
+func (g *gen) chance(p float64) bool { return g.rng.Float64() < p }
+
+// member is one member of an object being built; val is raw JSON or a nested *object.
+type member struct {
+	key string
+	val any
+}
+
+type object struct{ members []member }
+
+// set puts raw at path, creating the objects on the way (or reusing one already there).
+func (o *object) set(path []string, raw string) {
+	for _, k := range path[:len(path)-1] {
+		var next *object
+		for _, m := range o.members {
+			if sub, ok := m.val.(*object); ok && m.key == k {
+				next = sub
+			}
+		}
+		if next == nil {
+			next = &object{}
+			o.members = append(o.members, member{key: k, val: next})
+		}
+		o = next
+	}
+	o.members = append(o.members, member{key: path[len(path)-1], val: raw})
+}
+
+// record makes one payload.
+func (g *gen) record() []byte {
+	var o object
+	g.clean = g.chance(0.6)
+	for _, f := range g.fields {
+		if !g.clean && g.chance(0.02) { // absent
+			continue
+		}
+		var raw string
+		switch f.Kind {
+		case KindString:
+			raw = g.str(f)
+		case KindInt:
+			raw = g.integer(false)
+		case KindDecimal:
+			raw = g.decimal(f.Scale)
+		case KindEpochMS:
+			raw = g.epoch()
+		default:
+			raw = g.rfc3339()
+		}
+		if !g.clean && g.chance(0.02) {
+			raw = []string{"null", "true", "[]", "{}", `{"x":1}`, "0", `""`}[g.pick(7)]
+		}
+		o.set(f.Path, raw)
+	}
+	var b strings.Builder
+	ws := g.chance(0.1)
+	g.render(&b, &o, ws, 0)
+	p := b.String()
+	switch {
+	case g.clean:
+	case g.chance(0.01):
+		p = " \t\r\n" + p + "\n "
+	case g.chance(0.005):
+		p = p[:g.pick(len(p))] // not JSON
+	case g.chance(0.005):
+		p = "[" + p + "]"
+	case g.chance(0.005):
+		p = "\xef\xbb\xbf" + p // a byte order mark: not JSON
+	case g.chance(0.01):
+		// Near the size limit, on either side.
+		pad := g.lim.MaxPayloadBytes - len(p) - len(`,"pad":""`) + g.pick(3) - 1
+		if pad >= 0 {
+			p = p[:len(p)-1] + `,"pad":"` + strings.Repeat("x", pad) + `"}`
+		}
+	}
+	return []byte(p)
+}
+
+// render writes o with its members in random order, keys in random encodings, sometimes a
+// path's object replaced by another type, duplicate members (the last one wins) and junk.
+func (g *gen) render(b *strings.Builder, o *object, ws bool, depth int) {
+	ms := slices.Clone(o.members)
+	if g.chance(0.2) {
+		g.rng.Shuffle(len(ms), func(i, j int) { ms[i], ms[j] = ms[j], ms[i] })
+	}
+	if g.chance(0.1) && len(ms) > 0 { // a duplicate: its value decoy, before or after
+		m := ms[g.pick(len(ms))]
+		d := member{key: m.key, val: []string{"null", `"dup"`, "12", `{"b":"x","c":1}`, `"é"`}[g.pick(5)]}
+		if g.chance(0.5) {
+			ms = append([]member{d}, ms...)
+		} else {
+			ms = append(ms, d)
+		}
+	}
+	if g.chance(0.1) {
+		junk := []member{{"zz", `[1,{"a":null},"\ud800"]`}, {"", `""`}, {"s\\ud800ku", `"x"`}, {"meta", `{"at":5}`},
+			{"ts\u0000", "1"}, {"nested", `{"a":{"b":{"c":[[],{}]}}}`}, {"\\u0000", "true"}, {"order_idx", `"zz"`},
+			{"skU", `"zz"`}, {"amount_", "5"}, {"long_name_fiel", "5"}, {"long_name_fieldd", "5"}}
+		ms = slices.Insert(ms, g.pick(len(ms)+1), junk[g.pick(len(junk))])
+	}
+	sp := ""
+	if ws {
+		sp = []string{" ", "\t", "\r\n  ", " \n"}[g.pick(4)] // all the whitespace JSON allows
+	}
+	b.WriteString("{" + sp)
+	for i, m := range ms {
+		if i > 0 {
+			b.WriteString("," + sp)
+		}
+		b.WriteString(g.key(m.key) + sp + ":" + sp)
+		switch v := m.val.(type) {
+		case string:
+			b.WriteString(v)
+		case *object:
+			if g.chance(0.02) {
+				b.WriteString([]string{"null", `"x"`, "[]", "7"}[g.pick(4)])
+			} else {
+				g.render(b, v, ws, depth+1)
+			}
+		}
+	}
+	b.WriteString(sp + "}")
+}
+
+// key encodes a member name, sometimes escaping some of its characters (as \u0073ku).
+func (g *gen) key(k string) string {
+	if strings.Contains(k, "\\") { // junk already written as JSON
+		return `"` + k + `"`
+	}
+	if g.chance(0.15) {
+		return g.quote(k, 2)
+	}
+	return g.quote(k, 0)
+}
+
+// quote writes s as a JSON string: mode 0 plain (escaping only what JSON requires), 1 every
+// non-ASCII character as \u escapes (surrogate pairs past the BMP, as Python's json.dumps does),
+// 2 random characters escaped in random forms (\u00e9, \u00E9, \/, \u0073).
+func (g *gen) quote(s string, mode int) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		esc := mode == 2 && g.chance(0.5) || mode == 1 && r >= 0x80
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteString(`\` + string(r))
+		case r == '/' && (mode == 2 || g.chance(0.5)):
+			b.WriteString(`\/`)
+		case r < 0x20 || esc:
+			if short, ok := shortEscapes[r]; ok && g.chance(0.5) {
+				b.WriteString(short)
+				break
+			}
+			hex := "%04x"
+			if g.chance(0.3) {
+				hex = "%04X"
+			}
+			if r > 0xFFFF {
+				r -= 0x10000
+				fmt.Fprintf(&b, `\u`+hex+`\u`+hex, 0xD800+(r>>10), 0xDC00+(r&0x3FF))
+			} else {
+				fmt.Fprintf(&b, `\u`+hex, r)
+			}
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+var shortEscapes = map[rune]string{'\n': `\n`, '\t': `\t`, '\b': `\b`, '\f': `\f`, '\r': `\r`}
+
+// vocabulary are strings that collide on purpose: escaped and raw forms of one text, NFC and NFD
+// forms of é (different bytes, so different keys), characters past the BMP, NUL, '/'.
+var vocabulary = []string{"A", "sku-A", "a", "A ", "café", "cafe\u0301", "é", "e\u0301", "😀", "s3é", "x\x00y", "\x00",
+	"a/b", "paid", "1", "日本", "\u00e9\u00e9", "\"q\"", "\\", "tab\tx", "ü"}
+
+func (g *gen) str(f InputField) string {
+	n := g.pick(100)
+	if g.clean && n < 10 {
+		n = 2 * g.pick(2)
+	}
+	switch {
+	case n < 4: // at the byte bound and one past it, in multi-byte characters
+		s := strings.Repeat("é", f.Max/2)
+		if len(s) < f.Max {
+			s += "a"
+		}
+		if n%2 == 1 {
+			s += []string{"a", "é", "😀"}[g.pick(3)]
+		}
+		return g.quote(s, g.pick(3))
+	case n < 6:
+		return []string{`"\ud800"`, `"a\udc00"`, `"\ud83d"`, `"\ud83dx"`, `"\ude00\ud83d"`, `"\ud83d\ud83d\ude00"`, `"\uDBFF\uDFFF"`}[g.pick(7)]
+	case n < 8: // invalid UTF-8 or a raw control character: not JSON
+		return `"` + []string{"a\xff", "\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "a\x01b", "\x7f"}[g.pick(7)] + `"`
+	case n < 9:
+		return `""`
+	case n < 10:
+		return []string{"1", "1.5", "true", "[]", `{"a":"b"}`}[g.pick(5)]
+	}
+	var s string
+	if f.Filter != nil && g.chance(0.5) {
+		s = f.Filter[g.pick(len(f.Filter))]
+	} else if f.Grouped || g.chance(0.5) {
+		s = vocabulary[g.pick(len(vocabulary))]
+	} else {
+		s = fmt.Sprintf("o-%d", g.pick(1000000))
+	}
+	if len(s) > f.Max && g.chance(0.7) {
+		s = s[:f.Max]
+		for !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+		if s == "" {
+			s = "Z"
+		}
+	}
+	return g.quote(s, g.pick(3))
+}
+
+// integer makes an int or epoch_ms value: mostly small and colliding, with the int64 edges, and
+// every form JSON and relay treat differently (strings of digits, floats, exponents, signs).
+func (g *gen) integer(event bool) string {
+	if (g.clean || g.chance(0.85)) && !event {
+		n := int64(g.pick(5)) - 1
+		if g.chance(0.3) {
+			n = g.rng.Int64N(2000) - 1000
+		}
+		s := strconv.FormatInt(n, 10)
+		if g.chance(0.2) {
+			return g.quote(s, g.pick(3))
+		}
+		return s
+	}
+	forms := []string{"9223372036854775807", "-9223372036854775808", "9223372036854775808", "-9223372036854775809",
+		`"9223372036854775807"`, `"-9223372036854775808"`, `"9223372036854775808"`, "-0", `"-0"`, `"007"`, `"+5"`,
+		"1.0", "1e3", "1E3", `"1e3"`, `"1.0"`, `" 5"`, `"5 "`, `""`, `"-"`, "true", "{}", "[]", `"\u0031\u0032"`,
+		`"0x10"`, `"١"`, "12345678901234567890123"}
+	return forms[g.pick(len(forms))]
+}
+
+// decimal makes a decimal(scale) value: mostly exact at the scale in every number form, with the
+// precision, range and syntax edges.
+func (g *gen) decimal(scale int) string {
+	if g.clean || g.chance(0.8) {
+		m := min(1000000, g.lim.MaxUnits/pow10(4-scale))
+		units := g.rng.Int64N(2*m+1) - m
+		if g.chance(0.2) {
+			units = int64(g.pick(5)) - 2
+		}
+		lit := new(big.Rat).SetFrac64(units, pow10(scale)).FloatString(scale)
+		switch g.pick(6) {
+		case 0: // an exponent form of the same value
+			digits := strings.Replace(lit, ".", "", 1)
+			lit = digits + "e-" + strconv.Itoa(scale)
+			if g.chance(0.5) {
+				lit = digits + "0E-" + strconv.Itoa(scale+1)
+			}
+		case 1: // trailing zeros
+			if !strings.Contains(lit, ".") {
+				lit += "."
+			}
+			lit += strings.Repeat("0", 1+g.pick(8))
+		case 2: // leading zeros, only inside a string
+			if !strings.HasPrefix(lit, "-") {
+				return g.quote("00"+lit, 0)
+			}
+		}
+		if g.chance(0.4) {
+			return g.quote(lit, g.pick(3))
+		}
+		return lit
+	}
+	max := new(big.Rat).SetFrac64(g.lim.MaxUnits, 10000)
+	over := new(big.Rat).Add(max, big.NewRat(1, pow10(scale)))
+	forms := []string{max.FloatString(4), "-" + max.FloatString(4), over.FloatString(scale), "-" + over.FloatString(scale),
+		`"` + max.FloatString(scale) + `"`, "-0", `"-0"`, "-0.0", "0e999999999", "1e999999999", "1e-999999999",
+		"0.00001", "1.23456", "1.234", "0.1", "0.10", "1e-4", "1e-5", "12345e-6", "922337203685477.5808",
+		"-922337203685477.5808", "1e18", "9.999999999999999999e14", `"1.5e1"`, `".5"`, `"5."`, `"+1"`, `"1e"`, `"0x1"`,
+		`"NaN"`, `""`, `" 1"`, `"1 "`, `"١"`, "true", "[]", "{}", `"\u0031.5"`, `"1.5\u0000"`, "0.5E+1", "5E-1"}
+	return forms[g.pick(len(forms))]
+}
+
+func pow10(n int) int64 {
+	p := int64(1)
+	for range n {
+		p *= 10
+	}
+	return p
+}
+
+// eventMS is an event time near one of the bases, often on a window edge.
+func (g *gen) eventMS() int64 {
+	b := g.bases[g.pick(len(g.bases))]
+	switch g.pick(4) {
+	case 0:
+		return b
+	case 1:
+		return b - b%60000 - int64(g.pick(2)) // a minute edge, or 1 ms before it
+	}
+	t := b + g.rng.Int64N(7200000) - 3600000
+	if g.clean {
+		t = min(max(t, g.lim.MinTS), g.lim.MaxTS-1)
+	}
+	return t
+}
+
+func (g *gen) epoch() string {
+	if !g.clean && g.chance(0.1) {
+		return g.integer(true)
+	}
+	ms := g.eventMS()
+	s := strconv.FormatInt(ms, 10)
+	if g.chance(0.2) {
+		return g.quote(s, g.pick(3))
+	}
+	return s
+}
+
+func (g *gen) rfc3339() string {
+	if !g.clean && g.chance(0.1) {
+		bad := []string{"2025-11-24t16:30:00z", "2025-11-24T16:30:00+24:00", "2025-11-24T16:30:00+2400", "2025-11-24 16:30:00Z",
+			"2025-02-29T00:00:00Z", "2024-02-29T00:00:00Z", "2025-11-24T24:00:00Z", "2025-12-31T23:59:60Z", "2025-11-24T16:30Z",
+			"2025-11-24T16:30:00.Z", "2025-11-24T16:30:00", "2025-11-24T16:30:00-00:00", "2025-11-24T16:30:00+23:59",
+			"1969-12-31T23:59:59.9999999Z", "0000-01-01T00:00:00Z", "2025-13-01T00:00:00Z", "+2025-11-24T16:30:00Z",
+			"1600-02-29T12:00:00Z", "1700-02-29T12:00:00Z", "1900-02-29T12:00:00Z", "2000-02-29T12:00:00Z", "2100-02-29T12:00:00Z",
+			"1000-01-01T00:00:00Z", "1000-01-01T00:59:59+01:00", "9999-12-30T23:59:59.999Z", "9999-12-31T00:00:00Z",
+			"1582-10-10T00:00:00Z", "0999-12-31T23:59:59Z"}
+		if g.chance(0.2) {
+			return []string{"1764000000000", "true", "null", "[]"}[g.pick(4)]
+		}
+		return g.quote(bad[g.pick(len(bad))], g.pick(3))
+	}
+	ms := g.eventMS()
+	off := 0
+	if g.chance(0.5) {
+		off = (g.pick(47) - 23) * 60
+		off += []int{0, 30, 45, 59}[g.pick(4)] * sign(off)
+	}
+	t := time.UnixMilli(ms).UTC().Add(time.Duration(g.rng.Int64N(1000000)) * time.Duration(g.pick(2)))
+	t = t.In(time.FixedZone("", off*60))
+	frac := ""
+	if n := g.pick(13); n > 0 {
+		frac = "." + fmt.Sprintf("%09d", t.Nanosecond())[:min(n, 9)] + strings.Repeat("7", max(0, n-9))
+	}
+	s := t.Format("2006-01-02T15:04:05") + frac
+	if off == 0 && g.chance(0.7) {
+		s += "Z"
+	} else {
+		s += t.Format("-07:00")
+	}
+	return g.quote(s, g.pick(3))
+}
+
+func sign(n int) int {
+	if n < 0 {
+		return -1
+	}
+	return 1
+}
