@@ -126,9 +126,31 @@ func causal(ctx context.Context, conn driver.Conn) error {
 	if !ok1 || !ok2 {
 		return fmt.Errorf("driver connection %T cannot query", conn)
 	}
-	rows, err := qc.QueryContext(ctx, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_provider')", nil)
+	vals, err := showConn(ctx, qc, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_provider')")
 	if err != nil {
 		return err
+	}
+	if !wsrepOn(vals) {
+		return nil
+	}
+	// A node outside the primary component would fail every later read of this session, the
+	// pool's own setup included, as a lock wait timeout (the causal wait cannot end): say what it is.
+	st, err := showConn(ctx, qc, "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_cluster_status', 'wsrep_ready')")
+	if err != nil {
+		return err
+	}
+	if !strings.EqualFold(st["wsrep_cluster_status"], "Primary") || !strings.EqualFold(st["wsrep_ready"], "ON") {
+		return fmt.Errorf("%w (wsrep_cluster_status %s, wsrep_ready %s)", fault.ErrNotPrimary, st["wsrep_cluster_status"], st["wsrep_ready"])
+	}
+	_, err = ec.ExecContext(ctx, fmt.Sprintf("SET SESSION wsrep_sync_wait = %d", SyncWaitReads), nil)
+	return err
+}
+
+// showConn runs a SHOW of name/value rows on a driver connection.
+func showConn(ctx context.Context, qc driver.QueryerContext, query string) (map[string]string, error) {
+	rows, err := qc.QueryContext(ctx, query, nil)
+	if err != nil {
+		return nil, err
 	}
 	vals := map[string]string{}
 	row := make([]driver.Value, len(rows.Columns()))
@@ -139,18 +161,11 @@ func causal(ctx context.Context, conn driver.Conn) error {
 		}
 		if err != nil {
 			_ = rows.Close()
-			return err
+			return nil, err
 		}
 		vals[strings.ToLower(asString(row[0]))] = asString(row[1])
 	}
-	if err := rows.Close(); err != nil {
-		return err
-	}
-	if !wsrepOn(vals) {
-		return nil
-	}
-	_, err = ec.ExecContext(ctx, fmt.Sprintf("SET SESSION wsrep_sync_wait = %d", SyncWaitReads), nil)
-	return err
+	return vals, rows.Close()
 }
 
 func asString(v driver.Value) string {

@@ -133,7 +133,7 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool, confir
 		if err != nil {
 			return nil, err
 		}
-		fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "relay txns resolve by " + e.Operator})
+		fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "relay txns resolve by " + e.Operator, Cluster: e.Galera.On})
 		switch {
 		case err == nil:
 			defer fence.Release()

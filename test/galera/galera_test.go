@@ -402,6 +402,14 @@ func TestXARefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitCheckpointAbove(r, 0, 60*time.Second)
+	// An operator command through node 2 must see the relay running on node 1 (its GET_LOCK is
+	// there): it refuses, changing nothing.
+	reset := exec.Command(relayBin, "offsets", "reset", "--to", "earliest", "--yes")
+	reset.Env = append(os.Environ(), "RELAY_JOB_NAME="+e.job, "RELAY_KAFKA_BROKERS="+e.brokers, "RELAY_KAFKA_TOPICS="+e.topic,
+		"RELAY_MYSQL_DSN="+e.dsns[1])
+	if out, err := reset.CombinedOutput(); err == nil || !strings.Contains(string(out), "running on another Galera node") {
+		t.Fatalf("offsets reset through node 2 while relay runs on node 1: %v\n%s", err, out)
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
