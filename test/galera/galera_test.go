@@ -494,113 +494,121 @@ func TestHeldThroughKills(t *testing.T) {
 	e.finish(totals)
 }
 
+// startFrozen starts relay on node with the crash point held-before-commit set to freeze it
+// (SIGSTOP) the n-th time a subtask passes it, and waits until it froze there.
+func (e *env) startFrozen(node, n int, extra ...string) *harness.Relay {
+	e.t.Helper()
+	r := e.start(node, append([]string{fmt.Sprintf("RELAY_CRASH_AT=held-before-commit:%d", n), "RELAY_CRASH_ACTION=stop"}, extra...)...)
+	deadline := time.Now().Add(90 * time.Second)
+	for !strings.Contains(harness.Tail(r.Log, 50), "crashpoint: stopping at held-before-commit") {
+		if !r.Alive() || time.Now().After(deadline) {
+			e.t.Fatalf("relay never reached the crash point (alive %v)\n%s", r.Alive(), harness.Tail(r.Log, 30))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return r
+}
+
+// rounds runs fn as subtests 0..n-1, each with a fresh job, its totals and orders streaming in at
+// 1500/s from the subtest's seed (stop ends the stream).
+func rounds(t *testing.T, n int, fn func(t *testing.T, e *env, totals *loadgen.Totals, sd uint64, stop func() error)) {
+	for round := 0; round < n; round++ {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			e := newEnv(t, 4)
+			totals := loadgen.NewTotals()
+			sd := seed(t)
+			fn(t, e, totals, sd, e.streamOrders(totals, 1500, sd))
+		})
+	}
+}
+
 // TestNodeKilledDuringCommit freezes relay (held mode, node 1) just before its COMMIT, lets it go
 // and SIGKILLs node 1 within a few milliseconds, so the COMMIT may or may not have been certified:
 // nobody knows. relay is then moved to node 2 (a short lease, so the takeover waits 3 s), node 1
 // rejoins, and the totals must be exact: the new owner resumes from what the cluster committed,
 // read with causal reads.
 func TestNodeKilledDuringCommit(t *testing.T) {
-	rounds := scaled(2, 5)
-	for round := 0; round < rounds; round++ {
-		t.Run(fmt.Sprint(round), func(t *testing.T) {
-			e := newEnv(t, 4)
-			totals := loadgen.NewTotals()
-			sd := seed(t)
-			stop := e.streamOrders(totals, 1500, sd)
-			n := 5 + int(sd%20)
-			r := e.start(1, "RELAY_JOB_LEASE=3s", fmt.Sprintf("RELAY_CRASH_AT=%s:%d", "held-before-commit", n), "RELAY_CRASH_ACTION=stop")
-			deadline := time.Now().Add(90 * time.Second)
-			for !strings.Contains(harness.Tail(r.Log, 50), "crashpoint: stopping at held-before-commit") {
-				if !r.Alive() || time.Now().After(deadline) {
-					t.Fatalf("relay never reached the crash point (alive %v)\n%s", r.Alive(), harness.Tail(r.Log, 30))
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			// The process stopped itself; make sure it is stopped before racing the node's death.
-			time.Sleep(100 * time.Millisecond)
-			if err := r.Signal(syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(time.Duration(sd%3000) * time.Microsecond)
-			testenv.GaleraKill(t, 1)
-			time.Sleep(time.Second)
-			r.Kill()
-			r2 := e.start(2, "RELAY_JOB_LEASE=3s")
-			e.waitCheckpointAbove(r2, e.lastCheckpoint(), 60*time.Second)
-			testenv.GaleraScript(t, "start", "1")
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
-			if err := r2.Stop(60 * time.Second); err != nil {
-				t.Fatalf("relay on node 2 did not stop cleanly: %v\n%s", err, harness.Tail(r2.Log, 30))
-			}
-			// What relay on node 1 saw of its COMMIT (the first error after the crash point), for the log.
-			seen := "no error"
-			if ls := logLines(t, r.Log, "session failed; restarting in-process through recovery"); len(ls) > 0 {
-				seen = fmt.Sprint(ls[0].Fields["error"])
-			}
-			t.Logf("node 1 killed under a COMMIT (crash point passed %d times); relay on node 1 then saw: %s; %d good orders", n, seen, totals.Good)
-			e.finish(totals)
-		})
-	}
+	rounds(t, scaled(2, 5), func(t *testing.T, e *env, totals *loadgen.Totals, sd uint64, stop func() error) {
+		n := 5 + int(sd%20)
+		r := e.startFrozen(1, n, "RELAY_JOB_LEASE=3s")
+		// The process stopped itself; make sure it is stopped before racing the node's death.
+		time.Sleep(100 * time.Millisecond)
+		if err := r.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(sd%3000) * time.Microsecond)
+		testenv.GaleraKill(t, 1)
+		time.Sleep(time.Second)
+		r.Kill()
+		r2 := e.start(2, "RELAY_JOB_LEASE=3s")
+		e.waitCheckpointAbove(r2, e.lastCheckpoint(), 60*time.Second)
+		testenv.GaleraScript(t, "start", "1")
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r2.Stop(60 * time.Second); err != nil {
+			t.Fatalf("relay on node 2 did not stop cleanly: %v\n%s", err, harness.Tail(r2.Log, 30))
+		}
+		// What relay on node 1 saw of its COMMIT (the first error after the crash point), for the log.
+		seen := "no error"
+		if ls := logLines(t, r.Log, "session failed; restarting in-process through recovery"); len(ls) > 0 {
+			seen = fmt.Sprint(ls[0].Fields["error"])
+		}
+		t.Logf("node 1 killed under a COMMIT (crash point passed %d times); relay on node 1 then saw: %s; %d good orders", n, seen, totals.Good)
+		e.finish(totals)
+	})
 }
 
 // TestNonPrimaryWaits isolates node 1 from the cluster (gmcast.isolate=1: it falls into a
 // non-primary component, which refuses queries with error 1047) under a running relay: relay must
 // stop deciding and wait without exiting, and resume by itself when node 1 rejoins. Totals exact.
 func TestNonPrimaryWaits(t *testing.T) {
-	rounds := scaled(1, 5)
-	for round := 0; round < rounds; round++ {
-		t.Run(fmt.Sprint(round), func(t *testing.T) {
-			e := newEnv(t, 4)
-			totals := loadgen.NewTotals()
-			stop := e.streamOrders(totals, 1500, seed(t))
-			r := e.start(1)
-			e.waitCheckpointAbove(r, 10, 60*time.Second)
-			t.Cleanup(func() { admin(t, 1, "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=0'") })
-			admin(t, 1, "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=1'")
-			// Once node 1 left the primary component, nothing more commits.
-			var before int64
-			stable := time.Now()
-			for time.Since(stable) < 5*time.Second {
-				if c := e.lastCheckpoint(); c != before {
-					before, stable = c, time.Now()
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			// Longer than checkpoint.tolerable_failures (10) restarts would last, were they counted.
-			wait := time.Duration(scaled(30, 3)) * time.Second
-			time.Sleep(wait)
+	rounds(t, scaled(1, 5), func(t *testing.T, e *env, totals *loadgen.Totals, _ uint64, stop func() error) {
+		r := e.start(1)
+		e.waitCheckpointAbove(r, 10, 60*time.Second)
+		t.Cleanup(func() { admin(t, 1, "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=0'") })
+		admin(t, 1, "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=1'")
+		// Once node 1 left the primary component, nothing more commits.
+		var before int64
+		stable := time.Now()
+		for time.Since(stable) < 5*time.Second {
 			if c := e.lastCheckpoint(); c != before {
-				t.Fatalf("checkpoint %d committed while node 1 was outside the primary component (last before: %d)", c, before)
+				before, stable = c, time.Now()
 			}
-			if !r.Alive() {
-				t.Fatalf("relay exited while node 1 was outside the primary component: %v\n%s", r.Err(), harness.Tail(r.Log, 30))
+			time.Sleep(100 * time.Millisecond)
+		}
+		// Longer than checkpoint.tolerable_failures (10) restarts would last, were they counted.
+		wait := time.Duration(scaled(30, 3)) * time.Second
+		time.Sleep(wait)
+		if c := e.lastCheckpoint(); c != before {
+			t.Fatalf("checkpoint %d committed while node 1 was outside the primary component (last before: %d)", c, before)
+		}
+		if !r.Alive() {
+			t.Fatalf("relay exited while node 1 was outside the primary component: %v\n%s", r.Err(), harness.Tail(r.Log, 30))
+		}
+		restarts, counted := 0, 0.0
+		for _, l := range logLines(t, r.Log, "session failed; restarting in-process through recovery") {
+			if l.Fields["cause"] == "cluster_not_ready" {
+				restarts++
 			}
-			restarts, counted := 0, 0.0
-			for _, l := range logLines(t, r.Log, "session failed; restarting in-process through recovery") {
-				if l.Fields["cause"] == "cluster_not_ready" {
-					restarts++
-				}
-				counted = max(counted, l.Num("consecutive_failures"))
-			}
-			if restarts == 0 || counted > 3 {
-				t.Fatalf("while node 1 was outside the primary component: %d restarts with cause cluster_not_ready, up to %v counted as failures in a row; want some, and at most 3 counted\n%s",
-					restarts, counted, harness.Tail(r.Log, 20))
-			}
-			admin(t, 1, "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=0'")
-			e.waitCheckpointAbove(r, before, 90*time.Second)
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Stop(60 * time.Second); err != nil {
-				t.Fatalf("relay did not stop cleanly: %v\n%s", err, harness.Tail(r.Log, 30))
-			}
-			t.Logf("node 1 isolated %s: no checkpoint above %d, %d restarts with cause cluster_not_ready (at most %v failures counted in a row), then resumed; %d good orders",
-				wait, before, restarts, counted, totals.Good)
-			e.finish(totals)
-		})
-	}
+			counted = max(counted, l.Num("consecutive_failures"))
+		}
+		if restarts == 0 || counted > 3 {
+			t.Fatalf("while node 1 was outside the primary component: %d restarts with cause cluster_not_ready, up to %v counted as failures in a row; want some, and at most 3 counted\n%s",
+				restarts, counted, harness.Tail(r.Log, 20))
+		}
+		admin(t, 1, "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=0'")
+		e.waitCheckpointAbove(r, before, 90*time.Second)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Stop(60 * time.Second); err != nil {
+			t.Fatalf("relay did not stop cleanly: %v\n%s", err, harness.Tail(r.Log, 30))
+		}
+		t.Logf("node 1 isolated %s: no checkpoint above %d, %d restarts with cause cluster_not_ready (at most %v failures counted in a row), then resumed; %d good orders",
+			wait, before, restarts, counted, totals.Good)
+		e.finish(totals)
+	})
 }
 
 func logLines(t *testing.T, path, msg string) []harness.LogLine {
@@ -619,48 +627,34 @@ func logLines(t *testing.T, path, msg string) []harness.LogLine {
 // the takeover's owner row: aborted by node 1 applying the takeover, error 1213, or fenced by the
 // epoch), and the woken process stands down (exit 3: the job runs on another node). Totals exact.
 func TestFrozenOwnerTakenOver(t *testing.T) {
-	rounds := scaled(1, 5)
-	for round := 0; round < rounds; round++ {
-		t.Run(fmt.Sprint(round), func(t *testing.T) {
-			e := newEnv(t, 4)
-			totals := loadgen.NewTotals()
-			sd := seed(t)
-			stop := e.streamOrders(totals, 1500, sd)
-			n := 5 + int(sd%20)
-			a := e.start(1, "RELAY_JOB_LEASE=3s", fmt.Sprintf("RELAY_CRASH_AT=held-before-commit:%d", n), "RELAY_CRASH_ACTION=stop")
-			deadline := time.Now().Add(90 * time.Second)
-			for !strings.Contains(harness.Tail(a.Log, 50), "crashpoint: stopping at held-before-commit") {
-				if !a.Alive() || time.Now().After(deadline) {
-					t.Fatalf("relay never reached the crash point (alive %v)\n%s", a.Alive(), harness.Tail(a.Log, 30))
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			frozenAt := e.lastCheckpoint()
-			b := e.start(2, "RELAY_JOB_LEASE=3s")
-			if _, err := b.WaitLog(func(l harness.LogLine) bool { return l.Msg == "took the job over" }, 60*time.Second); err != nil {
-				t.Fatalf("relay on node 2 did not take the job over: %v\n%s", err, harness.Tail(b.Log, 30))
-			}
-			e.waitCheckpointAbove(b, frozenAt, 60*time.Second)
-			if err := a.Signal(syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-			err := a.Wait(60 * time.Second)
-			if code := exitCode(err); code != 3 {
-				t.Fatalf("the woken owner exited with %v (status %d), want status 3 (fenced)\n%s", err, code, harness.Tail(a.Log, 30))
-			}
-			woke := "no session failure"
-			if ls := logLines(t, a.Log, "session failed; restarting in-process through recovery"); len(ls) > 0 {
-				woke = fmt.Sprintf("%v (cause %v)", ls[0].Fields["error"], ls[0].Fields["cause"])
-			}
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Stop(60 * time.Second); err != nil {
-				t.Fatalf("relay on node 2 did not stop cleanly: %v\n%s", err, harness.Tail(b.Log, 30))
-			}
-			t.Logf("owner on node 1 frozen before its COMMIT (crash point passed %d times), taken over from node 2; on waking: %s; %d good orders",
-				n, woke, totals.Good)
-			e.finish(totals)
-		})
-	}
+	rounds(t, scaled(1, 5), func(t *testing.T, e *env, totals *loadgen.Totals, sd uint64, stop func() error) {
+		n := 5 + int(sd%20)
+		a := e.startFrozen(1, n, "RELAY_JOB_LEASE=3s")
+		frozenAt := e.lastCheckpoint()
+		b := e.start(2, "RELAY_JOB_LEASE=3s")
+		if _, err := b.WaitLog(func(l harness.LogLine) bool { return l.Msg == "took the job over" }, 60*time.Second); err != nil {
+			t.Fatalf("relay on node 2 did not take the job over: %v\n%s", err, harness.Tail(b.Log, 30))
+		}
+		e.waitCheckpointAbove(b, frozenAt, 60*time.Second)
+		if err := a.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		err := a.Wait(60 * time.Second)
+		if code := exitCode(err); code != 3 {
+			t.Fatalf("the woken owner exited with %v (status %d), want status 3 (fenced)\n%s", err, code, harness.Tail(a.Log, 30))
+		}
+		woke := "no session failure"
+		if ls := logLines(t, a.Log, "session failed; restarting in-process through recovery"); len(ls) > 0 {
+			woke = fmt.Sprintf("%v (cause %v)", ls[0].Fields["error"], ls[0].Fields["cause"])
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Stop(60 * time.Second); err != nil {
+			t.Fatalf("relay on node 2 did not stop cleanly: %v\n%s", err, harness.Tail(b.Log, 30))
+		}
+		t.Logf("owner on node 1 frozen before its COMMIT (crash point passed %d times), taken over from node 2; on waking: %s; %d good orders",
+			n, woke, totals.Good)
+		e.finish(totals)
+	})
 }
