@@ -205,8 +205,9 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	return err
 }
 
-// prepareServer checks the server against the configuration, creates (or checks) what relay
-// writes, and claims the sink tables for the job.
+// prepareServer checks the server against the configuration and the spec against the meanings
+// the ledger records, creates (or checks) what relay writes, claims the sink tables for the job and
+// records their meanings.
 func prepareServer(ctx context.Context, cfg config.Config, plan *spec.Plan, sinkDB *sql.DB, led *ledger.Ledger, log *zap.Logger) error {
 	flavor, version, err := sink.DetectFlavor(ctx, sinkDB)
 	if err != nil {
@@ -231,14 +232,30 @@ func prepareServer(ctx context.Context, cfg config.Config, plan *spec.Plan, sink
 	if err := cfg.CheckServer(maxConn, threads); err != nil {
 		return err
 	}
-	schema := plan.Schema(cfg.MySQL.DLQTable, cfg.MySQL.DetailTable)
-	if err := schema.Create(ctx, sinkDB, flavor); err != nil {
-		return err
-	}
 	if err := ledger.EnsureSchema(ctx, led.DB()); err != nil {
 		return err
 	}
-	return schema.Claim(ctx, sinkDB, led)
+	// Before a table is created or claimed: the owner's refusal, then a spec that changes what a
+	// table holds (a new window would mix with the old one's rows, and a column's DDL check
+	// could not tell the YAML key).
+	schema := plan.Schema(cfg.MySQL.DLQTable, cfg.MySQL.DetailTable)
+	if _, err := schema.CheckOwner(ctx, sinkDB, led); err != nil {
+		return err
+	}
+	drift, err := ops.CompareSpec(ctx, plan, sinkDB, led)
+	if err != nil {
+		return err
+	}
+	if err := drift.Refusal(); err != nil {
+		return err
+	}
+	if err := schema.Create(ctx, sinkDB, flavor); err != nil {
+		return err
+	}
+	if err := schema.Claim(ctx, sinkDB, led); err != nil {
+		return err
+	}
+	return ops.RecordSpec(ctx, drift, led, log.Named("spec"))
 }
 
 // watch samples what no request drives: the server's Threads_connected, where connection

@@ -212,6 +212,7 @@ var schema = []string{
 	auditTable,
 	inDoubtTable,
 	tablesTable,
+	meaningsTable,
 }
 
 // EnsureSchema creates the ledger tables and refuses a ledger written by a newer relay.
