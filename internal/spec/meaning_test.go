@@ -135,6 +135,21 @@ func TestComparePipeline(t *testing.T) {
 	}
 }
 
+// Writing the YAML otherwise (measures and filter values in another order, duplicates, comments,
+// key order) records the same text: the ledger's meaning is canonical, not the YAML's shape.
+func TestMeaningCanonical(t *testing.T) {
+	base := mustParse(t, multi)
+	other := mustParse(t, strings.NewReplacer(
+		"      - {column: orders, kind: count}\n      - {column: revenue, kind: sum, field: price}", "      - {column: revenue, field: price, kind: sum}\n      - {kind: count, column: orders}",
+		"in: [paid, shipped]}", "in: [shipped, paid, shipped]}  # paid or shipped",
+	).Replace(multi))
+	for a, table := range base.Tables() {
+		if got, want := other.Meaning(a).Encode(), base.Meaning(a).Encode(); got != want {
+			t.Errorf("%s: recorded as\n%s\nnot\n%s", table, got, want)
+		}
+	}
+}
+
 // The keys a change names are the keys Compile's own refusals name, so an operator finds them the
 // same way; here the window's.
 func TestChangePathIsCompilesPath(t *testing.T) {

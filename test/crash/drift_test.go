@@ -21,7 +21,7 @@ import (
 func (e *env) refusedAtStart(extra ...string) string {
 	e.t.Helper()
 	p := e.start(extra...)
-	if err := p.wait(e.t, 60*time.Second); err == nil {
+	if err := p.wait(e.t, 30*time.Second); err == nil {
 		e.t.Fatalf("relay started with %v", extra)
 	}
 	b, err := os.ReadFile(p.Log)
