@@ -32,6 +32,8 @@ not how the YAML is written):
   recorded at the next start
               the job has committed nothing yet (its spec is recorded as it starts), or the ledger
               is from before relay recorded meanings (the table's meaning is recorded as it is)
+  forgotten at the next start
+              recorded, no longer in the spec, and the job has committed nothing yet
 `
 
 const specDiffAbout = `Compares the configured spec (the pipeline block, or the default spec of input.* and mysql.table)
