@@ -47,8 +47,15 @@ func (e *env) sumOf(table, column string) int64 {
 // unchanged spec restarts and counts on. A ledger from before relay recorded meanings (as main's
 // code left it: claims, no relay_table_specs) gets the meaning recorded at the next start, and
 // from then on the change is refused too.
+// Both modes: held mode commits offsets with the data, XA mode with the decision, and either
+// counts as committed.
 func TestSpecDriftDefault(t *testing.T) {
-	e := newEnv(t, 2, "RELAY_INPUT_WINDOW=5m")
+	t.Run("xa", func(t *testing.T) { specDriftDefault(t) })
+	t.Run("held", func(t *testing.T) { specDriftDefault(t, "RELAY_MODE=held") })
+}
+
+func specDriftDefault(t *testing.T, extra ...string) {
+	e := newEnv(t, 2, append([]string{"RELAY_INPUT_WINDOW=5m"}, extra...)...)
 	cfg := config.Default()
 	cfg.Input.Window = 5 * time.Minute
 	plan, err := cfg.Plan()
@@ -199,6 +206,9 @@ func TestSpecDriftPipeline(t *testing.T) {
 	p = e.start(two)
 	waitFor(t, 60*time.Second, func() bool { p.exited(t); return e.sumOf("sales_5m", "orders") == 210 }, "all 210 orders in sales_5m")
 	waitFor(t, 60*time.Second, func() bool { p.exited(t); return e.sumOf("orders_hour", "orders") == 60 }, "the 60 later orders in orders_hour")
+	if out, stderr, code := e.cli(nil, "spec", "accept", "--yes", one); code != 3 {
+		t.Fatalf("spec accept while relay runs: exit %d, want 3 (fenced)\n%s%s", code, out, stderr)
+	}
 	e.stopAll([]*proc{p})
 
 	// Taking the table out again is a removal, refused until accepted.
