@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/spec"
@@ -41,6 +42,9 @@ type SpecReport struct {
 	Last     int64            `json:"last_checkpoint"`
 	Start    []StartOffset    `json:"start_offsets"` // where a table accepted now starts
 	Tables   []spec.TableDiff `json:"tables"`
+	// Filled are the new tables that already hold rows (a table taken out and added back, or
+	// written by something else): relay would add into them.
+	Filled []string `json:"new_tables_with_rows"`
 }
 
 // StartOffset is a partition's committed offset: the first record a table added now counts.
@@ -77,6 +81,16 @@ func CompareSpec(ctx context.Context, plan *spec.Plan, sinkDB *sql.DB, led *ledg
 	}
 	if r.Tables, err = plan.Compare(rec); err != nil {
 		return nil, err
+	}
+	for _, d := range r.in(spec.StateNew) {
+		var rows bool
+		err := sinkDB.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM `"+d.Table+"`)").Scan(&rows)
+		if err != nil && !fault.IsMySQL(err, fault.ErNoSuchTable) {
+			return nil, fmt.Errorf("rows of %s: %w", d.Table, err)
+		}
+		if rows {
+			r.Filled = append(r.Filled, d.Table)
+		}
 	}
 	return r, nil
 }
@@ -276,6 +290,10 @@ func (r *SpecReport) WriteText(w io.Writer) error {
 	if len(r.in(spec.StateNew)) > 0 {
 		fmt.Fprintf(w, "new tables start from the job's committed offsets %s (a partition without one: from kafka.start_offset); they count only the records from there on, so their totals are not comparable to the older tables'\n",
 			r.startText())
+	}
+	if len(r.Filled) > 0 {
+		fmt.Fprintf(w, "new tables that already hold rows: %s (a table taken out and added back, or written by something else): relay adds into them, so a window that began before the start offsets mixes both in one row\n",
+			strings.Join(r.Filled, ", "))
 	}
 	if len(r.in(spec.StateRemoved)) > 0 {
 		fmt.Fprintln(w, "removed tables are no longer written from the next start; their rows and owner stay, and adding one back later is a new table")

@@ -226,4 +226,11 @@ func TestSpecDriftPipeline(t *testing.T) {
 		t.Fatalf("relay did not start after the removal was accepted: %v\n%s", err, tail(p.Log, 20))
 	}
 	e.stopAll([]*proc{p})
+	// Adding it back is a new table again, and the plan says it already holds rows.
+	if log := e.refusedAtStart(two); !strings.Contains(log, "table orders_hour (pipeline.aggregates[1]) is new") {
+		t.Fatalf("a table added back is not refused as new:\n%s", log)
+	}
+	if out, stderr, code := e.cli(nil, "spec", "accept", two); code != 5 || !strings.Contains(out, "new tables that already hold rows: orders_hour") {
+		t.Fatalf("the plan for a table added back: exit %d\n%s%s", code, out, stderr)
+	}
 }
