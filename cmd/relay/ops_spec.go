@@ -76,7 +76,7 @@ func cmdSpecDiff(ctx context.Context, args []string) error {
 		`  relay spec diff --config relay.yaml
   RELAY_INPUT_WINDOW=90s relay spec diff      # would a new window be refused?
 `)
-	asJSON := fs.Bool("json", false, "print JSON {job, database, applied, last_checkpoint, start_offsets: [{topic, partition, offset}], tables: [{table, key, state, changes: [{path, old, new}]}]}")
+	asJSON := fs.Bool("json", false, "print JSON {job, database, applied, last_checkpoint, start_offsets: [{topic, partition, offset}], tables: [{table, key, state, changes: [{path, old, new}]}], new_tables_with_rows}")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
