@@ -232,14 +232,12 @@ func prepareServer(ctx context.Context, cfg config.Config, plan *spec.Plan, sink
 	if err := cfg.CheckServer(maxConn, threads); err != nil {
 		return err
 	}
-	if err := ledger.EnsureSchema(ctx, led.DB()); err != nil {
-		return err
-	}
 	// Before a table is created or claimed: the owner's refusal, then a spec that changes what a
 	// table holds (a new window would mix with the old one's rows, and a column's DDL check
-	// could not tell the YAML key).
+	// could not tell the YAML key). Both read the ledger as it is: on a first start it does not
+	// exist yet and records nothing, and it is still created after the sink tables.
 	schema := plan.Schema(cfg.MySQL.DLQTable, cfg.MySQL.DetailTable)
-	if _, err := schema.CheckOwner(ctx, sinkDB, led); err != nil {
+	if _, err := schema.CheckOwner(ctx, sinkDB, led); err != nil && !fault.IsMySQL(err, fault.ErNoSuchTable) {
 		return err
 	}
 	drift, err := ops.CompareSpec(ctx, plan, sinkDB, led)
@@ -250,6 +248,9 @@ func prepareServer(ctx context.Context, cfg config.Config, plan *spec.Plan, sink
 		return err
 	}
 	if err := schema.Create(ctx, sinkDB, flavor); err != nil {
+		return err
+	}
+	if err := ledger.EnsureSchema(ctx, led.DB()); err != nil {
 		return err
 	}
 	if err := schema.Claim(ctx, sinkDB, led); err != nil {

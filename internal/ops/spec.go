@@ -54,7 +54,9 @@ type StartOffset struct {
 	Offset    int64  `json:"offset"`
 }
 
-// CompareSpec compares plan with the meanings led records for the tables of the sink database.
+// CompareSpec compares plan with the meanings led records for the tables of the sink database. A
+// ledger table that does not exist yet records nothing (a first start, or a ledger from before
+// relay_table_specs).
 func CompareSpec(ctx context.Context, plan *spec.Plan, sinkDB *sql.DB, led *ledger.Ledger) (*SpecReport, error) {
 	dbName, err := sink.Database(ctx, sinkDB)
 	if err != nil {
@@ -62,14 +64,14 @@ func CompareSpec(ctx context.Context, plan *spec.Plan, sinkDB *sql.DB, led *ledg
 	}
 	r := &SpecReport{Job: led.Job(), Database: dbName}
 	var rec spec.Recorded
-	if rec.Meanings, err = led.Meanings(ctx, dbName); err != nil {
+	if rec.Meanings, err = led.Meanings(ctx, dbName); failed(err) {
 		return nil, err
 	}
-	if rec.Claimed, err = led.Claimed(ctx, dbName); err != nil {
+	if rec.Claimed, err = led.Claimed(ctx, dbName); failed(err) {
 		return nil, err
 	}
 	offs, last, err := led.PartitionOffsets(ctx)
-	if err != nil {
+	if failed(err) {
 		return nil, err
 	}
 	r.Last, rec.Committed = last, last > 0
@@ -94,6 +96,9 @@ func CompareSpec(ctx context.Context, plan *spec.Plan, sinkDB *sql.DB, led *ledg
 	}
 	return r, nil
 }
+
+// failed reports whether err is a failure, not a ledger table that does not exist yet.
+func failed(err error) bool { return err != nil && !fault.IsMySQL(err, fault.ErNoSuchTable) }
 
 func (r *SpecReport) in(states ...string) []spec.TableDiff {
 	var out []spec.TableDiff
