@@ -14,6 +14,7 @@ import (
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/test/oracle"
 )
 
 // refusedAtStart starts relay with extra, requires it to exit non-zero by itself and returns its
@@ -56,6 +57,8 @@ func TestSpecDriftDefault(t *testing.T) {
 
 func specDriftDefault(t *testing.T, extra ...string) {
 	e := newEnv(t, 2, append([]string{"RELAY_INPUT_WINDOW=5m"}, extra...)...)
+	e.oracle = oracle.Default()
+	e.oracle.Tables[0].Window = 5 * time.Minute
 	cfg := config.Default()
 	cfg.Input.Window = 5 * time.Minute
 	plan, err := cfg.Plan()
