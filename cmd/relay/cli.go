@@ -45,6 +45,9 @@ Usage:
                                              ledger unless --force
   relay offsets reset --to earliest|latest|<time>|<topic:partition=offset,...> [--yes]
                                              move a stopped job's resume offsets
+  relay spec diff [--json]                   the spec against the table meanings the ledger records
+  relay spec accept [--yes]                  record tables the spec adds or removes (a changed table
+                                             is refused by relay run and here)
   relay verify    [--from earliest|<checkpoint>] [--expected FILE] [--json]
                                              recount the topic and diff it against MySQL
   relay version                              print the version
@@ -59,8 +62,8 @@ your own is a pipeline: block in the file or a file named by RELAY_PIPELINE_FILE
 
 Run 'relay <command> --help' for a command's flags, examples and exit codes.
 
-Commands that change state (txns resolve, offsets reset) print their plan first and act only with
---yes or after "yes" typed at a terminal; without, nothing changes.
+Commands that change state (txns resolve, offsets reset, spec accept) print their plan first and
+act only with --yes or after "yes" typed at a terminal; without, nothing changes.
 
 `
 
@@ -77,6 +80,7 @@ func commands() []command {
 		{"status", cmdStatus},
 		{"txns", cmdTxns},
 		{"offsets", cmdOffsets},
+		{"spec", cmdSpec},
 		{"verify", cmdVerify},
 		{"version", cmdVersion},
 	}

@@ -23,7 +23,7 @@ var exitMeanings = [...]string{
 	exitError:        "error, or a refusal (the message on stderr says why)",
 	exitUsage:        "usage error (an unknown flag, a missing argument)",
 	exitFenced:       "fenced: another process holds the job's fence (the job runs elsewhere; stop it first)",
-	exitDifferences:  "differences found (MySQL does not match the topic)",
+	exitDifferences:  "differences found (verify: MySQL does not match the topic; spec diff: relay run would refuse the spec)",
 	exitNotConfirmed: "nothing changed: the plan was shown without --yes (or not confirmed at the terminal)",
 	exitDataRefused:  "MySQL refused a checkpoint's data: a relay bug; restarting fails the same way (docs/RUNBOOK.md, \"MySQL refused a row\")",
 }
@@ -37,6 +37,8 @@ var exitsOf = map[string][]int{
 	"txns list":     {exitOK, exitError, exitUsage},
 	"txns resolve":  {exitOK, exitError, exitUsage, exitFenced, exitNotConfirmed},
 	"offsets reset": {exitOK, exitError, exitUsage, exitFenced, exitNotConfirmed},
+	"spec diff":     {exitOK, exitError, exitUsage, exitDifferences},
+	"spec accept":   {exitOK, exitError, exitUsage, exitFenced, exitNotConfirmed},
 	"verify":        {exitOK, exitError, exitUsage, exitDifferences},
 	"version":       {exitOK},
 }

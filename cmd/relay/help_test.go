@@ -32,6 +32,12 @@ func TestHelpListsExitCodes(t *testing.T) {
 			if _, ok := exitsOf["offsets reset"]; !ok {
 				t.Errorf("offsets reset has no exit codes in exitsOf")
 			}
+		case "spec":
+			for _, sub := range []string{"diff", "accept"} {
+				if _, ok := exitsOf["spec "+sub]; !ok {
+					t.Errorf("spec %s has no exit codes in exitsOf", sub)
+				}
+			}
 		default:
 			if _, ok := exitsOf[c.name]; !ok {
 				t.Errorf("%s has no exit codes in exitsOf", c.name)

@@ -30,6 +30,9 @@ which setting is wrong, by how much, and what to change; a warn does not fail pr
   connections        max_connections has room for the subtasks and relay's own connections
   table_owner        no other job of the ledger owns the aggregate table (or the append sink);
                      warn when an unowned one holds rows although the job never committed
+  spec               each aggregate table keeps the meaning the ledger recorded for it (window,
+                     fields, measures, filter; relay spec diff shows the comparison), and no table
+                     was added or removed without relay spec accept
   orphans            prepared branches of jobs missing from the ledger (warn: they hold locks)
   topics             every configured topic exists; its partitions; the job's resume offsets lie
                      within them (not beyond a recreated or truncated topic's end, not below what

@@ -208,8 +208,8 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 }
 
 // prepareServer checks the server against the configuration (and fixes an unset mode for it:
-// held on a Galera node), creates (or checks) what relay writes, and claims the sink tables for
-// the job.
+// held on a Galera node) and the spec against the meanings the ledger records, creates (or checks)
+// what relay writes, claims the sink tables for the job and records their meanings.
 func prepareServer(ctx context.Context, cfg *config.Config, plan *spec.Plan, sinkDB *sql.DB, led *ledger.Ledger, log *zap.Logger) (database.Galera, error) {
 	flavor, version, err := sink.DetectFlavor(ctx, sinkDB)
 	if err != nil {
@@ -247,14 +247,31 @@ func prepareServer(ctx context.Context, cfg *config.Config, plan *spec.Plan, sin
 	if err := cfg.CheckServer(maxConn, threads); err != nil {
 		return galera, err
 	}
+	// Before a table is created or claimed: the owner's refusal, then a spec that changes what a
+	// table holds (a new window would mix with the old one's rows, and a column's DDL check
+	// could not tell the YAML key). Both read the ledger as it is: on a first start it does not
+	// exist yet and records nothing, and it is still created after the sink tables.
 	schema := plan.Schema(cfg.MySQL.DLQTable, cfg.MySQL.DetailTable)
+	if _, err := schema.CheckOwner(ctx, sinkDB, led); err != nil && !fault.IsMySQL(err, fault.ErNoSuchTable) {
+		return galera, err
+	}
+	drift, err := ops.CompareSpec(ctx, plan, sinkDB, led)
+	if err != nil {
+		return galera, err
+	}
+	if err := drift.Refusal(); err != nil {
+		return galera, err
+	}
 	if err := schema.Create(ctx, sinkDB, flavor); err != nil {
 		return galera, err
 	}
 	if err := ledger.EnsureSchema(ctx, led.DB()); err != nil {
 		return galera, err
 	}
-	return galera, schema.Claim(ctx, sinkDB, led)
+	if err := schema.Claim(ctx, sinkDB, led); err != nil {
+		return galera, err
+	}
+	return galera, ops.RecordSpec(ctx, drift, led, log.Named("spec"))
 }
 
 // watch samples what no request drives: the server's Threads_connected, where connection

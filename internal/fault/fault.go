@@ -28,6 +28,7 @@ const (
 	ErServerShutdown              = 1053
 	ErNoSuchThread                = 1094 // KILL of a session that is gone
 	ErUnknownTable                = 1109 // e.g. a server without information_schema.INNODB_LOCK_WAITS
+	ErNoSuchTable                 = 1146 // a table not created yet
 	ErLockWaitTimeout             = 1205
 	ErWarnDataOutOfRange          = 1264 // a number past its column's range (strict mode)
 	ErWarnDataTruncated           = 1265

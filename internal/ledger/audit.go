@@ -1,9 +1,10 @@
-// Audit: the record of what operators did by hand to a job's branches and resume offsets.
+// Audit: the record of what operators did by hand to a job's branches, resume offsets and tables.
 //
-// Invariant: every manual action that changed a branch or the resume offsets has exactly one row,
-// written after the action succeeded; a running relay claims each row once (the counted flag flips
-// under a row lock), so relay_transactions_total{origin="manual"} also covers actions taken while
-// relay was stopped, and no action is counted twice across restarts.
+// Invariant: every manual action that changed a branch, the resume offsets or the recorded table
+// meanings has exactly one row, written after the action succeeded; a running relay claims each
+// commit or rollback row once (the counted flag flips under a row lock), so
+// relay_transactions_total{origin="manual"} also covers actions taken while relay was stopped, and
+// no action is counted twice across restarts.
 package ledger
 
 import (
@@ -17,6 +18,7 @@ const (
 	AuditCommit       = "commit"        // a prepared branch committed by hand
 	AuditRollback     = "rollback"      // a prepared branch rolled back by hand
 	AuditOffsetsReset = "offsets_reset" // resume offsets replaced by a new checkpoint row
+	AuditSpecAccept   = "spec_accept"   // tables added to or removed from the recorded meanings
 )
 
 // auditTable holds one row per manual action. target is the transaction tag, or "offsets".

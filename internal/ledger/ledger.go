@@ -215,6 +215,7 @@ var schema = []string{
 	inDoubtTable,
 	tablesTable,
 	ownersTable,
+	meaningsTable,
 }
 
 // EnsureSchema creates the ledger tables and refuses a ledger written by a newer relay.

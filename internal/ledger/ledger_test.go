@@ -149,6 +149,35 @@ func TestTableClaims(t *testing.T) {
 	}
 }
 
+// A recorded meaning stays unless replaced: recording another one is ErrMeaningChanged naming
+// both, and changes nothing; replace overwrites it, drop forgets it; another job sees none of them.
+func TestTableMeanings(t *testing.T) {
+	a, ctx := newLedger(t)
+	b := New(a.DB(), "other_"+testenv.Suffix())
+	if err := a.RecordMeanings(ctx, "sinkdb", map[string]string{"t1": `{"w":300}`, "t2": `{"w":60}`}, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RecordMeanings(ctx, "sinkdb", map[string]string{"t1": `{"w":300}`}, nil, false); err != nil {
+		t.Fatalf("recording the same meaning again: %v", err)
+	}
+	err := a.RecordMeanings(ctx, "sinkdb", map[string]string{"t2": `{"w":60}`, "t1": `{"w":90}`}, []string{"t2"}, false)
+	if !errors.Is(err, ErrMeaningChanged) || !strings.Contains(err.Error(), `sinkdb.t1 was recorded for job `+a.Job()+` as {"w":300}`) {
+		t.Fatalf("another meaning: %v, want ErrMeaningChanged naming the recorded one", err)
+	}
+	if got, err := a.Meanings(ctx, "sinkdb"); err != nil || len(got) != 2 || got["t1"] != `{"w":300}` {
+		t.Fatalf("a refused record changed the meanings: %v, %v", got, err)
+	}
+	if got, err := b.Meanings(ctx, "sinkdb"); err != nil || len(got) != 0 {
+		t.Fatalf("another job sees %v, %v", got, err)
+	}
+	if err := a.RecordMeanings(ctx, "sinkdb", map[string]string{"t1": `{"w":90}`}, []string{"t2"}, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Meanings(ctx, "sinkdb"); err != nil || len(got) != 1 || got["t1"] != `{"w":90}` {
+		t.Fatalf("after replace and drop: %v, %v", got, err)
+	}
+}
+
 // Instances of one job start together and claim the same tables at once: every claim succeeds
 // (none deadlocks on another's lock).
 func TestTableClaimsConcurrent(t *testing.T) {

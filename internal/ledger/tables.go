@@ -5,6 +5,11 @@
 // second job is refused, named with the first, instead of adding its totals into the same rows.
 // A claim is keyed by the sink's database and table name, since the ledger may live in another
 // database (or on another server) than the tables it records.
+//
+// Invariant (meanings): an aggregate table's meaning (its canonical spec, spec.Meaning) is recorded
+// once per table next to its claim, by the owner job, and changes only while the job has committed
+// nothing (relay run records the spec it starts with) or by relay spec accept, under the fence;
+// relay run compares the spec with it before writing.
 package ledger
 
 import (
@@ -26,6 +31,20 @@ const tablesTable = `CREATE TABLE IF NOT EXISTS relay_tables (
 	claimed_at DATETIME(6) NOT NULL,
 	PRIMARY KEY (schema_name, table_name)
 ) ENGINE=InnoDB`
+
+// meaningsTable holds the recorded meaning of each aggregate table; a ledger from before it has
+// claims without meanings, recorded at the next start.
+const meaningsTable = `CREATE TABLE IF NOT EXISTS relay_table_specs (
+	schema_name VARCHAR(64) NOT NULL,
+	table_name VARCHAR(64) NOT NULL,
+	job VARCHAR(64) NOT NULL,
+	meaning TEXT NOT NULL,
+	recorded_at DATETIME(6) NOT NULL,
+	PRIMARY KEY (schema_name, table_name)
+) ENGINE=InnoDB`
+
+// ErrMeaningChanged means a table's recorded meaning changed while relay was starting.
+var ErrMeaningChanged = errors.New("recorded table meaning changed")
 
 // TableClaim is the owner of one sink table.
 type TableClaim struct {
@@ -89,4 +108,80 @@ func (l *Ledger) CheckTables(ctx context.Context, schema string, tables ...strin
 		}
 	}
 	return unclaimed, nil
+}
+
+// Meanings returns the meanings recorded for the job's tables in the sink database schema.
+func (l *Ledger) Meanings(ctx context.Context, schema string) (map[string]string, error) {
+	rows, err := l.db.QueryContext(ctx, `SELECT table_name, meaning FROM relay_table_specs WHERE schema_name = ? AND job = ?`, schema, l.job)
+	if err != nil {
+		return nil, fmt.Errorf("table meanings: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var t, m string
+		if err := rows.Scan(&t, &m); err != nil {
+			return nil, fmt.Errorf("table meanings: %w", err)
+		}
+		out[t] = m
+	}
+	return out, rows.Err()
+}
+
+// Claimed lists the tables of schema whose recorded owner is the job.
+func (l *Ledger) Claimed(ctx context.Context, schema string) (map[string]bool, error) {
+	rows, err := l.db.QueryContext(ctx, `SELECT table_name FROM relay_tables WHERE schema_name = ? AND job = ?`, schema, l.job)
+	if err != nil {
+		return nil, fmt.Errorf("claimed tables: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, fmt.Errorf("claimed tables: %w", err)
+		}
+		out[t] = true
+	}
+	return out, rows.Err()
+}
+
+// RecordMeanings records the meaning of each table of set and forgets the job's tables in drop, in
+// one transaction. A table already recorded keeps its meaning unless replace, and then a different
+// one is ErrMeaningChanged: whoever recorded it between the caller's comparison and now wins.
+func (l *Ledger) RecordMeanings(ctx context.Context, schema string, set map[string]string, drop []string, replace bool) error {
+	tx, err := l.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("record table meanings: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	for t, m := range set {
+		q := `INSERT IGNORE INTO relay_table_specs (schema_name, table_name, job, meaning, recorded_at) VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))`
+		if replace {
+			q = `INSERT INTO relay_table_specs (schema_name, table_name, job, meaning, recorded_at) VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))
+				ON DUPLICATE KEY UPDATE job = VALUES(job), meaning = VALUES(meaning), recorded_at = VALUES(recorded_at)`
+		}
+		if _, err := tx.ExecContext(ctx, q, schema, t, l.job, m); err != nil {
+			return fmt.Errorf("record meaning of %s.%s: %w", schema, t, err)
+		}
+		// As in ClaimTables: a locking read sees the row that won.
+		var job, got string
+		if err := tx.QueryRowContext(ctx, `SELECT job, meaning FROM relay_table_specs WHERE schema_name = ? AND table_name = ? LOCK IN SHARE MODE`,
+			schema, t).Scan(&job, &got); err != nil {
+			return fmt.Errorf("record meaning of %s.%s: %w", schema, t, err)
+		}
+		if job != l.job || got != m {
+			return fmt.Errorf("%w: table %s.%s was recorded for job %s as %s while job %s started: start again (relay spec diff shows the comparison)",
+				ErrMeaningChanged, schema, t, job, got, l.job)
+		}
+	}
+	for _, t := range drop {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM relay_table_specs WHERE schema_name = ? AND table_name = ? AND job = ?`, schema, t, l.job); err != nil {
+			return fmt.Errorf("forget meaning of %s.%s: %w", schema, t, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("record table meanings: %w", err)
+	}
+	return nil
 }

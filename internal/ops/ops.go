@@ -1,6 +1,6 @@
 // Package ops is the logic behind relay's operator commands: status, txns list/resolve, offsets
-// reset, verify and preflight (docs/RUNBOOK.md, "Tools"), kept out of cmd/relay so it is testable without the
-// binary.
+// reset, spec diff/accept, verify and preflight (docs/RUNBOOK.md, "Tools"), kept out of cmd/relay
+// so it is testable without the binary.
 //
 // Invariant: an operator command never contradicts the ledger unless the operator forces it, and
 // never acts on a branch whose job's ledger it cannot read, forced or not; every action that
@@ -8,7 +8,7 @@
 // read again or skipped) to the operator's Confirm and changes nothing without a yes, runs under
 // the fence of the instance that could otherwise decide concurrently (the one exception:
 // committing a branch the ledger already decided, as the running relay itself would), and leaves
-// one relay_audit row.
+// one relay_audit row; so does relay spec accept, which changes the recorded table meanings.
 package ops
 
 import (

@@ -231,6 +231,7 @@ func sessionChecks(ctx context.Context, e *Env, cs *checks) {
 // ledger will ever resolve.
 func jobChecks(ctx context.Context, e *Env, cs *checks) {
 	ownerCheck(ctx, e, cs)
+	specCheck(ctx, e, cs)
 	txns, _, err := e.inventory(ctx)
 	if err != nil {
 		cs.add("orphans", CheckFail, "listing prepared branches: %v", err)
@@ -291,6 +292,29 @@ func ownerCheck(ctx context.Context, e *Env, cs *checks) {
 	default:
 		cs.add("table_owner", CheckOK, "no job owns %s yet: relay run claims it for job %s", strings.Join(unclaimed, ", "), e.Config.Job.Name)
 	}
+}
+
+// specCheck holds the spec to the meanings the ledger records for the job's tables, as relay run
+// does at start.
+func specCheck(ctx context.Context, e *Env, cs *checks) {
+	plan, err := e.Config.Plan()
+	if err != nil {
+		cs.add("spec", CheckFail, "%v", err)
+		return
+	}
+	r, err := CompareSpec(ctx, plan, e.Sink, e.Ledger)
+	if err == nil {
+		err = r.Refusal()
+	}
+	if err != nil {
+		cs.add("spec", CheckFail, "%v", err)
+		return
+	}
+	var s []string
+	for _, d := range r.Tables {
+		s = append(s, d.Table+" "+stateText[d.State])
+	}
+	cs.add("spec", CheckOK, "every table keeps its recorded meaning: %s", strings.Join(s, "; "))
 }
 
 func topicCheck(ctx context.Context, e *Env, cs *checks) {

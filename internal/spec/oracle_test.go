@@ -268,26 +268,26 @@ func differ(t testing.TB, s diffSpec, recs *[]Record, payloads [][]byte, subtask
 	return seq.String() + b.String()
 }
 
-// TestDifferentialSequences runs random sequences for RELAY_DIFF_SECONDS (default 20; 0 runs one)
-// from RELAY_DIFF_SEED (random if unset). Sequence i uses seed+i, so a failure names the seed that
+// TestDifferentialSequences runs random sequences for RELAY_TEST_DIFF_SECONDS (default 20; 0 runs one)
+// from RELAY_TEST_DIFF_SEED (random if unset). Sequence i uses seed+i, so a failure names the seed that
 // replays it first.
 func TestDifferentialSequences(t *testing.T) {
 	seed := rand.Uint64() >> 1
-	if v := os.Getenv("RELAY_DIFF_SEED"); v != "" {
+	if v := os.Getenv("RELAY_TEST_DIFF_SEED"); v != "" {
 		var err error
 		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("RELAY_DIFF_SEED: %v", err)
+			t.Fatalf("RELAY_TEST_DIFF_SEED: %v", err)
 		}
 	}
 	budget := 20 * time.Second
-	if v := os.Getenv("RELAY_DIFF_SECONDS"); v != "" {
+	if v := os.Getenv("RELAY_TEST_DIFF_SECONDS"); v != "" {
 		n, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			t.Fatalf("RELAY_DIFF_SECONDS: %v", err)
+			t.Fatalf("RELAY_TEST_DIFF_SECONDS: %v", err)
 		}
 		budget = time.Duration(n * float64(time.Second))
 	}
-	t.Logf("seed %d, budget %s (replay: RELAY_DIFF_SEED=%d)", seed, budget, seed)
+	t.Logf("seed %d, budget %s (replay: RELAY_TEST_DIFF_SEED=%d)", seed, budget, seed)
 	specs := diffSpecs(t)
 	pools := make([][]Record, len(specs)+1)
 	start := time.Now()
@@ -298,7 +298,7 @@ func TestDifferentialSequences(t *testing.T) {
 		records += len(payloads)
 		if report := differ(t, spec, &pools[i], payloads, subtasks); report != "" {
 			t.Fatalf("relay and the oracle differ on sequence %d (seed %d); replay it with\n"+
-				"  RELAY_DIFF_SEED=%d RELAY_DIFF_SECONDS=0 go test -count=1 -run 'TestDifferentialSequences$' ./internal/spec/\n%s",
+				"  RELAY_TEST_DIFF_SEED=%d RELAY_TEST_DIFF_SECONDS=0 go test -count=1 -run 'TestDifferentialSequences$' ./internal/spec/\n%s",
 				n, s, s, report)
 		}
 	}

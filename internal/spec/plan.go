@@ -20,6 +20,8 @@ type Plan struct {
 	fields []field // input fields in check order, then the event time
 	aggs   []rollup
 	limits Limits
+	// builtin: compiled from Default (see Spec.builtin).
+	builtin bool
 }
 
 type fieldType uint8
@@ -108,7 +110,7 @@ const (
 
 // Compile validates s. The first refusal wins, so an operator fixes one thing at a time.
 func Compile(s Spec) (*Plan, error) {
-	p := &Plan{limits: s.Input.Limits}
+	p := &Plan{limits: s.Input.Limits, builtin: s.builtin}
 	// Limits come from input.*, not YAML; unset they would make every record too_large.
 	if l := s.Input.Limits; l.MaxPayloadBytes < 1 || l.MinTS >= l.MaxTS || l.MaxUnits < 0 {
 		return nil, bad("input", "limits are not set (max payload %d, event time %d..%d, max units %d)",

@@ -25,6 +25,9 @@ import (
 type Spec struct {
 	Input      Input       `yaml:"input"`
 	Aggregates []Aggregate `yaml:"aggregates"`
+	// builtin marks Default's spec, whose parts are named by the settings it is built from
+	// (input.window, not pipeline.aggregates[0].window).
+	builtin bool
 }
 
 // Input is what a record must hold. Every declared field is required: a record missing one is bad
@@ -150,6 +153,7 @@ func Default(f order.Fields, l order.Limits, table string, window time.Duration)
 			invalid: Reason(invalid), tooLong: Reason(tooLong)}
 	}
 	return Spec{
+		builtin: true,
 		Input: Input{
 			Fields: Fields{
 				str(f.OrderID, l.MaxOrderIDBytes, order.ReasonBadOrderID, order.ReasonOrderIDTooLong),
