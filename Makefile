@@ -31,11 +31,11 @@ test-unit:
 	$(GO) test ./...
 
 # The long crash tests: hundreds of SIGKILLs of relay, and of MariaDB itself; then the Galera
-# scenarios (test/galera, on the 3-node cluster of scripts/galera.sh) with RELAY_GALERA_LONG=1:
+# scenarios (test/galera, on the 3-node cluster of scripts/galera.sh) with RELAY_TEST_GALERA_LONG=1:
 # longer runs, more kills and rounds.
 crashtest:
 	RELAY_CRASH_KILLS=$${RELAY_CRASH_KILLS:-200} RELAY_CRASH_KILL_DB=1 scripts/test.sh -v -run 'TestRandomKills' -timeout 60m ./test/crash/
-	RELAY_GALERA_LONG=1 scripts/test.sh -v -timeout 90m ./test/galera/
+	RELAY_TEST_GALERA_LONG=1 scripts/test.sh -v -timeout 90m ./test/galera/
 
 demo:
 	scripts/demo.sh

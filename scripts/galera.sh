@@ -4,16 +4,16 @@
 #
 # Invariant: it touches only what it started: its own data dirs under .cache/galera, its own pids,
 # its own ports (SQL 13316..13318, group 14567/14577/14587, IST one above each, SST 14444/14454/14464;
-# RELAY_GALERA_PORT moves the SQL ports), never the shared MariaDB (services.sh) or its ports.
+# RELAY_SVC_GALERA_PORT moves the SQL ports), never the shared MariaDB (services.sh) or its ports.
 # Node 1 bootstraps the cluster (--wsrep-new-cluster) when no node runs; the others join it by
 # SST (rsync) the first time and by IST after a restart. Everything listens on 127.0.0.1 only.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR="$ROOT/.cache/galera"
-SQL_BASE=${RELAY_GALERA_PORT:-13316}
+SQL_BASE=${RELAY_SVC_GALERA_PORT:-13316}
 NODES=3
-PROVIDER=${RELAY_GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
+PROVIDER=${RELAY_SVC_GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
 
 log() { printf 'galera: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -123,7 +123,7 @@ up() {
   if [ $any = 0 ]; then
     for n in $(seq 1 $NODES); do
       (exec 3<>"/dev/tcp/127.0.0.1/$(sql_port "$n")") 2>/dev/null &&
-        die "port $(sql_port "$n") is taken by something this script did not start (RELAY_GALERA_PORT moves the SQL ports)"
+        die "port $(sql_port "$n") is taken by something this script did not start (RELAY_SVC_GALERA_PORT moves the SQL ports)"
     done
     start_node 1 --wsrep-new-cluster
     cli 1 -e "CREATE DATABASE IF NOT EXISTS relay;

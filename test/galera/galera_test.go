@@ -32,8 +32,8 @@ var relayBin string
 
 func TestMain(m *testing.M) { testenv.MainWithRelay(m, &relayBin) }
 
-// long reports whether the long version runs (make crashtest sets RELAY_GALERA_LONG=1).
-func long() bool { return os.Getenv("RELAY_GALERA_LONG") == "1" }
+// long reports whether the long version runs (make crashtest sets RELAY_TEST_GALERA_LONG=1).
+func long() bool { return os.Getenv("RELAY_TEST_GALERA_LONG") == "1" }
 
 // scaled is n in the short version, n*k in the long one.
 func scaled(n, k int) int {
