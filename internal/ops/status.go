@@ -31,15 +31,18 @@ import (
 
 // StatusReport is `relay status`; its JSON field names are part of the operator interface.
 type StatusReport struct {
-	Job            string              `json:"job"`
-	Mode           string              `json:"mode"`
-	Fences         []InstanceFence     `json:"fences"`          // one per instance (docs/PROTOCOL.md, "Several instances")
-	LastCheckpoint *CheckpointInfo     `json:"last_checkpoint"` // null: the job never decided a checkpoint
-	Partitions     []PartitionLag      `json:"partitions"`
-	Branches       []Txn               `json:"branches"`
-	Committing     []CheckpointInfo    `json:"committing"`
-	ManualActions  []ledger.AuditEntry `json:"manual_actions"` // newest first, at most 5
-	ServerTime     time.Time           `json:"server_time"`    // the ledger server's clock, read after everything else
+	Job            string           `json:"job"`
+	Mode           string           `json:"mode"`
+	Fences         []InstanceFence  `json:"fences"`          // one per instance (docs/PROTOCOL.md, "Several instances")
+	LastCheckpoint *CheckpointInfo  `json:"last_checkpoint"` // null: the job never decided a checkpoint
+	Partitions     []PartitionLag   `json:"partitions"`
+	Branches       []Txn            `json:"branches"`
+	Committing     []CheckpointInfo `json:"committing"`
+	// Lost: decided checkpoints a listed branch of which the server rolled back, not yet
+	// acknowledged; relay run refuses to start while there is one.
+	Lost          []ledger.LostCheckpoint `json:"lost"`
+	ManualActions []ledger.AuditEntry     `json:"manual_actions"` // newest first, at most 5
+	ServerTime    time.Time               `json:"server_time"`    // the ledger server's clock, read after everything else
 }
 
 // InstanceFence says whether a process holds one instance of the job, and who took it last.
@@ -106,7 +109,7 @@ func checkpointInfo(c ledger.Checkpoint) CheckpointInfo {
 func Status(ctx context.Context, e *Env, readyz string) (*StatusReport, error) {
 	led := e.Ledger
 	r := &StatusReport{Job: led.Job(), Mode: string(e.Config.Mode), Partitions: []PartitionLag{}, Branches: []Txn{},
-		Committing: []CheckpointInfo{}}
+		Committing: []CheckpointInfo{}, Lost: []ledger.LostCheckpoint{}}
 	var err error
 	if r.Fences, err = fences(ctx, led); err != nil {
 		return nil, err
@@ -148,6 +151,9 @@ func Status(ctx context.Context, e *Env, readyz string) (*StatusReport, error) {
 	}
 	for _, c := range committing {
 		r.Committing = append(r.Committing, checkpointInfo(c))
+	}
+	if r.Lost, err = led.Lost(ctx); err != nil {
+		return nil, err
 	}
 	if r.ManualActions, err = led.AuditLog(ctx, 5); err != nil {
 		return nil, err
@@ -483,6 +489,7 @@ func (r *StatusReport) WriteText(w io.Writer) error {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", c.ID, c.DecidedAt.Format(time.RFC3339), ageString(c.AgeSeconds), strings.Join(c.Tags, ","))
 		}
 	}
+	writeLost(tw, r.Lost)
 	if len(r.ManualActions) > 0 {
 		fmt.Fprintln(tw)
 		fmt.Fprintln(tw, "MANUAL ACTION\tTARGET\tAT\tOPERATOR\tFORCED")
@@ -530,4 +537,17 @@ func writeTxns(w io.Writer, txns []Txn) {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Tag, t.Job, t.Kind, t.Checkpoint, t.Subtask, state, t.Verdict, t.Age(), t.StateText())
 	}
+}
+
+// writeLost lists the job's unacknowledged lost checkpoints and what to do about them.
+func writeLost(w io.Writer, lost []ledger.LostCheckpoint) {
+	if len(lost) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "LOST CHECKPOINT\tDECIDED\tRECORDS\tBRANCH ROLLED BACK\tOFFSETS")
+	for _, c := range lost {
+		fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\n", c.ID, c.DecidedAt.Format(time.RFC3339), c.Records, strings.Join(c.LostTags, ","), c.Range())
+	}
+	fmt.Fprintln(w, "(rows lost: relay run refuses to start; recount, then relay txns resolve <tag> --acknowledge-lost; docs/RUNBOOK.md, \"A decided branch the server rolled back\")")
 }
