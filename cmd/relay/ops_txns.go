@@ -42,7 +42,9 @@ checkpoint.resolve_interval); branches listed for long are worth a look.
 --json prints {branches: [{tag, job, kind, checkpoint, subtask, verdict, ledger_state,
 decided_at, age_seconds, state, live_owner}], foreign} (state: in_flight, awaiting_commit,
 left_behind, orphaned, or unknown for a probe or an unknown job's branch) where foreign counts prepared XA transactions that are not
-relay's.
+relay's, and lost: [{id, decided_at, records, tags, lost_tags, offsets}] the job's checkpoints a
+listed branch of which the server rolled back (gone from XA RECOVER; relay run refuses to start
+until relay txns resolve <tag> --acknowledge-lost).
 `
 
 const txnsResolveAbout = `Commits (--commit) or rolls back (--rollback) one prepared branch, by its tag.

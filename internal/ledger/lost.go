@@ -192,7 +192,7 @@ func Refusal(lost []LostCheckpoint) error {
 			"recount those records (relay verify), then acknowledge: relay txns resolve %s --acknowledge-lost --yes",
 			lc.ID, lc.DecidedAt.Format("2006-01-02 15:04:05"), lc.Records, tags, lc.Range(), ack)
 	}
-	return fmt.Errorf("%w%s (docs/RUNBOOK.md, \"A decided branch the server rolled back\")", ErrLossUnacknowledged, b.String())
+	return fmt.Errorf("%w%s (docs/RUNBOOK.md, \"Branch rolled back by the server\")", ErrLossUnacknowledged, b.String())
 }
 
 // AcknowledgeLost moves lost checkpoint id to LOST_ACKED and records who did it; relay run starts

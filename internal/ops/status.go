@@ -40,9 +40,9 @@ type StatusReport struct {
 	Committing     []CheckpointInfo `json:"committing"`
 	// Lost: decided checkpoints a listed branch of which the server rolled back, not yet
 	// acknowledged; relay run refuses to start while there is one.
-	Lost          []ledger.LostCheckpoint `json:"lost"`
-	ManualActions []ledger.AuditEntry     `json:"manual_actions"` // newest first, at most 5
-	ServerTime    time.Time               `json:"server_time"`    // the ledger server's clock, read after everything else
+	Lost          []LostInfo          `json:"lost"`
+	ManualActions []ledger.AuditEntry `json:"manual_actions"` // newest first, at most 5
+	ServerTime    time.Time           `json:"server_time"`    // the ledger server's clock, read after everything else
 }
 
 // InstanceFence says whether a process holds one instance of the job, and who took it last.
@@ -109,7 +109,7 @@ func checkpointInfo(c ledger.Checkpoint) CheckpointInfo {
 func Status(ctx context.Context, e *Env, readyz string) (*StatusReport, error) {
 	led := e.Ledger
 	r := &StatusReport{Job: led.Job(), Mode: string(e.Config.Mode), Partitions: []PartitionLag{}, Branches: []Txn{},
-		Committing: []CheckpointInfo{}, Lost: []ledger.LostCheckpoint{}}
+		Committing: []CheckpointInfo{}}
 	var err error
 	if r.Fences, err = fences(ctx, led); err != nil {
 		return nil, err
@@ -152,7 +152,7 @@ func Status(ctx context.Context, e *Env, readyz string) (*StatusReport, error) {
 	for _, c := range committing {
 		r.Committing = append(r.Committing, checkpointInfo(c))
 	}
-	if r.Lost, err = led.Lost(ctx); err != nil {
+	if r.Lost, err = lostInfo(ctx, led); err != nil {
 		return nil, err
 	}
 	if r.ManualActions, err = led.AuditLog(ctx, 5); err != nil {
@@ -539,15 +539,38 @@ func writeTxns(w io.Writer, txns []Txn) {
 	}
 }
 
+// LostInfo is a LOST checkpoint (ledger.LostCheckpoint) for status and txns list.
+type LostInfo struct {
+	ID        int64     `json:"id"`
+	DecidedAt time.Time `json:"decided_at"`
+	Records   int64     `json:"records"`
+	Tags      []string  `json:"tags"`      // every branch the decision lists
+	LostTags  []string  `json:"lost_tags"` // those the server rolled back (relay_audit)
+	Offsets   string    `json:"offsets"`   // the offsets the checkpoint covered: "topic[p] from-to, ..."
+}
+
+// lostInfo lists the job's unacknowledged lost checkpoints, never nil.
+func lostInfo(ctx context.Context, led *ledger.Ledger) ([]LostInfo, error) {
+	lost, err := led.Lost(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []LostInfo{}
+	for _, c := range lost {
+		out = append(out, LostInfo{ID: c.ID, DecidedAt: c.DecidedAt, Records: c.Records, Tags: c.Tags, LostTags: c.LostTags, Offsets: c.Range()})
+	}
+	return out, nil
+}
+
 // writeLost lists the job's unacknowledged lost checkpoints and what to do about them.
-func writeLost(w io.Writer, lost []ledger.LostCheckpoint) {
+func writeLost(w io.Writer, lost []LostInfo) {
 	if len(lost) == 0 {
 		return
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "LOST CHECKPOINT\tDECIDED\tRECORDS\tBRANCH ROLLED BACK\tOFFSETS")
 	for _, c := range lost {
-		fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\n", c.ID, c.DecidedAt.Format(time.RFC3339), c.Records, strings.Join(c.LostTags, ","), c.Range())
+		fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\n", c.ID, c.DecidedAt.Format(time.RFC3339), c.Records, strings.Join(c.LostTags, ","), c.Offsets)
 	}
-	fmt.Fprintln(w, "(rows lost: relay run refuses to start; recount, then relay txns resolve <tag> --acknowledge-lost; docs/RUNBOOK.md, \"A decided branch the server rolled back\")")
+	fmt.Fprintln(w, "(rows lost: relay run refuses to start; recount, then relay txns resolve <tag> --acknowledge-lost; docs/RUNBOOK.md, \"Branch rolled back by the server\")")
 }

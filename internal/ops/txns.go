@@ -46,7 +46,7 @@ type TxnList struct {
 	Foreign int `json:"foreign"`
 	// Lost lists the configured job's checkpoints whose rows the server lost (ledger.Lost): their
 	// branches are gone from XA RECOVER, and relay run refuses to start until they are acknowledged.
-	Lost []ledger.LostCheckpoint `json:"lost"`
+	Lost []LostInfo `json:"lost"`
 }
 
 // ListTxns lists every relay branch on the sink server: the job's, other jobs' of this ledger,
@@ -59,12 +59,9 @@ func ListTxns(ctx context.Context, e *Env) (*TxnList, error) {
 	if txns == nil {
 		txns = []Txn{}
 	}
-	lost, err := e.Ledger.Lost(ctx)
+	lost, err := lostInfo(ctx, e.Ledger)
 	if err != nil {
 		return nil, err
-	}
-	if lost == nil {
-		lost = []ledger.LostCheckpoint{}
 	}
 	return &TxnList{Branches: txns, Foreign: foreign, Lost: lost}, nil
 }
@@ -232,7 +229,7 @@ func (e *Env) rolledBack(ctx context.Context, res *Resolution, tag string) (*Res
 		if err := led.MarkLost(ctx, c, tag, metrics.OriginManual, e.Operator); err != nil {
 			return res, fmt.Errorf("resolve %s: %w (and recording it failed: %w)", tag, lost, err)
 		}
-		return res, fmt.Errorf("resolve %s: %w; checkpoint %d is now LOST and relay run refuses to start until you acknowledge it (docs/RUNBOOK.md, \"A decided branch the server rolled back\")",
+		return res, fmt.Errorf("resolve %s: %w; checkpoint %d is now LOST and relay run refuses to start until you acknowledge it (docs/RUNBOOK.md, \"Branch rolled back by the server\")",
 			tag, lost, res.Checkpoint)
 	}
 	res.Action, res.ServerRolledBack = VerdictRollback, true
@@ -258,7 +255,7 @@ type LossAck struct {
 func (a *LossAck) WriteText(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "plan: acknowledge that checkpoint %d of job %s lost rows (decided %s UTC, %d records; branch %s rolled back by the server)\n"+
 		"  the records of offsets %s are not in MySQL as the checkpoint said; relay run will resume after them and never write them.\n"+
-		"  Recount them first (relay verify; see docs/RUNBOOK.md, \"A decided branch the server rolled back\").\n",
+		"  Recount them first (relay verify; see docs/RUNBOOK.md, \"Branch rolled back by the server\").\n",
 		a.Lost.ID, a.Lost.Checkpoint.Instance, a.Lost.DecidedAt.Format("2006-01-02 15:04:05"), a.Lost.Records, a.Tag, a.Lost.Range())
 	return err
 }
