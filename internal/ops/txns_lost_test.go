@@ -6,26 +6,7 @@ import (
 	"testing"
 
 	"github.com/relay-sh/relay/internal/ledger"
-	"github.com/relay-sh/relay/internal/xa"
 )
-
-// emptyPrepared leaves a prepared branch that wrote nothing: MariaDB answers its commit with
-// XA_RBROLLBACK (1402).
-func emptyPrepared(t *testing.T, e *Env, tag string) {
-	t.Helper()
-	ctx := t.Context()
-	b, err := xa.NewBranch(ctx, e.Sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(ctx, tag); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Prepare(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.Close()
-}
 
 // A manual commit the server answers with XA_RBROLLBACK is told apart as recovery tells it: a
 // branch the decision does not list was empty (success, audited); one it lists lost its rows (fails
@@ -34,8 +15,8 @@ func emptyPrepared(t *testing.T, e *Env, tag string) {
 func TestResolveServerRolledBack(t *testing.T) {
 	e, ctx := newEnv(t, 1)
 	unlisted, lost := tag(e, 1, 1), tag(e, 2, 0)
-	emptyPrepared(t, e, unlisted)
-	emptyPrepared(t, e, lost)
+	prepareWriting(t, ctx, e, unlisted, "").Close()
+	prepareWriting(t, ctx, e, lost, "").Close()
 	offs := ledger.Offsets{}
 	offs.Set("orders", 0, 7)
 	decide(t, ctx, e, 1, offs, tag(e, 1, 0))

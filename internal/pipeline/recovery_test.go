@@ -38,6 +38,12 @@ func decidedJob(t *testing.T) (*sql.DB, context.Context, *ledger.Ledger, *ledger
 // id listing tags.
 func emptyBranch(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Ledger, f *ledger.Fence, tag string, id int64, tags ...string) {
 	t.Helper()
+	emptyDecided(t, ctx, db, led, f, tag, ledger.Checkpoint{ID: id, Tags: tags, Offsets: ledger.Offsets{}})
+}
+
+// emptyDecided is emptyBranch deciding c.
+func emptyDecided(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Ledger, f *ledger.Fence, tag string, c ledger.Checkpoint) {
+	t.Helper()
 	b, err := xa.NewBranch(ctx, db)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +55,7 @@ func emptyBranch(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Ledg
 		t.Fatal(err)
 	}
 	b.Close()
-	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: id, Tags: tags, Offsets: ledger.Offsets{}}); err != nil {
+	if err := led.Decide(ctx, f.Epoch(), c); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -112,22 +118,9 @@ func TestLostCheckpointSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := config.Tag(job, 2, 0)
-	b, err := xa.NewBranch(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(ctx, lost); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Prepare(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.Close()
 	after := ledger.Offsets{}
 	after.Set("orders", 0, 50)
-	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: 2, Tags: []string{lost}, Offsets: after, Records: 10}); err != nil {
-		t.Fatal(err)
-	}
+	emptyDecided(t, ctx, db, led, f, lost, ledger.Checkpoint{ID: 2, Tags: []string{lost}, Offsets: after, Records: 10})
 	if _, err := Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery); !errors.Is(err, ledger.ErrBranchLost) {
 		t.Fatalf("first recovery: %v, want ErrBranchLost", err)
 	}
