@@ -7,9 +7,10 @@
 // database (or on another server) than the tables it records.
 //
 // Invariant (meanings): an aggregate table's meaning (its canonical spec, spec.Meaning) is recorded
-// once per table next to its claim, by the owner job, and changes only while the job has committed
-// nothing (relay run records the spec it starts with) or by relay spec accept, under the fence;
-// relay run compares the spec with it before writing.
+// once per table next to its claim, by the owner job, under its fence, and changes only while
+// nothing of the job can be in the table (no committed offsets, read under lock, and no other
+// instance of the job running: relay run records the spec it starts with) or by relay spec
+// accept; relay run compares the spec with it before writing.
 package ledger
 
 import (
