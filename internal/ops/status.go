@@ -215,16 +215,7 @@ func fences(ctx context.Context, led *ledger.Ledger) ([]InstanceFence, error) {
 // ReadyzURL is where a relay configured with httpAddr (relay's http_addr) answers /readyz when it
 // runs on this host: a wildcard or empty host means loopback. "" when the port is chosen at start
 // (0), so nobody can know it.
-func ReadyzURL(httpAddr string) string {
-	host, port, err := net.SplitHostPort(httpAddr)
-	if err != nil || port == "" || port == "0" {
-		return ""
-	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(host, port) + "/readyz"
-}
+func ReadyzURL(httpAddr string) string { return AdvertisedReadyz(httpAddr, "127.0.0.1") }
 
 // AdvertisedReadyz is the /readyz URL a relay bound at addr (its listener's address) records with
 // its lease, for relay status on any host: a wildcard host becomes this host's name.
