@@ -22,10 +22,10 @@ export RELAY_TEST_KAFKA RELAY_TEST_MYSQL_DSN RELAY_TEST_MYSQL_CA
 # Tests that need the services fail (instead of skipping) when they are missing.
 export RELAY_TEST_REQUIRE=1
 # The differential test of relay against test/oracle runs random sequences from this seed for
-# RELAY_DIFF_SECONDS (20 s). It is chosen here so that every run prints it: go test shows a passing
+# RELAY_TEST_DIFF_SECONDS (20 s). It is chosen here so that every run prints it: go test shows a passing
 # package's log only with -v. A failure prints the one sequence's seed and the command to replay it.
-export RELAY_DIFF_SEED=${RELAY_DIFF_SEED:-$(( (RANDOM << 30) | (RANDOM << 15) | RANDOM ))}
-echo "test.sh: differential test seed RELAY_DIFF_SEED=$RELAY_DIFF_SEED (internal/spec TestDifferentialSequences)"
+export RELAY_TEST_DIFF_SEED=${RELAY_TEST_DIFF_SEED:-$(( (RANDOM << 30) | (RANDOM << 15) | RANDOM ))}
+echo "test.sh: differential test seed RELAY_TEST_DIFF_SEED=$RELAY_TEST_DIFF_SEED (internal/spec TestDifferentialSequences)"
 if [ $# -gt 0 ]; then
   exec go test -count=1 "$@"
 fi

@@ -35,11 +35,11 @@ import (
 //     is the sum of its base in every snapshot.
 //
 // Runs: XA with 4 subtasks, XA with 1, held with 4, each SIGKILLed every 0.3-1.5 s while 24 000
-// orders arrive at 2 000/s (RELAY_READER_ORDERS sets the number, for a longer run).
-// RELAY_READER_SEED replays a run's kill schedule and load; RELAY_CRASH_MODE=xa4|xa1|held picks one.
+// orders arrive at 2 000/s (RELAY_TEST_READER_ORDERS sets the number, for a longer run).
+// RELAY_TEST_READER_SEED replays a run's kill schedule and load; RELAY_CRASH_MODE=xa4|xa1|held picks one.
 func TestReaderGuarantee(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
-	if v, err := strconv.ParseUint(os.Getenv("RELAY_READER_SEED"), 10, 64); err == nil {
+	if v, err := strconv.ParseUint(os.Getenv("RELAY_TEST_READER_SEED"), 10, 64); err == nil {
 		seed = v
 	}
 	for _, run := range []struct {
@@ -55,7 +55,7 @@ func TestReaderGuarantee(t *testing.T) {
 			continue
 		}
 		t.Run(run.name, func(t *testing.T) {
-			t.Logf("seed %d (RELAY_READER_SEED=%d replays it)", seed, seed)
+			t.Logf("seed %d (RELAY_TEST_READER_SEED=%d replays it)", seed, seed)
 			readerGuarantee(t, seed, run.subtasks, run.extra...)
 		})
 	}
@@ -83,7 +83,7 @@ func readerGuarantee(t *testing.T, seed uint64, subtasks int, extra ...string) {
 	// number of records a snapshot must count.
 	totals := loadgen.NewTotals()
 	orders := 24000 // 12 s at 2 000/s
-	if v, err := strconv.Atoi(os.Getenv("RELAY_READER_ORDERS")); err == nil && v > 0 {
+	if v, err := strconv.Atoi(os.Getenv("RELAY_TEST_READER_ORDERS")); err == nil && v > 0 {
 		orders = v
 	}
 	produced := make(chan error, 1)
