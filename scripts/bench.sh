@@ -28,11 +28,13 @@ export RELAY_TEST_KAFKA RELAY_TEST_MYSQL_DSN
 # A private build: bin/relay may be rebuilt by someone else while the benchmark runs.
 export BENCH_BIN=${BENCH_BIN:-$PWD/.cache/bench/bin}
 mkdir -p "$BENCH_BIN"
+BENCH_BIN=$(cd "$BENCH_BIN" && pwd) # absolute: the bench programs are built with go -C bench
 VERSION=$(git describe --always --dirty 2>/dev/null || echo dev)
 export CGO_ENABLED=1
 go build -ldflags "-X github.com/relay-sh/relay/internal/metrics.Version=$VERSION" -o "$BENCH_BIN/relay" ./cmd/relay
+# bench/ is its own Go module (bench/go.mod, which replaces the product with ../): built from inside it.
 for c in relaybench rawconsume relayprof; do
-  go build -o "$BENCH_BIN/$c" "./bench/cmd/$c"
+  go -C bench build -o "$BENCH_BIN/$c" "./cmd/$c"
 done
 
 cmd="make bench"

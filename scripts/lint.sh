@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# lint.sh — gofmt, go vet, and staticcheck (installed from the Go module proxy on first use).
+# lint.sh — gofmt, go vet, and staticcheck (installed from the Go module proxy on first use), over
+# the product's module and bench/'s (its own module: `./...` at the top does not descend into it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; exit 1; fi
 go vet ./...
 go vet -tags crashpoints ./...
+go -C bench vet ./...
 SC=$(go env GOPATH)/bin/staticcheck
 [ -x "$SC" ] || go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 "$SC" ./...
 "$SC" -tags crashpoints ./...
+(cd bench && "$SC" ./...)
 echo "lint: ok"

@@ -36,6 +36,9 @@ nothing and locks nothing: safe to run while relay runs.
   branches: [{tag, job, kind, checkpoint, subtask, verdict, ledger_state, decided_at, age_seconds,
               state, live_owner}]   (state as in relay txns list --help)
   committing: [{id, state, decided_at, committed_at, age_seconds, records, tags}]
+  lost: [{id, decided_at, records, tags, lost_tags, offsets}]   (checkpoints a listed
+        branch of which the server rolled back, not yet acknowledged: relay run refuses to start;
+        docs/RUNBOOK.md, "Branch rolled back by the server")
   manual_actions: [{id, job, target, action, origin, operator, at, forced, detail}]
 `
 

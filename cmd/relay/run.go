@@ -4,6 +4,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -143,9 +144,10 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	// MySQL may still be starting next to relay (compose, a restarted pod), or the network may
 	// drop a connection now and then: retry, bounded.
 	led := ledger.NewInstance(ledgerDB, cfg.Job.Name, cfg.InstanceIndex(), cfg.InstanceCount())
+	var drift *ops.SpecReport
 	var galera database.Galera
 	err = fault.Do(startCtx, fault.DefaultPolicy(), func(ctx context.Context) error {
-		galera, err = prepareServer(ctx, &cfg, plan, sinkDB, led, log)
+		drift, galera, err = prepareServer(ctx, &cfg, plan, sinkDB, led, log)
 		return err
 	}, func(attempt int, err error) {
 		log.Warn("mysql not ready yet", zap.Int("attempt", attempt), zap.Error(err))
@@ -174,6 +176,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	p = pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
 		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true,
 			Readyz: ops.AdvertisedReadyz(srv.Addr(), host), Cluster: galera.On},
+		Fenced:      func(ctx context.Context) error { return recordSpec(ctx, drift, led, log.Named("spec")) },
 		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) }})
 	m.SetReadiness(func() bool { ok, _ := p.Ready(); return ok })
 
@@ -208,22 +211,24 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 }
 
 // prepareServer checks the server against the configuration (and fixes an unset mode for it:
-// held on a Galera node) and the spec against the meanings the ledger records, creates (or checks)
-// what relay writes, claims the sink tables for the job and records their meanings.
-func prepareServer(ctx context.Context, cfg *config.Config, plan *spec.Plan, sinkDB *sql.DB, led *ledger.Ledger, log *zap.Logger) (database.Galera, error) {
+// held on a Galera node, which it reports) and the spec against the meanings the ledger records,
+// creates (or checks) what relay writes and claims the sink tables for the job. The comparison it
+// returns is only read here (a refusal before anything is created); the meanings are recorded
+// under the fence (recordSpec).
+func prepareServer(ctx context.Context, cfg *config.Config, plan *spec.Plan, sinkDB *sql.DB, led *ledger.Ledger, log *zap.Logger) (*ops.SpecReport, database.Galera, error) {
 	flavor, version, err := sink.DetectFlavor(ctx, sinkDB)
 	if err != nil {
-		return database.Galera{}, fmt.Errorf("connect sink: %w", err)
+		return nil, database.Galera{}, fmt.Errorf("connect sink: %w", err)
 	}
 	galera, err := database.ReadGalera(ctx, sinkDB)
 	if err != nil {
-		return galera, err
+		return nil, galera, err
 	}
 	picked, err := cfg.ResolveMode(galera.On)
 	log.Info("mysql", zap.String("server_version", version), zap.Bool("galera", galera.On), zap.Stringer("server", galera),
 		zap.String("mode", string(cfg.Mode)))
 	if err != nil {
-		return galera, err
+		return nil, galera, err
 	}
 	if picked {
 		log.Info("mode unset: held, since this is a Galera node (no XA); sessions use causal reads",
@@ -231,21 +236,21 @@ func prepareServer(ctx context.Context, cfg *config.Config, plan *spec.Plan, sin
 	}
 	binlog, err := database.ReadBinlog(ctx, sinkDB)
 	if err != nil {
-		return galera, err
+		return nil, galera, err
 	}
 	if err := binlog.CheckReadCommitted(); err != nil {
-		return galera, err
+		return nil, galera, err
 	}
 	maxConn, err := database.ServerVar(ctx, sinkDB, "SHOW GLOBAL VARIABLES LIKE 'max_connections'")
 	if err != nil {
-		return galera, fmt.Errorf("read max_connections: %w", err)
+		return nil, galera, fmt.Errorf("read max_connections: %w", err)
 	}
 	threads, err := database.ServerVar(ctx, sinkDB, "SHOW GLOBAL STATUS LIKE 'Threads_connected'")
 	if err != nil {
-		return galera, fmt.Errorf("read Threads_connected: %w", err)
+		return nil, galera, fmt.Errorf("read Threads_connected: %w", err)
 	}
 	if err := cfg.CheckServer(maxConn, threads); err != nil {
-		return galera, err
+		return nil, galera, err
 	}
 	// Before a table is created or claimed: the owner's refusal, then a spec that changes what a
 	// table holds (a new window would mix with the old one's rows, and a column's DDL check
@@ -253,25 +258,36 @@ func prepareServer(ctx context.Context, cfg *config.Config, plan *spec.Plan, sin
 	// exist yet and records nothing, and it is still created after the sink tables.
 	schema := plan.Schema(cfg.MySQL.DLQTable, cfg.MySQL.DetailTable)
 	if _, err := schema.CheckOwner(ctx, sinkDB, led); err != nil && !fault.IsMySQL(err, fault.ErNoSuchTable) {
-		return galera, err
+		return nil, galera, err
 	}
 	drift, err := ops.CompareSpec(ctx, plan, sinkDB, led)
 	if err != nil {
-		return galera, err
+		return nil, galera, err
 	}
 	if err := drift.Refusal(); err != nil {
-		return galera, err
+		return nil, galera, err
 	}
 	if err := schema.Create(ctx, sinkDB, flavor); err != nil {
-		return galera, err
+		return nil, galera, err
 	}
 	if err := ledger.EnsureSchema(ctx, led.DB()); err != nil {
-		return galera, err
+		return nil, galera, err
 	}
 	if err := schema.Claim(ctx, sinkDB, led); err != nil {
-		return galera, err
+		return nil, galera, err
 	}
-	return galera, ops.RecordSpec(ctx, drift, led, log.Named("spec"))
+	return drift, galera, nil
+}
+
+// recordSpec records the spec's meanings once the fence is held: a process refused by the fence
+// records nothing, and "the job committed nothing" is read under lock where no commit of this
+// instance can race it. Another meaning recorded first ends the start.
+func recordSpec(ctx context.Context, drift *ops.SpecReport, led *ledger.Ledger, log *zap.Logger) error {
+	err := ops.RecordSpec(ctx, drift, led, log)
+	if errors.Is(err, ledger.ErrMeaningChanged) {
+		return fault.Permanent(err)
+	}
+	return err
 }
 
 // watch samples what no request drives: the server's Threads_connected, where connection

@@ -38,6 +38,8 @@ type State string
 const (
 	Committing State = "COMMITTING" // decided: every listed branch must be committed
 	Committed  State = "COMMITTED"  // every listed branch is committed
+	Lost       State = "LOST"       // decided, but the server rolled back a listed branch (lost.go)
+	LostAcked  State = "LOST_ACKED" // LOST, and an operator acknowledged it: relay runs again
 )
 
 // ErrFenced means another process owns the job (or took it over from this one).

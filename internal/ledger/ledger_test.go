@@ -178,6 +178,70 @@ func TestTableMeanings(t *testing.T) {
 	}
 }
 
+// A first-use record replaces a recorded meaning only while nothing of the job can be in the table:
+// once the job committed (read under lock, not from an earlier comparison), or while another
+// instance of it holds its fence, another meaning is ErrMeaningChanged and changes nothing, and a
+// forgotten table stays recorded.
+func TestTableMeaningsFirstUse(t *testing.T) {
+	a, ctx := newLedger(t)
+	fa, err := Acquire(ctx, a, FenceConfig{Owner: "spec A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Release()
+	if err := a.RecordMeanings(ctx, "sinkdb", map[string]string{"t1": `{"w":300}`}, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RecordMeanings(ctx, "sinkdb", map[string]string{"t1": `{"w":60}`}, nil, true); err != nil {
+		t.Fatalf("nothing committed, no other instance: the meaning is replaced: %v", err)
+	}
+	offs := Offsets{}
+	offs.Set("topic", 0, 5)
+	if err := a.writeOffsets(ctx, a.DB(), 1, offs); err != nil {
+		t.Fatal(err)
+	}
+	err = a.RecordMeanings(ctx, "sinkdb", map[string]string{"t1": `{"w":300}`}, []string{"t2"}, true)
+	if !errors.Is(err, ErrMeaningChanged) {
+		t.Fatalf("first use after the job committed: %v, want ErrMeaningChanged", err)
+	}
+	if got, err := a.Meanings(ctx, "sinkdb"); err != nil || got["t1"] != `{"w":60}` {
+		t.Fatalf("a refused first use changed the meaning: %v, %v", got, err)
+	}
+
+	db := a.DB()
+	job := "inst_" + testenv.Suffix()
+	i0, i1 := NewInstance(db, job, 0, 2), NewInstance(db, job, 1, 2)
+	f0, err := Acquire(ctx, i0, FenceConfig{Owner: "instance 0, spec A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := i0.RecordMeanings(ctx, "sinkdb", map[string]string{"t1": `{"w":300}`, "t2": `{"w":60}`}, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	f1, err := Acquire(ctx, i1, FenceConfig{Owner: "instance 1, spec B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f1.Release()
+	err = i1.RecordMeanings(ctx, "sinkdb", map[string]string{"t1": `{"w":90}`}, []string{"t2"}, true)
+	if !errors.Is(err, ErrMeaningChanged) {
+		t.Fatalf("first use while another instance runs another meaning: %v, want ErrMeaningChanged", err)
+	}
+	if err := i1.RecordMeanings(ctx, "sinkdb", map[string]string{"t1": `{"w":300}`}, []string{"t2"}, true); err != nil {
+		t.Fatalf("the same meaning as the running instance: %v", err)
+	}
+	if got, err := i1.Meanings(ctx, "sinkdb"); err != nil || len(got) != 2 || got["t1"] != `{"w":300}` {
+		t.Fatalf("while instance 0 runs, its meanings stay (t2 too): %v, %v", got, err)
+	}
+	f0.Release()
+	if err := i1.RecordMeanings(ctx, "sinkdb", map[string]string{"t1": `{"w":90}`}, []string{"t2"}, true); err != nil {
+		t.Fatalf("instance 0 stopped, nothing committed: the meaning is replaced: %v", err)
+	}
+	if got, err := i1.Meanings(ctx, "sinkdb"); err != nil || len(got) != 1 || got["t1"] != `{"w":90}` {
+		t.Fatalf("after the replace and the drop: %v, %v", got, err)
+	}
+}
+
 // Instances of one job start together and claim the same tables at once: every claim succeeds
 // (none deadlocks on another's lock).
 func TestTableClaimsConcurrent(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -51,17 +53,21 @@ type Execer interface {
 }
 
 // writeOffsets upserts offs for checkpoint id in one statement, inside the caller's transaction.
+// Rows go in primary-key order (topic, then partition), so concurrent writers (held-mode subtasks
+// of several instances, a NewSession's locking read) take their row locks in one order, never
+// crosswise: Go's map order would make that order random and let two of them deadlock (1213).
 func (l *Ledger) writeOffsets(ctx context.Context, conn Execer, id int64, offs Offsets) error {
 	var q strings.Builder
 	var args []any
 	q.WriteString(`INSERT INTO relay_offsets (job, topic, kpartition, next_offset, checkpoint_id, owner_key, updated_at) VALUES `)
-	for t, ps := range offs {
-		for p, off := range ps {
+	for _, t := range slices.Sorted(maps.Keys(offs)) {
+		ps := offs[t]
+		for _, p := range slices.Sorted(maps.Keys(ps)) {
 			if len(args) > 0 {
 				q.WriteString(",")
 			}
 			q.WriteString("(?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))")
-			args = append(args, l.job, t, p, off, id, l.key)
+			args = append(args, l.job, t, p, ps[p], id, l.key)
 		}
 	}
 	if len(args) == 0 {

@@ -7,9 +7,10 @@
 // database (or on another server) than the tables it records.
 //
 // Invariant (meanings): an aggregate table's meaning (its canonical spec, spec.Meaning) is recorded
-// once per table next to its claim, by the owner job, and changes only while the job has committed
-// nothing (relay run records the spec it starts with) or by relay spec accept, under the fence;
-// relay run compares the spec with it before writing.
+// once per table next to its claim, by the owner job, under its fence, and changes only while
+// nothing of the job can be in the table (no committed offsets, read under lock, and no other
+// instance of the job running: relay run records the spec it starts with) or by relay spec
+// accept; relay run compares the spec with it before writing.
 package ledger
 
 import (
@@ -147,14 +148,23 @@ func (l *Ledger) Claimed(ctx context.Context, schema string) (map[string]bool, e
 }
 
 // RecordMeanings records the meaning of each table of set and forgets the job's tables in drop, in
-// one transaction. A table already recorded keeps its meaning unless replace, and then a different
-// one is ErrMeaningChanged: whoever recorded it between the caller's comparison and now wins.
-func (l *Ledger) RecordMeanings(ctx context.Context, schema string, set map[string]string, drop []string, replace bool) error {
+// one transaction; the caller holds the job's fence. A table already recorded with another meaning
+// is ErrMeaningChanged (whoever recorded it first wins), unless firstUse and the job, read under
+// lock, has committed nothing while no other instance of it holds its fence: then none of its rows
+// can be in the table yet, and the meaning is replaced. The same rule guards a firstUse drop: a
+// forgotten table is dropped only then, and otherwise stays recorded (relay spec accept forgets it).
+func (l *Ledger) RecordMeanings(ctx context.Context, schema string, set map[string]string, drop []string, firstUse bool) error {
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("record table meanings: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	replace := false
+	if firstUse {
+		if replace, err = l.nothingCommitted(ctx, tx); err != nil {
+			return fmt.Errorf("record table meanings: %w", err)
+		}
+	}
 	for t, m := range set {
 		q := `INSERT IGNORE INTO relay_table_specs (schema_name, table_name, job, meaning, recorded_at) VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))`
 		if replace {
@@ -171,11 +181,14 @@ func (l *Ledger) RecordMeanings(ctx context.Context, schema string, set map[stri
 			return fmt.Errorf("record meaning of %s.%s: %w", schema, t, err)
 		}
 		if job != l.job || got != m {
-			return fmt.Errorf("%w: table %s.%s was recorded for job %s as %s while job %s started: start again (relay spec diff shows the comparison)",
+			return fmt.Errorf("%w: table %s.%s was recorded for job %s as %s while job %s started (by an instance of the job that runs now, or the job committed): start again (relay spec diff shows the comparison)",
 				ErrMeaningChanged, schema, t, job, got, l.job)
 		}
 	}
 	for _, t := range drop {
+		if firstUse && !replace {
+			break
+		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM relay_table_specs WHERE schema_name = ? AND table_name = ? AND job = ?`, schema, t, l.job); err != nil {
 			return fmt.Errorf("forget meaning of %s.%s: %w", schema, t, err)
 		}
@@ -184,4 +197,31 @@ func (l *Ledger) RecordMeanings(ctx context.Context, schema string, set map[stri
 		return fmt.Errorf("record table meanings: %w", err)
 	}
 	return nil
+}
+
+// nothingCommitted reports, inside tx, whether no instance of the job can have written a row: the
+// job row is locked first (instances record one at a time, each after taking its own fence, so
+// the later one sees the earlier one's lock), no other instance of the job's layout holds its
+// fence lock, and the job has no committed offsets (a locking read: the latest commit).
+func (l *Ledger) nothingCommitted(ctx context.Context, tx *sql.Tx) (bool, error) {
+	var layout int
+	err := tx.QueryRowContext(ctx, `SELECT layout FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&layout)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return false, err
+	}
+	for j := 0; j < layout; j++ {
+		key := InstanceKey(l.job, j, layout)
+		if key == l.key {
+			continue
+		}
+		var holder sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(key)).Scan(&holder); err != nil {
+			return false, err
+		}
+		if holder.Valid {
+			return false, nil
+		}
+	}
+	_, last, err := l.partitionOffsets(ctx, tx, " LOCK IN SHARE MODE")
+	return last == 0, err
 }

@@ -72,6 +72,13 @@ func prepare(t *testing.T, ctx context.Context, e *Env, tag string) {
 // prepareAttached is prepare with the preparing session still alive.
 func prepareAttached(t *testing.T, ctx context.Context, e *Env, tag string) *xa.Branch {
 	t.Helper()
+	return prepareWriting(t, ctx, e, tag, fmt.Sprintf("INSERT INTO order_stats_minute VALUES ('2025-01-01 00:00:00', '%s', 1, 1.5)", tag))
+}
+
+// prepareWriting is prepareAttached running stmt in the branch; "" leaves it empty (MariaDB then
+// answers its commit with XA_RBROLLBACK).
+func prepareWriting(t *testing.T, ctx context.Context, e *Env, tag, stmt string) *xa.Branch {
+	t.Helper()
 	b, err := xa.NewBranch(ctx, e.Sink)
 	if err != nil {
 		t.Fatal(err)
@@ -79,8 +86,10 @@ func prepareAttached(t *testing.T, ctx context.Context, e *Env, tag string) *xa.
 	if err := b.Start(ctx, tag); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Exec(ctx, fmt.Sprintf("INSERT INTO order_stats_minute VALUES ('2025-01-01 00:00:00', '%s', 1, 1.5)", tag)); err != nil {
-		t.Fatal(err)
+	if stmt != "" {
+		if err := b.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := b.Prepare(ctx); err != nil {
 		t.Fatal(err)

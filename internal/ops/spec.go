@@ -169,9 +169,11 @@ func (r *SpecReport) startText() string {
 	return strings.Join(s, ",")
 }
 
-// RecordSpec is relay run's part once Refusal passed and the tables are claimed: it records the
-// meaning of the tables the ledger has none for yet (the job committed nothing, or the ledger is
-// from before recorded meanings) and forgets the removed tables of a job that committed nothing.
+// RecordSpec is relay run's part once Refusal passed, the tables are claimed and the fence is held
+// (again at each fence taken): it records the meaning of the tables the ledger has none for yet
+// (the job committed nothing, or the ledger is from before recorded meanings) and forgets the
+// removed tables of a job that committed nothing. Whether it still committed nothing is judged
+// again by RecordMeanings under lock, not by r, read before the fence.
 func RecordSpec(ctx context.Context, r *SpecReport, led *ledger.Ledger, log *zap.Logger) error {
 	set := map[string]string{}
 	var drop []string
@@ -186,7 +188,8 @@ func RecordSpec(ctx context.Context, r *SpecReport, led *ledger.Ledger, log *zap
 	if len(set)+len(drop) == 0 {
 		return nil
 	}
-	// Only a job that committed nothing replaces a recorded meaning: none of its rows exist yet.
+	// Only a job that committed nothing replaces a recorded meaning (none of its rows exist yet),
+	// and RecordMeanings checks that again under lock.
 	if err := led.RecordMeanings(ctx, r.Database, set, drop, r.Last == 0); err != nil {
 		return err
 	}

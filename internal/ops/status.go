@@ -17,12 +17,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
-
-	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
@@ -35,14 +31,17 @@ type StatusReport struct {
 	Mode string `json:"mode"`
 	// Server is what the sink server is: "not a Galera node", or the Galera node and its
 	// cluster's state (a node outside the primary component refuses relay's queries).
-	Server         string              `json:"server"`
-	Fences         []InstanceFence     `json:"fences"`          // one per instance (docs/PROTOCOL.md, "Several instances")
-	LastCheckpoint *CheckpointInfo     `json:"last_checkpoint"` // null: the job never decided a checkpoint
-	Partitions     []PartitionLag      `json:"partitions"`
-	Branches       []Txn               `json:"branches"`
-	Committing     []CheckpointInfo    `json:"committing"`
-	ManualActions  []ledger.AuditEntry `json:"manual_actions"` // newest first, at most 5
-	ServerTime     time.Time           `json:"server_time"`    // the ledger server's clock, read after everything else
+	Server         string           `json:"server"`
+	Fences         []InstanceFence  `json:"fences"`          // one per instance (docs/PROTOCOL.md, "Several instances")
+	LastCheckpoint *CheckpointInfo  `json:"last_checkpoint"` // null: the job never decided a checkpoint
+	Partitions     []PartitionLag   `json:"partitions"`
+	Branches       []Txn            `json:"branches"`
+	Committing     []CheckpointInfo `json:"committing"`
+	// Lost: decided checkpoints a listed branch of which the server rolled back, not yet
+	// acknowledged; relay run refuses to start while there is one.
+	Lost          []LostInfo          `json:"lost"`
+	ManualActions []ledger.AuditEntry `json:"manual_actions"` // newest first, at most 5
+	ServerTime    time.Time           `json:"server_time"`    // the ledger server's clock, read after everything else
 }
 
 // InstanceFence says whether a process holds one instance of the job, and who took it last.
@@ -152,6 +151,9 @@ func Status(ctx context.Context, e *Env, readyz string) (*StatusReport, error) {
 	for _, c := range committing {
 		r.Committing = append(r.Committing, checkpointInfo(c))
 	}
+	if r.Lost, err = lostInfo(ctx, led); err != nil {
+		return nil, err
+	}
 	if r.ManualActions, err = led.AuditLog(ctx, 5); err != nil {
 		return nil, err
 	}
@@ -222,16 +224,7 @@ func fences(ctx context.Context, led *ledger.Ledger) ([]InstanceFence, error) {
 // ReadyzURL is where a relay configured with httpAddr (relay's http_addr) answers /readyz when it
 // runs on this host: a wildcard or empty host means loopback. "" when the port is chosen at start
 // (0), so nobody can know it.
-func ReadyzURL(httpAddr string) string {
-	host, port, err := net.SplitHostPort(httpAddr)
-	if err != nil || port == "" || port == "0" {
-		return ""
-	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(host, port) + "/readyz"
-}
+func ReadyzURL(httpAddr string) string { return AdvertisedReadyz(httpAddr, "127.0.0.1") }
 
 // AdvertisedReadyz is the /readyz URL a relay bound at addr (its listener's address) records with
 // its lease, for relay status on any host: a wildcard host becomes this host's name.
@@ -319,219 +312,25 @@ func (e *Env) lastCommit(ctx context.Context, r *StatusReport) (ledger.Offsets, 
 	return offs, nil
 }
 
-// lags pairs every partition of the configured topics with its resume offset and high watermark.
-func (e *Env) lags(ctx context.Context, decided ledger.Offsets) ([]PartitionLag, error) {
-	c, parts, err := e.partitions(ctx)
+// LostInfo is a LOST checkpoint (ledger.LostCheckpoint) for status and txns list.
+type LostInfo struct {
+	ID        int64     `json:"id"`
+	DecidedAt time.Time `json:"decided_at"`
+	Records   int64     `json:"records"`
+	Tags      []string  `json:"tags"`      // every branch the decision lists
+	LostTags  []string  `json:"lost_tags"` // those the server rolled back (relay_audit)
+	Offsets   string    `json:"offsets"`   // the offsets the checkpoint covered: "topic[p] from-to, ..."
+}
+
+// lostInfo lists the job's unacknowledged lost checkpoints, never nil.
+func lostInfo(ctx context.Context, led *ledger.Ledger) ([]LostInfo, error) {
+	lost, err := led.Lost(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
-	out := []PartitionLag{}
-	for _, t := range sortedTopics(parts) {
-		for _, p := range parts[t] {
-			lo, hi, err := c.Kafka().QueryWatermarkOffsets(t, p, timeoutMS(ctx))
-			if err != nil {
-				return nil, fmt.Errorf("watermarks %s/%d: %w", t, p, err)
-			}
-			pl := PartitionLag{Topic: t, Partition: p, HighWatermark: hi}
-			if off, ok := decided.Get(t, p); ok {
-				pl.Offset = &off
-				if err := ledger.InRange(t, p, off, lo, hi); err != nil {
-					why := err.Error()
-					pl.OutOfRange = &why
-				} else {
-					lag := hi - off
-					pl.Lag = &lag
-				}
-			}
-			out = append(out, pl)
-		}
+	out := []LostInfo{}
+	for _, c := range lost {
+		out = append(out, LostInfo{ID: c.ID, DecidedAt: c.DecidedAt, Records: c.Records, Tags: c.Tags, LostTags: c.LostTags, Offsets: c.Range()})
 	}
-	countWaiting(c.Kafka(), out, 3*time.Second)
 	return out, nil
-}
-
-// countLimit bounds the records status reads to count what is waiting behind a partition's offset.
-const countLimit = 10000
-
-// countWaiting fills in Waiting for every partition whose lag is at most countLimit, by reading
-// from its offset to its high watermark within d.
-func countWaiting(c *kafka.Consumer, parts []PartitionLag, d time.Duration) {
-	type key struct {
-		topic string
-		part  int32
-	}
-	var tps []kafka.TopicPartition
-	idx := map[key]int{}
-	for i, p := range parts {
-		switch {
-		case p.Lag == nil || *p.Lag > countLimit:
-		case *p.Lag == 0:
-			parts[i].Waiting = new(int64)
-		default:
-			topic := p.Topic
-			tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p.Partition, Offset: kafka.Offset(*p.Offset)})
-			idx[key{topic, p.Partition}] = i
-		}
-	}
-	if len(tps) == 0 || c.Assign(tps) != nil {
-		return
-	}
-	defer func() { _ = c.Unassign() }()
-	counts := make([]int64, len(parts))
-	pending := len(tps)
-	for deadline := time.Now().Add(d); pending > 0 && time.Now().Before(deadline); {
-		if m, ok := c.Poll(50).(*kafka.Message); ok && m.TopicPartition.Error == nil {
-			if i, ok := idx[key{*m.TopicPartition.Topic, m.TopicPartition.Partition}]; ok && int64(m.TopicPartition.Offset) < parts[i].HighWatermark {
-				counts[i]++
-			}
-		}
-		pos, err := c.Position(tps)
-		if err != nil {
-			return
-		}
-		pending = 0
-		for _, tp := range pos {
-			i, ok := idx[key{*tp.Topic, tp.Partition}]
-			if !ok {
-				continue
-			}
-			if int64(tp.Offset) >= parts[i].HighWatermark {
-				if parts[i].Waiting == nil {
-					n := counts[i]
-					parts[i].Waiting = &n
-				}
-			} else {
-				pending++
-			}
-		}
-	}
-}
-
-func sortedTopics(parts map[string][]int32) []string {
-	ts := make([]string, 0, len(parts))
-	for t := range parts {
-		ts = append(ts, t)
-	}
-	sort.Strings(ts)
-	return ts
-}
-
-// timeoutMS bounds one Kafka round trip by ctx, and by 10s.
-func timeoutMS(ctx context.Context) int {
-	d := 10 * time.Second
-	if dl, ok := ctx.Deadline(); ok {
-		d = min(d, time.Until(dl))
-	}
-	return int(max(d, time.Millisecond) / time.Millisecond)
-}
-
-// WriteText renders the report for people.
-func (r *StatusReport) WriteText(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "job\t%s (mode %s)\n", r.Job, r.Mode)
-	fmt.Fprintf(tw, "server\t%s\n", r.Server)
-	for _, f := range r.Fences {
-		fmt.Fprintf(tw, "fence %s\t%s: %s\n", f.Instance, f.runState(), f.Holder)
-		if f.AcquiredAt != nil {
-			fmt.Fprintf(tw, "  last owner\t%s, owner epoch %d, since %s\n", f.Owner, f.OwnerEpoch, f.AcquiredAt.Format(time.RFC3339))
-		}
-		if f.LeaseUntil != nil {
-			fmt.Fprintf(tw, "  lease\t%s\n", f.leaseState(r.ServerTime))
-		}
-		if f.ReadyzURL != "" {
-			fmt.Fprintf(tw, "  readiness asked at\t%s\n", f.ReadyzURL)
-		}
-	}
-	if c := r.LastCheckpoint; c != nil {
-		fmt.Fprintf(tw, "last checkpoint\t%d %s, decided %s (%s ago), %d records\n", c.ID, c.State,
-			c.DecidedAt.Format(time.RFC3339), ageString(c.AgeSeconds), c.Records)
-	} else {
-		fmt.Fprintf(tw, "last checkpoint\tnone (the job has not committed a checkpoint)\n")
-	}
-	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOFFSET\tHIGH WATERMARK\tLAG\tWAITING")
-	for _, p := range r.Partitions {
-		off, lag, waiting := "-", "-", "-"
-		if p.Offset != nil {
-			off = fmt.Sprint(*p.Offset)
-		}
-		if p.Lag != nil {
-			lag = fmt.Sprint(*p.Lag)
-		}
-		if p.OutOfRange != nil {
-			lag = "OUT OF RANGE"
-		}
-		if p.Waiting != nil {
-			waiting = fmt.Sprint(*p.Waiting)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", p.Topic, p.Partition, off, p.HighWatermark, lag, waiting)
-	}
-	fmt.Fprintf(tw, "(lag: offsets up to the high watermark, transaction markers and aborted records included; waiting: committed records among them, counted when lag <= %d)\n", countLimit)
-	for _, p := range r.Partitions {
-		if p.OutOfRange != nil {
-			fmt.Fprintf(tw, "OUT OF RANGE\t%s\n", *p.OutOfRange)
-		}
-	}
-	fmt.Fprintln(tw)
-	if len(r.Branches) == 0 {
-		fmt.Fprintln(tw, "prepared branches\tnone")
-	} else {
-		fmt.Fprintf(tw, "prepared branches\t%d (XA RECOVER)\n", len(r.Branches))
-		writeTxns(tw, r.Branches)
-	}
-	if len(r.Committing) > 0 {
-		fmt.Fprintln(tw)
-		fmt.Fprintln(tw, "COMMITTING CHECKPOINT\tDECIDED\tAGE\tTAGS")
-		for _, c := range r.Committing {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", c.ID, c.DecidedAt.Format(time.RFC3339), ageString(c.AgeSeconds), strings.Join(c.Tags, ","))
-		}
-	}
-	if len(r.ManualActions) > 0 {
-		fmt.Fprintln(tw)
-		fmt.Fprintln(tw, "MANUAL ACTION\tTARGET\tAT\tOPERATOR\tFORCED")
-		for _, a := range r.ManualActions {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", a.Action, a.Target, a.At.Format(time.RFC3339), a.Operator, a.Forced)
-		}
-	}
-	return tw.Flush()
-}
-
-// leaseState says when the lease runs out, on the server's clock (now).
-func (f InstanceFence) leaseState(now time.Time) string {
-	until := f.LeaseUntil.Format("2006-01-02T15:04:05.000Z07:00")
-	if *f.LeaseExpired {
-		return fmt.Sprintf("EXPIRED %s ago (until %s): the holder stopped renewing; a relay run takes the fence over", ageString(ageSeconds(now, *f.LeaseUntil)), until)
-	}
-	left := time.Duration(*f.LeaseRemainingSeconds * float64(time.Second)).Round(100 * time.Millisecond)
-	return fmt.Sprintf("renewed, runs %s more (until %s, server clock)", left, until)
-}
-
-// runState says "running" only when /readyz said 200, as a readiness probe would.
-func (f InstanceFence) runState() string {
-	switch {
-	case !f.Held:
-		return "not running"
-	case f.Ready == nil:
-		return "fence held, readiness unknown (" + f.Readiness + ")"
-	case *f.Ready:
-		return "running, ready"
-	}
-	return "NOT READY (" + f.Readiness + ")"
-}
-
-func ageString(seconds float64) string {
-	return time.Duration(seconds * float64(time.Second)).Round(time.Second).String()
-}
-
-// writeTxns renders branches as table rows.
-func writeTxns(w io.Writer, txns []Txn) {
-	fmt.Fprintln(w, "TAG\tJOB\tKIND\tCHECKPOINT\tSUBTASK\tLEDGER\tVERDICT\tAGE\tSTATE")
-	for _, t := range txns {
-		state := t.LedgerState
-		if state == "" {
-			state = "no row"
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Tag, t.Job, t.Kind, t.Checkpoint, t.Subtask, state, t.Verdict, t.Age(), t.StateText())
-	}
 }

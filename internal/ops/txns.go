@@ -21,6 +21,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
@@ -43,6 +44,9 @@ type TxnList struct {
 	Branches []Txn `json:"branches"`
 	// Foreign counts prepared XA transactions whose xid is not a relay tag (other applications).
 	Foreign int `json:"foreign"`
+	// Lost lists the configured job's checkpoints whose rows the server lost (ledger.Lost): their
+	// branches are gone from XA RECOVER, and relay run refuses to start until they are acknowledged.
+	Lost []LostInfo `json:"lost"`
 }
 
 // ListTxns lists every relay branch on the sink server: the job's, other jobs' of this ledger,
@@ -55,7 +59,11 @@ func ListTxns(ctx context.Context, e *Env) (*TxnList, error) {
 	if txns == nil {
 		txns = []Txn{}
 	}
-	return &TxnList{Branches: txns, Foreign: foreign}, nil
+	lost, err := lostInfo(ctx, e.Ledger)
+	if err != nil {
+		return nil, err
+	}
+	return &TxnList{Branches: txns, Foreign: foreign, Lost: lost}, nil
 }
 
 // WriteText renders the list for people.
@@ -69,6 +77,7 @@ func (l *TxnList) WriteText(w io.Writer) error {
 	if l.Foreign > 0 {
 		fmt.Fprintf(tw, "(%d other prepared XA transactions do not carry a relay tag)\n", l.Foreign)
 	}
+	writeLost(tw, l.Lost)
 	return tw.Flush()
 }
 
@@ -78,6 +87,9 @@ type Resolution struct {
 	Action string `json:"action"`
 	Forced bool   `json:"forced"` // the action goes against the ledger's verdict
 	Effect string `json:"effect"` // what the action does to the job's records
+	// ServerRolledBack: a commit the server answered with XA_RBROLLBACK for an empty branch the
+	// decision does not list (Action is then rollback).
+	ServerRolledBack bool `json:"server_rolled_back"`
 }
 
 // WriteText renders the plan for people.
@@ -180,7 +192,7 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool, confir
 		return nil, fmt.Errorf("%w: %s: MySQL answers XAER_NOTA while XA RECOVER lists it, so the session that prepared it is alive (a running relay, or a client still connected); stop that process, or wait until the server notices it is gone, then retry",
 			ErrAttached, tag)
 	case errors.Is(err, xa.ErrRolledBack):
-		return nil, fmt.Errorf("resolve %s: %w; when the ledger's decision lists this branch, its rows are lost (docs/RUNBOOK.md, \"Branch rolled back by the server\")", tag, err)
+		return e.rolledBack(ctx, res, tag)
 	case errors.Is(err, errGone):
 		return nil, fmt.Errorf("resolve %s: another process resolved it meanwhile: %w", tag, err)
 	case err != nil:
@@ -194,6 +206,101 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool, confir
 		return res, fmt.Errorf("%s of %s done, but not recorded: %w", action, tag, err)
 	}
 	return res, nil
+}
+
+// rolledBack answers the server's XA_RBROLLBACK to a manual commit as recovery does
+// (ledger.Checkpoint.RolledBack): a branch the decision does not list was empty and is settled;
+// one it lists lost its rows, and its checkpoint is recorded LOST (relay run then refuses until
+// the loss is acknowledged). Either way relay_audit has a row.
+func (e *Env) rolledBack(ctx context.Context, res *Resolution, tag string) (*Resolution, error) {
+	led := ledger.New(e.Ledger.DB(), res.Job)
+	cs, err := led.Lookup(ctx, []int64{res.Checkpoint})
+	if err != nil {
+		return res, fmt.Errorf("resolve %s: the server rolled it back; reading its checkpoint: %w", tag, err)
+	}
+	c, ok := cs[res.Checkpoint]
+	if !ok { // decided, then pruned: what it listed is unknown, so it may have lost rows
+		c = ledger.Checkpoint{ID: res.Checkpoint, Tags: []string{tag}}
+	}
+	log := e.Log.Named("txns")
+	if lost := c.RolledBack(tag); lost != nil {
+		log.Error("decided branch rolled back by the server: its rows are lost", zap.String("tag", tag), zap.String("job", res.Job),
+			zap.Int64("checkpoint", res.Checkpoint), zap.String("origin", metrics.OriginManual), zap.String("operator", e.Operator), zap.Error(lost))
+		if err := led.MarkLost(ctx, c, tag, metrics.OriginManual, e.Operator); err != nil {
+			return res, fmt.Errorf("resolve %s: %w (and recording it failed: %w)", tag, lost, err)
+		}
+		return res, fmt.Errorf("resolve %s: %w; checkpoint %d is now LOST and relay run refuses to start until you acknowledge it (docs/RUNBOOK.md, \"Branch rolled back by the server\")",
+			tag, lost, res.Checkpoint)
+	}
+	res.Action, res.ServerRolledBack = VerdictRollback, true
+	res.Effect = fmt.Sprintf("the server rolled back this branch (XA_RBROLLBACK): it wrote nothing, and checkpoint %d's decision does not list it, so nothing is lost", res.Checkpoint)
+	log.Info("in-doubt branch resolved", zap.String("tag", tag), zap.String("job", res.Job), zap.Int64("checkpoint", res.Checkpoint),
+		zap.String("action", VerdictRollback), zap.String("origin", metrics.OriginManual), zap.String("verdict", res.Verdict),
+		zap.Bool("server_rolled_back", true), zap.String("operator", e.Operator))
+	detail := fmt.Sprintf("checkpoint %d subtask %d (%s); ledger verdict %s; commit answered XA_RBROLLBACK: an empty branch the decision does not list, nothing lost",
+		res.Checkpoint, res.Subtask, res.Kind, res.Verdict)
+	if err := led.Audit(ctx, tag, ledger.AuditRollback, e.Operator, false, detail); err != nil {
+		return res, fmt.Errorf("rollback of %s by the server, but not recorded: %w", tag, err)
+	}
+	return res, nil
+}
+
+// LossAck is the plan and then the outcome of `relay txns resolve <tag> --acknowledge-lost`.
+type LossAck struct {
+	Tag  string                `json:"tag"`
+	Lost ledger.LostCheckpoint `json:"lost"`
+}
+
+// WriteText renders the plan for people.
+func (a *LossAck) WriteText(w io.Writer) error {
+	_, err := fmt.Fprintf(w, "plan: acknowledge that checkpoint %d of job %s lost rows (decided %s UTC, %d records; branch %s rolled back by the server)\n"+
+		"  the records of offsets %s are not in MySQL as the checkpoint said; relay run will resume after them and never write them.\n"+
+		"  Recount them first (relay verify; see docs/RUNBOOK.md, \"Branch rolled back by the server\").\n",
+		a.Lost.ID, a.Lost.Checkpoint.Instance, a.Lost.DecidedAt.Format("2006-01-02 15:04:05"), a.Lost.Records, a.Tag, a.Lost.Range())
+	return err
+}
+
+// AcknowledgeLost records, once confirm accepts the plan, that an operator knows checkpoint of tag
+// lost rows: the row goes from LOST to LOST_ACKED, with a relay_audit row, and relay run starts
+// again. It takes the fence of the checkpoint's instance, so it refuses while that instance runs.
+func AcknowledgeLost(ctx context.Context, e *Env, tag string, confirm Confirm) (*LossAck, error) {
+	job := e.Ledger.Job()
+	id, _, ok := config.ParseTag(job, tag)
+	if !ok {
+		return nil, fmt.Errorf("acknowledge %s: not a tag of job %s (<job>-<checkpoint>-<subtask>)", tag, job)
+	}
+	lost, err := e.Ledger.Lost(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a := &LossAck{Tag: tag}
+	found := false
+	for _, lc := range lost {
+		if lc.ID == id {
+			a.Lost, found = lc, true
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("acknowledge %s: checkpoint %d of job %s is not LOST (relay status lists lost checkpoints)", tag, id, job)
+	}
+	led, err := owner(ctx, e.Ledger.DB(), Txn{Job: job, Checkpoint: id})
+	if err != nil {
+		return nil, err
+	}
+	fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "relay txns resolve --acknowledge-lost by " + e.Operator})
+	if err != nil {
+		return nil, fmt.Errorf("acknowledge %s: %w", tag, err)
+	}
+	defer fence.Release()
+	if err := confirmed(confirm, a); err != nil {
+		return a, err
+	}
+	if err := e.Ledger.AcknowledgeLost(ctx, id, tag, e.Operator); err != nil {
+		return a, err
+	}
+	e.Log.Named("txns").Info("lost checkpoint acknowledged", zap.String("tag", tag), zap.Int64("checkpoint", id),
+		zap.String("origin", metrics.OriginManual), zap.String("operator", e.Operator))
+	return a, nil
 }
 
 // ledgersOf says where job's ledger is, as far as the sink server shows, for a refusal's message.

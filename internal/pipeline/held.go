@@ -86,7 +86,7 @@ func (h heldProtocol) barrier(ctx context.Context, s *subtask, b batch, r *prepa
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	if err := h.led.WriteHeldOffsets(ctx, tx.Conn(), s.fence.Epoch(), b.epoch, b.offsets); err != nil {
+	if err := h.led.WriteHeldOffsets(ctx, tx.Conn(), s.owner, b.epoch, b.offsets); err != nil {
 		tx.fail()
 		return false, fmt.Errorf("subtask %d: %w", s.global, err)
 	}

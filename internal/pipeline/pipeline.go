@@ -102,6 +102,10 @@ type Deps struct {
 	// Fence says how to take the job's fence; the pipeline takes it before its first session and
 	// again whenever its lock session is lost.
 	Fence ledger.FenceConfig
+	// Fenced runs each time the fence is taken, before a session (nil: nothing): relay run
+	// records the spec's table meanings there, where no other process of this instance can
+	// start or commit. Its error ends the attempt like the fence's own.
+	Fenced func(ctx context.Context) error
 	// NewConsumer opens a consumer for a session (tests may wrap it).
 	NewConsumer func() (*consumer.Consumer, error)
 }
@@ -332,6 +336,12 @@ func (p *Pipeline) ensureFence(ctx context.Context, f **ledger.Fence) error {
 			zap.Duration("waited", t.WaitedLease), zap.Int64s("sessions_ended", t.Killed))
 	}
 	log.Info("job fenced", zap.Int64("owner_epoch", fence.Epoch()))
+	if p.Fenced != nil {
+		if err := p.Fenced(ctx); err != nil {
+			fence.Release()
+			return err
+		}
+	}
 	*f = fence
 	p.fence.Store(fence)
 	return nil

@@ -218,7 +218,8 @@ func resolveBranch(ctx context.Context, led *ledger.Ledger, epoch int64, sinkDB 
 }
 
 // rolledBack answers for a decided branch the server rolled back instead of committing: nothing
-// lost when the decision does not list it, ledger.ErrBranchLost (fatal) when it does.
+// lost when the decision does not list it, ledger.ErrBranchLost (fatal) when it does, after the
+// checkpoint is recorded LOST.
 func rolledBack(ctx context.Context, led *ledger.Ledger, b Branch, log *zap.Logger, origin string) error {
 	cs, err := led.Lookup(ctx, []int64{b.Checkpoint})
 	if err != nil {
@@ -231,6 +232,11 @@ func rolledBack(ctx context.Context, led *ledger.Ledger, b Branch, log *zap.Logg
 	if err := c.RolledBack(b.Tag); err != nil {
 		log.Error("decided branch rolled back by the server: its rows are lost", zap.String("tag", b.Tag),
 			zap.Int64("checkpoint", b.Checkpoint), zap.String("origin", origin), zap.Error(err))
+		// The branch is gone from XA RECOVER after this answer: the LOST row is what keeps the
+		// next start from calling the checkpoint committed.
+		if merr := led.MarkLost(ctx, c, b.Tag, origin, "relay"); merr != nil {
+			return fmt.Errorf("%w (and recording it failed: %w)", err, merr)
+		}
 		return err
 	}
 	log.Info("decided branch was empty: the server rolled it back", zap.String("tag", b.Tag), zap.Int64("checkpoint", b.Checkpoint))

@@ -38,6 +38,12 @@ func decidedJob(t *testing.T) (*sql.DB, context.Context, *ledger.Ledger, *ledger
 // id listing tags.
 func emptyBranch(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Ledger, f *ledger.Fence, tag string, id int64, tags ...string) {
 	t.Helper()
+	emptyDecided(t, ctx, db, led, f, tag, ledger.Checkpoint{ID: id, Tags: tags, Offsets: ledger.Offsets{}})
+}
+
+// emptyDecided is emptyBranch deciding c.
+func emptyDecided(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Ledger, f *ledger.Fence, tag string, c ledger.Checkpoint) {
+	t.Helper()
 	b, err := xa.NewBranch(ctx, db)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +55,7 @@ func emptyBranch(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Ledg
 		t.Fatal(err)
 	}
 	b.Close()
-	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: id, Tags: tags, Offsets: ledger.Offsets{}}); err != nil {
+	if err := led.Decide(ctx, f.Epoch(), c); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -96,5 +102,52 @@ func TestResolverStopsOnLostBranch(t *testing.T) {
 	defer cancel()
 	if err := p.ResolveLoop(rctx); !errors.Is(err, ledger.ErrBranchLost) || !strings.Contains(err.Error(), lost) {
 		t.Fatalf("resolver on a lost branch returned %v, want ErrBranchLost naming %s", err, lost)
+	}
+}
+
+// A decided branch the server rolled back is gone from XA RECOVER after that one answer: the
+// checkpoint must stay LOST across restarts (never marked COMMITTED), and the next start refuses,
+// naming the checkpoint, the tag and the offsets it covered, until an operator acknowledges it.
+func TestLostCheckpointSurvivesRestart(t *testing.T) {
+	db, ctx, led, f := decidedJob(t)
+	job := led.Job()
+	m := metrics.New("lost_test")
+	before := ledger.Offsets{}
+	before.Set("orders", 0, 40)
+	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: 1, Offsets: before}); err != nil {
+		t.Fatal(err)
+	}
+	lost := config.Tag(job, 2, 0)
+	after := ledger.Offsets{}
+	after.Set("orders", 0, 50)
+	emptyDecided(t, ctx, db, led, f, lost, ledger.Checkpoint{ID: 2, Tags: []string{lost}, Offsets: after, Records: 10})
+	if _, err := Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery); !errors.Is(err, ledger.ErrBranchLost) {
+		t.Fatalf("first recovery: %v, want ErrBranchLost", err)
+	}
+	// The restart: nothing is pending any more.
+	if _, err := Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery); err != nil {
+		t.Fatalf("second recovery: %v", err)
+	}
+	cs, err := led.Lookup(ctx, []int64{2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := cs[2].State; st != ledger.Lost {
+		t.Fatalf("after a restart the lost checkpoint is %s, want %s", st, ledger.Lost)
+	}
+	var cfg config.Config
+	cfg.Job.Name = job
+	p := &Pipeline{Deps: Deps{Config: cfg, Sink: db, Ledger: led, Metrics: m, Log: zap.NewNop()}, proto: xaProtocol{}}
+	_, _, err = p.recover(ctx, f)
+	if !errors.Is(err, ledger.ErrLossUnacknowledged) || !strings.Contains(err.Error(), lost) || !strings.Contains(err.Error(), "orders[0] 40-49") ||
+		!strings.Contains(err.Error(), "--acknowledge-lost") {
+		t.Fatalf("start with a lost checkpoint: %v; want ErrLossUnacknowledged naming %s, orders[0] 40-49 and --acknowledge-lost", err, lost)
+	}
+	t.Logf("start refused: %v", err)
+	if err := led.AcknowledgeLost(ctx, 2, lost, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.recover(ctx, f); err != nil {
+		t.Fatalf("start after the loss was acknowledged: %v", err)
 	}
 }

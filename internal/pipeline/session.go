@@ -170,6 +170,15 @@ func (p *Pipeline) recover(ctx context.Context, fence *ledger.Fence) (Recovered,
 	if err != nil {
 		return rec, nil, err
 	}
+	// A checkpoint whose rows the server lost stops the job until an operator acknowledges it:
+	// resuming after it would carry on as if its records were counted.
+	lost, err := p.Ledger.Lost(ctx)
+	if err != nil {
+		return rec, nil, err
+	}
+	if len(lost) > 0 {
+		return rec, nil, ledger.Refusal(lost)
+	}
 	offs, maxID, err := p.proto.resume(ctx, p, fence)
 	if err != nil {
 		return rec, nil, err

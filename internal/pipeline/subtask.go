@@ -77,6 +77,9 @@ type subtask struct {
 	idx    int           // index within this process
 	global int           // index across every instance of the job: names the tag
 	fence  *ledger.Fence // the session's: a barrier that decides (held mode's COMMIT) does so under it
+	// owner is the owner epoch the session took (held mode: Fence.NewSession): a held COMMIT is
+	// checked against it, never against the fence's current epoch, which a later session moves on.
+	owner  int64
 	data   chan batch
 	ctrl   chan decision
 	branch txn
@@ -85,7 +88,7 @@ type subtask struct {
 }
 
 func newSubtask(p *Pipeline, idx, global int, fence *ledger.Fence) *subtask {
-	return &subtask{p: p, idx: idx, global: global, fence: fence, data: make(chan batch, 4), ctrl: make(chan decision, 1),
+	return &subtask{p: p, idx: idx, global: global, fence: fence, owner: fence.Epoch(), data: make(chan batch, 4), ctrl: make(chan decision, 1),
 		log: p.Log.Named("subtask").With(zap.Int("subtask", global))}
 }
 

@@ -1,13 +1,17 @@
 // A table's meaning: what its rows add up, in the form the ledger keeps (relay_table_specs), and
 // the comparison of a spec with the meanings recorded for a job.
 //
-// Invariant: two specs give a table the same Meaning exactly when its rows, fed the same records,
-// get the same values. Only what decides a row's key and values is in it (the window, the event
-// time's path and format, each dimension's column and field path and type, each measure's column,
-// kind and field path and type, the filter's field and set of values); how the YAML is written
-// (key order, comments, the names given to fields in input.fields, the order of measures and of
-// filter values, other tables) is not, so changing it is never drift. Every difference Compare
-// reports names the YAML key to change back, in the form Compile's refusals use.
+// Invariant: two specs give a table the same Meaning exactly when its rows, fed the same valid
+// records, get the same values. Only what decides a row's key and values from a record is in it
+// (the window, the event time's path and format, each dimension's column and field path and type,
+// each measure's column, kind and field path and type, the filter's field and set of values). Not
+// in it, so changing it is never drift: how the YAML is written (key order, comments, the names
+// given to fields in input.fields, the order of measures and of filter values), other tables, and
+// what decides which records are valid for every table alike (a field in input.fields no table
+// reads, its string(N) limit, input.max_payload_bytes, the event time's bounds): such a change
+// sends other records to the dead-letter table, so the same records can then give other values;
+// docs/PIPELINES.md "Changing a spec" says so. Every difference Compare reports names the YAML key
+// to change back, in the form Compile's refusals use.
 
 package spec
 

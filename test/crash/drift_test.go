@@ -2,8 +2,10 @@ package crash
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -235,5 +237,61 @@ func TestSpecDriftPipeline(t *testing.T) {
 	}
 	if out, stderr, code := e.cli(nil, "spec", "accept", two); code != 5 || !strings.Contains(out, "new tables that already hold rows: orders_hour") {
 		t.Fatalf("the plan for a table added back: exit %d\n%s%s", code, out, stderr)
+	}
+}
+
+// A second relay run with another window starts while the job (which committed nothing yet) runs:
+// the fence refuses it (exit 3) before it records anything, so the ledger keeps the running spec's
+// meaning, and once the running job committed, its restart is accepted and the other spec refused.
+func TestSpecDriftFenced(t *testing.T) {
+	e := newEnv(t, 1, "RELAY_INPUT_WINDOW=5m")
+	a := e.start()
+	waitFor(t, 30*time.Second, func() bool { a.exited(t); return len(logEvents(t, a.Log, "recovered")) > 0 }, "the first relay running")
+	b := e.start("RELAY_INPUT_WINDOW=90s")
+	err := b.wait(t, 30*time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("relay with another spec next to the running one: %v, want exit status 3\n%s", err, tail(b.Log, 10))
+	}
+	rows, err := e.db.Query("SELECT table_name, meaning FROM relay_table_specs WHERE job = ?", e.job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		var table, meaning string
+		if err := rows.Scan(&table, &meaning); err != nil {
+			t.Fatal(err)
+		}
+		if n++; !strings.Contains(meaning, `"window_seconds":300`) {
+			t.Errorf("the fenced relay recorded its meaning for %s: %s", table, meaning)
+		}
+	}
+	if err := rows.Err(); err != nil || n == 0 {
+		t.Fatalf("recorded meanings: %d, %v", n, err)
+	}
+	cfg := config.Default()
+	cfg.Input.Window = 5 * time.Minute
+	plan, err := cfg.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := loadgen.Options{Plan: plan, Orders: 20, Batch: 10, SKUs: 2, Windows: 1, Window: 5 * time.Minute, Seed: 41}
+	if err := e.produce(context.Background(), loadgen.NewTotals(), opts); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, func() bool {
+		a.exited(t)
+		_, last, err := ledger.New(e.db, e.job).PartitionOffsets(context.Background())
+		return err == nil && last > 0
+	}, "the first relay's first checkpoint")
+	e.stopAll([]*proc{a})
+	a = e.start()
+	if _, err := a.WaitLog(func(l harness.LogLine) bool { return l.Msg == "recovered" }, 60*time.Second); err != nil {
+		t.Fatalf("the job's own spec is refused after the fenced start: %v\n%s", err, tail(a.Log, 20))
+	}
+	e.stopAll([]*proc{a})
+	if log := e.refusedAtStart("RELAY_INPUT_WINDOW=90s"); !strings.Contains(log, "input.window: 5m -> 1m30s") {
+		t.Fatalf("the other spec is not refused as drift:\n%s", log)
 	}
 }

@@ -1,0 +1,44 @@
+package pipeline
+
+import (
+	"errors"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/metrics"
+)
+
+// A held subtask commits under the owner epoch of the session that made it: once an in-process
+// restart took a new one (Fence.NewSession, on the same fence), the old session's COMMIT is
+// refused, even though the fence it reads is the live one.
+func TestHeldOldSessionRefused(t *testing.T) {
+	db, ctx, led, f := decidedJob(t)
+	var cfg config.Config
+	cfg.Job.Name = led.Job()
+	p := &Pipeline{Deps: Deps{Config: cfg, Sink: db, Ledger: led, Metrics: metrics.New("held_test"), Log: zap.NewNop()}}
+	h := heldProtocol{led}
+	p.proto = h
+	if _, _, err := h.resume(ctx, p, f); err != nil {
+		t.Fatal(err)
+	}
+	old := newSubtask(p, 0, 0, f)
+	defer func() {
+		if old.branch != nil {
+			old.branch.Close()
+		}
+	}()
+	if _, _, err := h.resume(ctx, p, f); err != nil { // the next session of the same process
+		t.Fatal(err)
+	}
+	offs := ledger.Offsets{}
+	offs.Set("t", 0, 10)
+	var r prepared
+	_, err := h.barrier(ctx, old, batch{epoch: 5, offsets: offs}, &r)
+	if !errors.Is(err, ledger.ErrFenced) {
+		t.Fatalf("the old session's held COMMIT after a new session: %v (tag %q); want ErrFenced", err, r.tag)
+	}
+	t.Logf("old session refused: %v", err)
+}
