@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/relay-sh/relay/internal/fault"
-	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // Options configure a consumer.
@@ -157,7 +157,7 @@ func (c *Consumer) Partitions(ctx context.Context) (map[string][]int32, error) {
 // AssignedWatermarks: once partitions are assigned, a watermark query waits on the broker
 // connection behind the fetch long poll (fetch.wait.max.ms, 500 ms by default), one partition
 // after another (four partitions added 2 s to every start).
-func (c *Consumer) Assign(ctx context.Context, from ledger.Offsets) (ledger.Offsets, error) {
+func (c *Consumer) Assign(ctx context.Context, from partition.Offsets) (partition.Offsets, error) {
 	parts, err := c.Partitions(ctx)
 	if err != nil {
 		return nil, err
@@ -167,7 +167,7 @@ func (c *Consumer) Assign(ctx context.Context, from ledger.Offsets) (ledger.Offs
 		return nil, err
 	}
 	c.marks = marks
-	start := ledger.Offsets{}
+	start := partition.Offsets{}
 	var tps []kafka.TopicPartition
 	for t, ps := range parts {
 		for _, p := range ps {
@@ -200,12 +200,12 @@ func (c *Consumer) mark(t string, p int32) {
 
 // Discover assigns partitions added to the topics since the last call, from their beginning (they
 // are new, so everything in them is new). It returns their starting positions.
-func (c *Consumer) Discover(ctx context.Context) (ledger.Offsets, error) {
+func (c *Consumer) Discover(ctx context.Context) (partition.Offsets, error) {
 	parts, err := c.Partitions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	added := ledger.Offsets{}
+	added := partition.Offsets{}
 	var tps []kafka.TopicPartition
 	for t, ps := range parts {
 		for _, p := range ps {
@@ -328,7 +328,7 @@ func (c *Consumer) Read(timeout time.Duration, b *Batch) error {
 }
 
 // CommitGroup publishes offsets to the consumer group, for lag tooling only.
-func (c *Consumer) CommitGroup(offs ledger.Offsets) error {
+func (c *Consumer) CommitGroup(offs partition.Offsets) error {
 	var tps []kafka.TopicPartition
 	for t, ps := range offs {
 		for p, o := range ps {

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/testenv"
 )
 
@@ -45,7 +45,7 @@ func TestReadCommittedSeesOnlyCommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	start, err := c.Assign(ctx, ledger.Offsets{})
+	start, err := c.Assign(ctx, partition.Offsets{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestReadCommittedSeesOnlyCommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	from := ledger.Offsets{}
+	from := partition.Offsets{}
 	from.Set(topic, 0, 0)
 	st, err := c2.Assign(ctx, from)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relay-sh/relay/internal/fault"
-	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/testenv"
 )
 
@@ -73,7 +73,7 @@ func TestReadDeliversEveryRecordOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Assign(ctx, ledger.Offsets{}); err != nil {
+	if _, err := c.Assign(ctx, partition.Offsets{}); err != nil {
 		t.Fatal(err)
 	}
 	b := NewBatch(64, 2048)
@@ -133,7 +133,7 @@ func TestReadOffsetOutOfRangeIsPermanent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	from := ledger.Offsets{}
+	from := partition.Offsets{}
 	from.Set(topic, 0, 1000)
 	if _, err := c.Assign(ctx, from); err != nil {
 		t.Fatal(err)

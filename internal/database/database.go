@@ -188,3 +188,11 @@ func (b Binlog) CheckReadCommitted() error {
 	}
 	return nil
 }
+
+// Discard closes c and keeps the pool from reusing it: go-sql-driver returns a connection to its
+// pool without resetting it, so one that may hold an open or prepared transaction must never go
+// back (the next user would write inside that transaction).
+func Discard(c *sql.Conn) {
+	_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	_ = c.Close()
+}

@@ -23,7 +23,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
-	"github.com/relay-sh/relay/internal/xa"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // Fence is the ownership of one job.
@@ -140,11 +140,11 @@ func Acquire(ctx context.Context, l *Ledger, cfg FenceConfig) (*Fence, error) {
 		f.node = g.Node
 	}
 	if err != nil {
-		xa.Discard(conn)
+		database.Discard(conn)
 		return nil, fmt.Errorf("fence %s: %w", l.key, err)
 	}
 	if err := f.lock(ctx, l); err != nil {
-		xa.Discard(conn)
+		database.Discard(conn)
 		return nil, err
 	}
 	// Row lock waits on this session are short: the claim and the renewals must notice a
@@ -464,7 +464,7 @@ func (f *Fence) Epoch() int64 {
 // The waits run on a pool connection, not on the lock session, and without holding up renewals:
 // a transaction waited for may need a new connection of this process to finish (the resolver's
 // guarded XA COMMIT), and a new connection waits for a renewal to record it.
-func (f *Fence) NewSession(ctx context.Context, l *Ledger) (Offsets, int64, error) {
+func (f *Fence) NewSession(ctx context.Context, l *Ledger) (partition.Offsets, int64, error) {
 	old := f.Epoch()
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -719,6 +719,6 @@ func (f *Fence) Release() {
 		_, _ = f.conn.ExecContext(ctx, `UPDATE relay_leases SET sessions = '' WHERE job = ? AND owner_epoch = ?`, f.key, f.Epoch())
 		_, _ = f.conn.ExecContext(ctx, `DO RELEASE_ALL_LOCKS()`)
 		cancel()
-		xa.Discard(f.conn)
+		database.Discard(f.conn)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // SchemaVersion is the ledger layout this build reads and writes. Version 2 added relay_leases,
@@ -52,63 +53,13 @@ var ErrBranchLost = fault.Fatal("a branch the ledger decided to commit was rolle
 // ErrNewerSchema means the ledger was written by a newer relay.
 var ErrNewerSchema = fault.Fatal("ledger schema is newer than this relay")
 
-// Offsets maps topic → partition → next offset to read.
-type Offsets map[string]map[int32]int64
-
-// Clone returns a deep copy.
-func (o Offsets) Clone() Offsets {
-	c := make(Offsets, len(o))
-	for t, ps := range o {
-		m := make(map[int32]int64, len(ps))
-		for p, off := range ps {
-			m[p] = off
-		}
-		c[t] = m
-	}
-	return c
-}
-
-// Set records the next offset of a partition.
-func (o Offsets) Set(topic string, p int32, next int64) {
-	m := o[topic]
-	if m == nil {
-		m = map[int32]int64{}
-		o[topic] = m
-	}
-	m[p] = next
-}
-
-// Get returns the next offset of a partition.
-func (o Offsets) Get(topic string, p int32) (int64, bool) {
-	off, ok := o[topic][p]
-	return off, ok
-}
-
-// Equal reports whether two offset sets are the same.
-func (o Offsets) Equal(x Offsets) bool {
-	if len(o) != len(x) {
-		return false
-	}
-	for t, ps := range o {
-		if len(ps) != len(x[t]) {
-			return false
-		}
-		for p, off := range ps {
-			if xo, ok := x[t][p]; !ok || xo != off {
-				return false
-			}
-		}
-	}
-	return true
-}
-
 // Checkpoint is one ledger row.
 type Checkpoint struct {
 	ID          int64
 	State       State
 	OwnerEpoch  int64
 	Tags        []string
-	Offsets     Offsets
+	Offsets     partition.Offsets
 	Records     int64
 	DecidedAt   time.Time
 	CommittedAt *time.Time
@@ -361,7 +312,7 @@ func scanCheckpoint(sc interface{ Scan(...any) error }) (Checkpoint, error) {
 		return c, fmt.Errorf("checkpoint %d offsets: %w", c.ID, err)
 	}
 	if c.Offsets == nil {
-		c.Offsets = Offsets{}
+		c.Offsets = partition.Offsets{}
 	}
 	if committed.Valid {
 		t := committed.Time

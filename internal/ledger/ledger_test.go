@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/testenv"
 )
 
@@ -32,7 +33,7 @@ func TestFencing(t *testing.T) {
 	if _, err := Acquire(ctx, l, FenceConfig{Owner: "host-b pid 2"}); !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "host-a pid 1") {
 		t.Fatalf("second owner: got %v, want ErrFenced naming host-a pid 1", err)
 	}
-	if err := l.Decide(ctx, f1.Epoch(), Checkpoint{ID: 1, Tags: []string{"x-1-0"}, Offsets: Offsets{"t": {0: 5}}}); err != nil {
+	if err := l.Decide(ctx, f1.Epoch(), Checkpoint{ID: 1, Tags: []string{"x-1-0"}, Offsets: partition.Offsets{"t": {0: 5}}}); err != nil {
 		t.Fatalf("owner's decision: %v", err)
 	}
 	// The owner's lock connection dies (as in a network partition); a new owner takes over.
@@ -57,7 +58,7 @@ func TestFencing(t *testing.T) {
 	if f2.Epoch() != f1.Epoch()+1 {
 		t.Fatalf("new epoch %d, want %d", f2.Epoch(), f1.Epoch()+1)
 	}
-	err = l.Decide(ctx, f1.Epoch(), Checkpoint{ID: 2, Offsets: Offsets{}})
+	err = l.Decide(ctx, f1.Epoch(), Checkpoint{ID: 2, Offsets: partition.Offsets{}})
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("stale owner's decision: got %v, want ErrFenced", err)
 	}
@@ -69,7 +70,7 @@ func TestFencing(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("stale owner was not told it lost the fence")
 	}
-	if err := l.Decide(ctx, f2.Epoch(), Checkpoint{ID: 2, Offsets: Offsets{}}); err != nil {
+	if err := l.Decide(ctx, f2.Epoch(), Checkpoint{ID: 2, Offsets: partition.Offsets{}}); err != nil {
 		t.Fatalf("new owner's decision: %v", err)
 	}
 }
@@ -85,7 +86,7 @@ func TestCheckpointRows(t *testing.T) {
 	if last, err := l.LastDecided(ctx); err != nil || last != nil {
 		t.Fatalf("new job: last=%v err=%v", last, err)
 	}
-	offs := Offsets{"orders": {0: 10, 3: 99}}
+	offs := partition.Offsets{"orders": {0: 10, 3: 99}}
 	for id := int64(1); id <= 3; id++ {
 		if err := l.Decide(ctx, f.Epoch(), Checkpoint{ID: id, Tags: []string{"a-1-0", "a-1-1"}, Offsets: offs, Records: 7}); err != nil {
 			t.Fatal(err)
@@ -195,7 +196,7 @@ func TestTableMeaningsFirstUse(t *testing.T) {
 	if err := a.RecordMeanings(ctx, "sinkdb", map[string]string{"t1": `{"w":60}`}, nil, true); err != nil {
 		t.Fatalf("nothing committed, no other instance: the meaning is replaced: %v", err)
 	}
-	offs := Offsets{}
+	offs := partition.Offsets{}
 	offs.Set("topic", 0, 5)
 	if err := a.writeOffsets(ctx, a.DB(), 1, offs); err != nil {
 		t.Fatal(err)

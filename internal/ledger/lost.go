@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // ErrLossUnacknowledged means the job has a checkpoint whose rows the server lost and no operator
@@ -94,7 +95,7 @@ type LostCheckpoint struct {
 	LostTags []string `json:"lost_tags"`
 	// From holds each partition's offset before the checkpoint (the previous row of its instance);
 	// the lost records lie in [From, Offsets). A partition missing here has an unknown start.
-	From Offsets `json:"from"`
+	From partition.Offsets `json:"from"`
 }
 
 func (l *Ledger) describeLoss(ctx context.Context, lc *LostCheckpoint) error {
@@ -123,7 +124,7 @@ func (l *Ledger) describeLoss(ctx context.Context, lc *LostCheckpoint) error {
 	if err == nil {
 		lc.From = prev.Offsets
 	} else {
-		lc.From = Offsets{}
+		lc.From = partition.Offsets{}
 	}
 	return nil
 }

@@ -13,11 +13,13 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // PartitionOffsets returns the committed offset of every partition of the job, whichever instance
 // wrote it, and the highest checkpoint id among them.
-func (l *Ledger) PartitionOffsets(ctx context.Context) (Offsets, int64, error) {
+func (l *Ledger) PartitionOffsets(ctx context.Context) (partition.Offsets, int64, error) {
 	return l.partitionOffsets(ctx, l.db, "")
 }
 
@@ -25,13 +27,13 @@ func (l *Ledger) PartitionOffsets(ctx context.Context) (Offsets, int64, error) {
 // nothing).
 func (l *Ledger) partitionOffsets(ctx context.Context, q interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}, lock string) (Offsets, int64, error) {
+}, lock string) (partition.Offsets, int64, error) {
 	rows, err := q.QueryContext(ctx, `SELECT topic, kpartition, next_offset, checkpoint_id FROM relay_offsets WHERE job = ?`+lock, l.job)
 	if err != nil {
 		return nil, 0, fmt.Errorf("partition offsets: %w", err)
 	}
 	defer rows.Close()
-	offs := Offsets{}
+	offs := partition.Offsets{}
 	var maxID int64
 	for rows.Next() {
 		var t string
@@ -56,7 +58,7 @@ type Execer interface {
 // Rows go in primary-key order (topic, then partition), so concurrent writers (held-mode subtasks
 // of several instances, a NewSession's locking read) take their row locks in one order, never
 // crosswise: Go's map order would make that order random and let two of them deadlock (1213).
-func (l *Ledger) writeOffsets(ctx context.Context, conn Execer, id int64, offs Offsets) error {
+func (l *Ledger) writeOffsets(ctx context.Context, conn Execer, id int64, offs partition.Offsets) error {
 	var q strings.Builder
 	var args []any
 	q.WriteString(`INSERT INTO relay_offsets (job, topic, kpartition, next_offset, checkpoint_id, owner_key, updated_at) VALUES `)
@@ -84,7 +86,7 @@ func (l *Ledger) writeOffsets(ctx context.Context, conn Execer, id int64, offs O
 // WriteHeldOffsets checks the fence and records offs for checkpoint id inside the caller's open
 // held-mode transaction on conn, then writes the owner row (owner.go); the caller's COMMIT makes
 // them durable with the data.
-func (l *Ledger) WriteHeldOffsets(ctx context.Context, conn Execer, epoch, id int64, offs Offsets) error {
+func (l *Ledger) WriteHeldOffsets(ctx context.Context, conn Execer, epoch, id int64, offs partition.Offsets) error {
 	var cur int64
 	if err := conn.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ? LOCK IN SHARE MODE`, l.key).Scan(&cur); err != nil {
 		return fmt.Errorf("held fence check: %w", err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // recorder is an Execer that keeps the arguments of the statement it was given.
@@ -19,7 +21,7 @@ func (r *recorder) QueryRowContext(context.Context, string, ...any) *sql.Row { r
 // The offset rows of one upsert go in primary-key order, so two transactions writing overlapping
 // partitions (held-mode instances, a NewSession's locking read) lock them in the same order.
 func TestWriteOffsetsKeyOrder(t *testing.T) {
-	offs := Offsets{}
+	offs := partition.Offsets{}
 	for _, topic := range []string{"b", "a", "c"} {
 		for p := int32(0); p < 40; p++ {
 			offs.Set(topic, p, int64(p))

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // ErrOutOfRange means a resume offset lies outside the partition's offsets: a condition no restart
@@ -44,7 +45,7 @@ func InRange(topic string, p int32, off, low, high int64) error {
 // CheckRange holds every partition of offs to its watermarks. It returns all the partitions out of
 // range in one error, or the first failed watermark query (which fault classifies: a broker that
 // is away is worth retrying, a resume offset out of range is not).
-func CheckRange(ctx context.Context, offs Offsets, q Watermarks) error {
+func CheckRange(ctx context.Context, offs partition.Offsets, q Watermarks) error {
 	topics := make([]string, 0, len(offs))
 	for t := range offs {
 		topics = append(topics, t)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // A held-mode session starts from offsets read under the fence: a transaction of the previous
@@ -24,7 +26,7 @@ func TestNewSessionReadsUnderFence(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		offs := Offsets{}
+		offs := partition.Offsets{}
 		offs.Set("orders", 0, next)
 		return tx, l.WriteHeldOffsets(ctx, tx, epoch, id, offs)
 	}
@@ -41,7 +43,7 @@ func TestNewSessionReadsUnderFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		offs Offsets
+		offs partition.Offsets
 		err  error
 	}
 	got := make(chan result, 1)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/testenv"
 )
 
@@ -26,7 +27,7 @@ func rowCount(t *testing.T, ctx context.Context, e *Env, table string) int {
 }
 
 // produceOrders writes n orders into the job's first topic and returns its high watermarks.
-func produceOrders(t *testing.T, ctx context.Context, e *Env, n int) ledger.Offsets {
+func produceOrders(t *testing.T, ctx context.Context, e *Env, n int) partition.Offsets {
 	t.Helper()
 	o := loadgen.Options{Brokers: e.Config.Kafka.Brokers, Topic: e.Config.Kafka.Topics[0], Orders: n, Batch: 10, Seed: 3}
 	if err := loadgen.Run(ctx, o, loadgen.NewTotals()); err != nil {
@@ -115,7 +116,7 @@ func TestResumeOffsetBeyondTopic(t *testing.T) {
 	topic := e.Config.Kafka.Topics[0]
 	beyond, _ := produceOrders(t, ctx, e, 40).Get(topic, 1)
 	beyond += 1000
-	decide(t, ctx, e, 4, ledger.Offsets{topic: {0: 0, 1: beyond}})
+	decide(t, ctx, e, 4, partition.Offsets{topic: {0: 0, 1: beyond}})
 	if err := e.Ledger.MarkCommitted(ctx, 4); err != nil {
 		t.Fatal(err)
 	}

@@ -25,15 +25,16 @@ import (
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/pipeline"
 )
 
 // ResetTarget is where to move the offsets: "earliest", "latest", a time, or explicit offsets.
 type ResetTarget struct {
-	Spec     string         // as the operator wrote it
-	Kind     string         // earliest | latest | time | explicit
-	At       time.Time      // Kind time: the first record at or after At
-	Explicit ledger.Offsets // Kind explicit: the named partitions; the others keep their offsets
+	Spec     string            // as the operator wrote it
+	Kind     string            // earliest | latest | time | explicit
+	At       time.Time         // Kind time: the first record at or after At
+	Explicit partition.Offsets // Kind explicit: the named partitions; the others keep their offsets
 }
 
 // ParseResetTarget reads --to: earliest, latest, an RFC 3339 time, or topic:partition=offset,...
@@ -49,7 +50,7 @@ func ParseResetTarget(s string) (ResetTarget, error) {
 		t.Kind, t.At = "time", at
 		return t, nil
 	}
-	t.Kind, t.Explicit = "explicit", ledger.Offsets{}
+	t.Kind, t.Explicit = "explicit", partition.Offsets{}
 	for _, item := range strings.Split(s, ",") {
 		tp, off, ok := strings.Cut(strings.TrimSpace(item), "=")
 		i := strings.LastIndexByte(tp, ':')
@@ -127,7 +128,7 @@ func ResetOffsets(ctx context.Context, e *Env, target ResetTarget, confirm Confi
 	if r.Partitions, err = e.resolveTarget(ctx, target, old); err != nil {
 		return nil, err
 	}
-	next := ledger.Offsets{}
+	next := partition.Offsets{}
 	for _, p := range r.Partitions {
 		next.Set(p.Topic, p.Partition, p.New)
 		r.ReRead += p.ReRead
@@ -157,7 +158,7 @@ func ResetOffsets(ctx context.Context, e *Env, target ResetTarget, confirm Confi
 // writeResume records offs as checkpoint id under the fence's epoch, in the partitions' offset rows
 // the pipeline resumes from: in XA mode through a decided row with no branches to wait for (so
 // Decide + MarkCommitted), in held mode directly.
-func writeResume(ctx context.Context, led *ledger.Ledger, held bool, epoch, id int64, offs ledger.Offsets) error {
+func writeResume(ctx context.Context, led *ledger.Ledger, held bool, epoch, id int64, offs partition.Offsets) error {
 	if !held {
 		if err := led.Decide(ctx, epoch, ledger.Checkpoint{ID: id, Offsets: offs}); err != nil {
 			return err
@@ -180,7 +181,7 @@ func writeResume(ctx context.Context, led *ledger.Ledger, held bool, epoch, id i
 
 // resolveTarget computes the new offset of every partition of the configured topics, in topic and
 // partition order, with what moving there does.
-func (e *Env) resolveTarget(ctx context.Context, target ResetTarget, old ledger.Offsets) ([]PartitionReset, error) {
+func (e *Env) resolveTarget(ctx context.Context, target ResetTarget, old partition.Offsets) ([]PartitionReset, error) {
 	c, parts, err := e.partitions(ctx)
 	if err != nil {
 		return nil, err
@@ -275,7 +276,7 @@ func hasPartition(ps []int32, p int32) bool {
 	return false
 }
 
-func partitionsOf(o ledger.Offsets) map[string][]int32 {
+func partitionsOf(o partition.Offsets) map[string][]int32 {
 	out := map[string][]int32{}
 	for t, ps := range o {
 		for p := range ps {

@@ -12,6 +12,7 @@ import (
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 func TestParseResetTarget(t *testing.T) {
@@ -25,7 +26,7 @@ func TestParseResetTarget(t *testing.T) {
 		t.Fatalf("time: %+v, %v", r, err)
 	}
 	r, err = ParseResetTarget("orders:0=12, orders:3=0,a:b:1=7")
-	if err != nil || r.Kind != "explicit" || !r.Explicit.Equal(ledger.Offsets{"orders": {0: 12, 3: 0}, "a:b": {1: 7}}) {
+	if err != nil || r.Kind != "explicit" || !r.Explicit.Equal(partition.Offsets{"orders": {0: 12, 3: 0}, "a:b": {1: 7}}) {
 		t.Fatalf("explicit: %+v, %v", r, err)
 	}
 	for _, bad := range []string{"", "middle", "orders=5", "orders:x=5", "orders:0=-1", "orders:0=1,orders:0=2", ":0=1"} {
@@ -83,7 +84,7 @@ func TestResetOffsets(t *testing.T) {
 	if _, err = ResetOffsets(ctx, e, mustTarget(t, "2000-01-01T00:00:00Z"), yes); err != nil {
 		t.Fatal(err)
 	}
-	if last, _ = e.Ledger.LastDecided(ctx); !last.Offsets.Equal(ledger.Offsets{topic: {0: 0, 1: 0}}) {
+	if last, _ = e.Ledger.LastDecided(ctx); !last.Offsets.Equal(partition.Offsets{topic: {0: 0, 1: 0}}) {
 		t.Fatalf("reset to a time before every record: %v, want the beginning", last.Offsets)
 	}
 	if _, err = ResetOffsets(ctx, e, mustTarget(t, time.Now().Add(time.Hour).Format(time.RFC3339)), yes); err != nil {
@@ -144,14 +145,14 @@ func mustTarget(t *testing.T, s string) ResetTarget {
 	return r
 }
 
-func highWatermarks(t *testing.T, e *Env) ledger.Offsets {
+func highWatermarks(t *testing.T, e *Env) partition.Offsets {
 	t.Helper()
 	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": e.Config.Kafka.Brokers, "group.id": "hw"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	out := ledger.Offsets{}
+	out := partition.Offsets{}
 	topic := e.Config.Kafka.Topics[0]
 	for p := int32(0); p < 2; p++ {
 		_, hi, err := c.QueryWatermarkOffsets(topic, p, 10000)
@@ -184,7 +185,7 @@ func TestResetOffsetsHeld(t *testing.T) {
 	if r, err = ResetOffsets(ctx, e, mustTarget(t, "earliest"), yes); err != nil || *r.Previous != 1 || r.Checkpoint <= 1 {
 		t.Fatalf("second reset: %+v, %v", r, err)
 	}
-	if offs, _, _ = e.Ledger.PartitionOffsets(ctx); !offs.Equal(ledger.Offsets{topic: {0: 0, 1: 0}}) {
+	if offs, _, _ = e.Ledger.PartitionOffsets(ctx); !offs.Equal(partition.Offsets{topic: {0: 0, 1: 0}}) {
 		t.Fatalf("held offsets after reset to earliest: %v", offs)
 	}
 	st, err := Status(ctx, e, "")

@@ -14,6 +14,7 @@ import (
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/testenv"
 	"github.com/relay-sh/relay/internal/xa"
@@ -122,7 +123,7 @@ func listed(t *testing.T, ctx context.Context, e *Env, tag string) bool {
 }
 
 // decide writes a decided ledger row for checkpoint id, as the owner of the job would.
-func decide(t *testing.T, ctx context.Context, e *Env, id int64, offs ledger.Offsets, tags ...string) {
+func decide(t *testing.T, ctx context.Context, e *Env, id int64, offs partition.Offsets, tags ...string) {
 	t.Helper()
 	f, err := ledger.Acquire(ctx, e.Ledger, ledger.FenceConfig{Owner: "test owner"})
 	if err != nil {
@@ -152,7 +153,7 @@ func byTag(txns []Txn) map[string]Txn {
 func TestStatusAndListShowVerdicts(t *testing.T) {
 	e, ctx := newEnv(t, 2)
 	topic := e.Config.Kafka.Topics[0]
-	decide(t, ctx, e, 5, ledger.Offsets{topic: {0: 0}}, tag(e, 5, 0))
+	decide(t, ctx, e, 5, partition.Offsets{topic: {0: 0}}, tag(e, 5, 0))
 	decided, undecided, orphan := tag(e, 5, 0), tag(e, 6, 1), "gone"+testenv.Suffix()+"-3-0"
 	for _, tg := range []string{decided, undecided, orphan} {
 		prepare(t, ctx, e, tg)
@@ -235,7 +236,7 @@ func TestResolve(t *testing.T) {
 	decided, undecided, unknown := tag(e, 5, 0), tag(e, 6, 0), "gone"+testenv.Suffix()+"-3-0"
 	// A job of another ledger may be named like the probes; its checkpoint ids give it away.
 	probe, notProbe := fmt.Sprintf("%s-%d-7", probeJob, time.Now().UnixNano()), probeJob+"-3-0"
-	decide(t, ctx, e, 5, ledger.Offsets{}, decided)
+	decide(t, ctx, e, 5, partition.Offsets{}, decided)
 	for _, tg := range []string{decided, undecided, unknown, probe, notProbe} {
 		prepare(t, ctx, e, tg)
 	}
@@ -308,7 +309,7 @@ func TestResolve(t *testing.T) {
 func TestResolveWhileRunningAndAttached(t *testing.T) {
 	e, ctx := newEnv(t, 1)
 	decided, undecided := tag(e, 5, 0), tag(e, 6, 0)
-	decide(t, ctx, e, 5, ledger.Offsets{}, decided)
+	decide(t, ctx, e, 5, partition.Offsets{}, decided)
 	prepare(t, ctx, e, decided)
 	prepare(t, ctx, e, undecided)
 

@@ -20,6 +20,7 @@ import (
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/xa"
 )
@@ -331,7 +332,7 @@ func topicCheck(ctx context.Context, e *Env, cs *checks) {
 		cs.add("topics", CheckFail, "%v", err)
 		return
 	}
-	resume := ledger.Offsets{}
+	resume := partition.Offsets{}
 	for t, ps := range parts {
 		for _, p := range ps {
 			if off, ok := offs.Get(t, p); ok {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/pipeline"
 )
 
@@ -285,7 +286,7 @@ func askReadiness(ctx context.Context, f *InstanceFence) {
 // lastCommit fills in the last checkpoint and returns the offsets the job resumes from (each
 // partition's row, committed with the decision or the data that covers it). In held mode, which
 // writes no checkpoint rows, the last checkpoint is the newest of those offset rows.
-func (e *Env) lastCommit(ctx context.Context, r *StatusReport) (ledger.Offsets, error) {
+func (e *Env) lastCommit(ctx context.Context, r *StatusReport) (partition.Offsets, error) {
 	led := e.Ledger
 	offs, id, err := led.PartitionOffsets(ctx)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // readyzServer answers /readyz with 200 and body.
@@ -98,7 +99,7 @@ func TestStatusAgesWhileDeciding(t *testing.T) {
 				return
 			default:
 			}
-			if err := e.Ledger.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: id, Offsets: ledger.Offsets{topic: {0: 0}}}); err != nil {
+			if err := e.Ledger.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: id, Offsets: partition.Offsets{topic: {0: 0}}}); err != nil {
 				t.Error(err)
 				return
 			}

@@ -12,10 +12,11 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // lags pairs every partition of the configured topics with its resume offset and high watermark.
-func (e *Env) lags(ctx context.Context, decided ledger.Offsets) ([]PartitionLag, error) {
+func (e *Env) lags(ctx context.Context, decided partition.Offsets) ([]PartitionLag, error) {
 	c, parts, err := e.partitions(ctx)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // A manual commit the server answers with XA_RBROLLBACK is told apart as recovery tells it: a
@@ -17,10 +18,10 @@ func TestResolveServerRolledBack(t *testing.T) {
 	unlisted, lost := tag(e, 1, 1), tag(e, 2, 0)
 	prepareWriting(t, ctx, e, unlisted, "").Close()
 	prepareWriting(t, ctx, e, lost, "").Close()
-	offs := ledger.Offsets{}
+	offs := partition.Offsets{}
 	offs.Set("orders", 0, 7)
 	decide(t, ctx, e, 1, offs, tag(e, 1, 0))
-	offs = ledger.Offsets{}
+	offs = partition.Offsets{}
 	offs.Set("orders", 0, 12)
 	decide(t, ctx, e, 2, offs, lost)
 

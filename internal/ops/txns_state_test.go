@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/testenv"
 )
 
@@ -32,7 +33,7 @@ func TestTxnStates(t *testing.T) {
 	for _, tg := range []string{inFlight, decided, leftBehind, unknown} {
 		prepare(t, ctx, e, tg)
 	}
-	if err := e.Ledger.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: cur + 1, Tags: []string{decided}, Offsets: ledger.Offsets{}}); err != nil {
+	if err := e.Ledger.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: cur + 1, Tags: []string{decided}, Offsets: partition.Offsets{}}); err != nil {
 		t.Fatal(err)
 	}
 	check := func(want map[string]string, text ...string) {
@@ -79,7 +80,7 @@ func TestTxnAgeNeverNegative(t *testing.T) {
 	e, ctx := newEnv(t, 1)
 	tg := tag(e, 5, 0)
 	prepare(t, ctx, e, tg)
-	decide(t, ctx, e, 5, ledger.Offsets{}, tg)
+	decide(t, ctx, e, 5, partition.Offsets{}, tg)
 	if _, err := e.Sink.ExecContext(ctx, `UPDATE relay_checkpoints SET decided_at = UTC_TIMESTAMP(6) + INTERVAL 5 SECOND
 		WHERE job = ? AND checkpoint_id = 5`, e.Config.Job.Name); err != nil {
 		t.Fatal(err)

@@ -18,13 +18,14 @@ import (
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/spec"
 )
 
 // recount reads [from, committed offsets) of every partition: it returns the fold of its good
 // records and the snapshot's tables.
 func (e *Env) recount(ctx context.Context, r *VerifyReport, plan *spec.Plan, from string) (want, got [][]spec.Row, err error) {
-	start := ledger.Offsets{}
+	start := partition.Offsets{}
 	if from != "" && from != "earliest" {
 		id, err := strconv.ParseInt(from, 10, 64)
 		if err != nil {
@@ -68,7 +69,7 @@ func (e *Env) recount(ctx context.Context, r *VerifyReport, plan *spec.Plan, fro
 	}
 	// A range the topic does not hold (recreated, truncated, records deleted) would be waited for
 	// forever: fail now, saying which and why.
-	firsts, ends := ledger.Offsets{}, ledger.Offsets{}
+	firsts, ends := partition.Offsets{}, partition.Offsets{}
 	for _, rg := range snap.ranges {
 		firsts.Set(rg.Topic, rg.Partition, rg.From)
 		ends.Set(rg.Topic, rg.Partition, rg.To)
@@ -229,8 +230,8 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 }
 
 // openEnds is the end offset of every range still open.
-func openEnds(open map[string]map[int32]bool, ranges map[string]map[int32]*Range) ledger.Offsets {
-	out := ledger.Offsets{}
+func openEnds(open map[string]map[int32]bool, ranges map[string]map[int32]*Range) partition.Offsets {
+	out := partition.Offsets{}
 	for t, ps := range open {
 		for p := range ps {
 			out.Set(t, p, ranges[t][p].To)

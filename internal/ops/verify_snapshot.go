@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
-	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/spec"
-	"github.com/relay-sh/relay/internal/xa"
 )
 
 // snapshot is MySQL as of the job's last commit: every aggregate table and the job's dead-letter
@@ -34,7 +34,7 @@ var snapshotRetry = fault.Policy{Attempts: 10, Initial: 200 * time.Millisecond, 
 var errNoCheckpoint = errors.New("the job has no decided checkpoint: nothing was committed to verify")
 
 // snapshot reads MySQL as of the job's last commit, the ranges starting at begin.
-func (e *Env) snapshot(ctx context.Context, plan *spec.Plan, begin ledger.Offsets) (*snapshot, error) {
+func (e *Env) snapshot(ctx context.Context, plan *spec.Plan, begin partition.Offsets) (*snapshot, error) {
 	var s *snapshot
 	err := fault.Do(ctx, snapshotRetry, func(ctx context.Context) error {
 		var err error
@@ -47,7 +47,7 @@ func (e *Env) snapshot(ctx context.Context, plan *spec.Plan, begin ledger.Offset
 // resumePoint is the job's last commit: the newest checkpoint id among the partitions' offset rows,
 // and those offsets. Each row commits with what it covers: with the data in held mode, with the
 // decision in XA mode, whose branches commit after it, hence no row may be COMMITTING.
-func (e *Env) resumePoint(ctx context.Context) (int64, ledger.Offsets, error) {
+func (e *Env) resumePoint(ctx context.Context) (int64, partition.Offsets, error) {
 	led := e.Ledger
 	offs, id, err := led.PartitionOffsets(ctx)
 	if err != nil {
@@ -73,7 +73,7 @@ func (e *Env) resumePoint(ctx context.Context) (int64, ledger.Offsets, error) {
 
 // trySnapshot takes the snapshot between two reads of the resume point; when both agree, no commit
 // happened in between, so the snapshot holds exactly what that resume point covers.
-func (e *Env) trySnapshot(ctx context.Context, plan *spec.Plan, begin ledger.Offsets) (*snapshot, error) {
+func (e *Env) trySnapshot(ctx context.Context, plan *spec.Plan, begin partition.Offsets) (*snapshot, error) {
 	id, offs, err := e.resumePoint(ctx)
 	if err != nil {
 		return nil, err
@@ -88,7 +88,7 @@ func (e *Env) trySnapshot(ctx context.Context, plan *spec.Plan, begin ledger.Off
 		if ok {
 			_ = conn.Close()
 		} else {
-			xa.Discard(conn)
+			database.Discard(conn)
 		}
 	}()
 	for _, q := range []string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"} {
@@ -133,7 +133,7 @@ func (e *Env) trySnapshot(ctx context.Context, plan *spec.Plan, begin ledger.Off
 }
 
 // rangesOf pairs each partition's first offset to recount with the offset the commit covers.
-func rangesOf(begin, to ledger.Offsets) ([]Range, []string) {
+func rangesOf(begin, to partition.Offsets) ([]Range, []string) {
 	var out []Range
 	var notes []string
 	parts := partitionsOf(begin)

@@ -21,12 +21,13 @@ import (
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // pending is a checkpoint past its barrier.
 type pending struct {
 	e       *epoch
-	offsets ledger.Offsets
+	offsets partition.Offsets
 	cutAt   time.Time
 	replies chan prepared // one per participant, sent once its part of the epoch is prepared
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // fakePart is a participant whose commit answers with err, or never when hang is set; commits
@@ -271,7 +272,7 @@ func runCheckpointCase(t *testing.T, c checkpointCase) {
 	if id == 0 {
 		id = 7
 	}
-	cp := &pending{e: &epoch{id: id, records: 42}, offsets: ledger.Offsets{"orders": {0: 10}},
+	cp := &pending{e: &epoch{id: id, records: 42}, offsets: partition.Offsets{"orders": {0: 10}},
 		cutAt: time.Now(), replies: make(chan prepared, len(fakes))}
 	for _, r := range c.replies {
 		cp.replies <- r
@@ -320,8 +321,8 @@ func runCheckpointCase(t *testing.T, c checkpointCase) {
 // The held barrier commits the offsets of the subtask's own partitions that moved since the last
 // decision, and only those; XA's barrier commits none (its decision carries them all).
 func TestBarrierOffsets(t *testing.T) {
-	decided := ledger.Offsets{"orders": {0: 5, 1: 7, 2: 9, 3: 11}}
-	cut := ledger.Offsets{"orders": {0: 5, 1: 8, 2: 10, 3: 11, 5: 3}, "refunds": {1: 1}}
+	decided := partition.Offsets{"orders": {0: 5, 1: 7, 2: 9, 3: 11}}
+	cut := partition.Offsets{"orders": {0: 5, 1: 8, 2: 10, 3: 11, 5: 3}, "refunds": {1: 1}}
 	for i, want := range []string{
 		"map[orders:map[2:10]]",
 		"map[orders:map[1:8 5:3] refunds:map[1:1]]",

@@ -9,9 +9,9 @@ import (
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
-	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/spec"
 )
 
@@ -96,7 +96,7 @@ func BenchmarkSessionFold(b *testing.B) {
 				b.Fatal(err)
 			}
 			p := New(Deps{Config: cfg, Plan: plan, Log: zap.NewNop(), Metrics: metrics.New("bench")})
-			s := &session{p: p, positions: ledger.Offsets{}, cur: p.newEpoch(1)}
+			s := &session{p: p, positions: partition.Offsets{}, cur: p.newEpoch(1)}
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)
 			s.ctx, s.fail = ctx, cancel
@@ -137,7 +137,7 @@ func BenchmarkSessionFold(b *testing.B) {
 	}
 }
 
-// BenchmarkPositions is the per-record offset bookkeeping of session.fold (ledger.Offsets.Set: a
+// BenchmarkPositions is the per-record offset bookkeeping of session.fold (partition.Offsets.Set: a
 // map lookup by topic string, then by partition) against a cache of the last topic's partition
 // map, to size what fold spends on it.
 func BenchmarkPositions(b *testing.B) {
@@ -147,7 +147,7 @@ func BenchmarkPositions(b *testing.B) {
 		tps[i] = kafka.TopicPartition{Topic: &topic, Partition: int32(i % 4), Offset: kafka.Offset(i)}
 	}
 	b.Run("Offsets.Set", func(b *testing.B) {
-		pos := ledger.Offsets{}
+		pos := partition.Offsets{}
 		i := 0
 		for b.Loop() {
 			tp := &tps[i&1023]
@@ -156,7 +156,7 @@ func BenchmarkPositions(b *testing.B) {
 		}
 	})
 	b.Run("last-topic-cache", func(b *testing.B) {
-		pos := ledger.Offsets{}
+		pos := partition.Offsets{}
 		var lastTopic *string
 		var parts map[int32]int64
 		i := 0

@@ -22,6 +22,7 @@ import (
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
@@ -38,21 +39,21 @@ func (heldProtocol) recover(context.Context, *Pipeline, *ledger.Fence) (Recovere
 // transaction (Fence.NewSession): a data transaction of the previous session still committing on
 // the server is waited for, not read around, and one not yet through its fence check can no longer
 // decide. An in-process restart keeps the fence but never the epoch.
-func (h heldProtocol) resume(ctx context.Context, _ *Pipeline, fence *ledger.Fence) (ledger.Offsets, int64, error) {
+func (h heldProtocol) resume(ctx context.Context, _ *Pipeline, fence *ledger.Fence) (partition.Offsets, int64, error) {
 	return fence.NewSession(ctx, h.led)
 }
 
 // decided: only what the ledger holds. A partition started from the configured position must get
 // its offset row at the first checkpoint, or a restart would re-resolve "latest".
-func (heldProtocol) decided(_, from ledger.Offsets) ledger.Offsets { return from.Clone() }
+func (heldProtocol) decided(_, from partition.Offsets) partition.Offsets { return from.Clone() }
 
 func (heldProtocol) partitionAffine() bool { return true }
 
 func (heldProtocol) newTxn(ctx context.Context, db *sql.DB) (txn, error) { return newHeldTxn(ctx, db) }
 
 // barrierOffsets returns the offsets of subtask i's partitions that moved since the last decision.
-func (heldProtocol) barrierOffsets(decided, cut ledger.Offsets, i, n int) ledger.Offsets {
-	out := ledger.Offsets{}
+func (heldProtocol) barrierOffsets(decided, cut partition.Offsets, i, n int) partition.Offsets {
+	out := partition.Offsets{}
 	for t, ps := range cut {
 		for part, off := range ps {
 			if int(part)%n != i {
@@ -176,7 +177,7 @@ func (h *heldTxn) Close() {
 	if h.state == xa.Idle {
 		_ = h.conn.Close()
 	} else {
-		xa.Discard(h.conn)
+		database.Discard(h.conn)
 		h.state = xa.Broken
 	}
 	h.conn = nil

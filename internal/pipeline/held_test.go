@@ -9,6 +9,7 @@ import (
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // A held subtask commits under the owner epoch of the session that made it: once an in-process
@@ -33,7 +34,7 @@ func TestHeldOldSessionRefused(t *testing.T) {
 	if _, _, err := h.resume(ctx, p, f); err != nil { // the next session of the same process
 		t.Fatal(err)
 	}
-	offs := ledger.Offsets{}
+	offs := partition.Offsets{}
 	offs.Set("t", 0, 10)
 	var r prepared
 	_, err := h.barrier(ctx, old, batch{epoch: 5, offsets: offs}, &r)

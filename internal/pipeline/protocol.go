@@ -11,6 +11,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // protocol is one way of making each epoch's writes durable exactly once.
@@ -19,10 +20,10 @@ type protocol interface {
 	recover(ctx context.Context, p *Pipeline, fence *ledger.Fence) (Recovered, error)
 	// resume reads where a new session starts, after recover: every partition's committed offset
 	// and the highest checkpoint id among them.
-	resume(ctx context.Context, p *Pipeline, fence *ledger.Fence) (ledger.Offsets, int64, error)
+	resume(ctx context.Context, p *Pipeline, fence *ledger.Fence) (partition.Offsets, int64, error)
 	// decided is what a new session takes as already decided: start is where its consumer starts,
 	// from what the ledger holds.
-	decided(start, from ledger.Offsets) ledger.Offsets
+	decided(start, from partition.Offsets) partition.Offsets
 	// partitionAffine reports whether each partition's records stay on one subtask (partition mod
 	// subtasks), whose transaction commits their offsets with their rows. Such subtasks share
 	// aggregate keys: the fold gives each record only its owner's tables and flushes them only at
@@ -32,7 +33,7 @@ type protocol interface {
 	newTxn(ctx context.Context, db *sql.DB) (txn, error)
 	// barrierOffsets are the offsets subtask i (of n) writes with its rows at the barrier of a
 	// checkpoint cut at cut, decided being the offsets of the last decision.
-	barrierOffsets(decided, cut ledger.Offsets, i, n int) ledger.Offsets
+	barrierOffsets(decided, cut partition.Offsets, i, n int) partition.Offsets
 	// barrier ends subtask s's part of epoch b.epoch once its rows are written, filling r's tag
 	// (empty: nothing written) and prepare time. It reports whether s now holds a prepared branch
 	// that waits for the coordinator's commit.

@@ -13,6 +13,7 @@ import (
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/testenv"
 	"github.com/relay-sh/relay/internal/xa"
 )
@@ -38,7 +39,7 @@ func decidedJob(t *testing.T) (*sql.DB, context.Context, *ledger.Ledger, *ledger
 // id listing tags.
 func emptyBranch(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Ledger, f *ledger.Fence, tag string, id int64, tags ...string) {
 	t.Helper()
-	emptyDecided(t, ctx, db, led, f, tag, ledger.Checkpoint{ID: id, Tags: tags, Offsets: ledger.Offsets{}})
+	emptyDecided(t, ctx, db, led, f, tag, ledger.Checkpoint{ID: id, Tags: tags, Offsets: partition.Offsets{}})
 }
 
 // emptyDecided is emptyBranch deciding c.
@@ -112,13 +113,13 @@ func TestLostCheckpointSurvivesRestart(t *testing.T) {
 	db, ctx, led, f := decidedJob(t)
 	job := led.Job()
 	m := metrics.New("lost_test")
-	before := ledger.Offsets{}
+	before := partition.Offsets{}
 	before.Set("orders", 0, 40)
 	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: 1, Offsets: before}); err != nil {
 		t.Fatal(err)
 	}
 	lost := config.Tag(job, 2, 0)
-	after := ledger.Offsets{}
+	after := partition.Offsets{}
 	after.Set("orders", 0, 50)
 	emptyDecided(t, ctx, db, led, f, lost, ledger.Checkpoint{ID: 2, Tags: []string{lost}, Offsets: after, Records: 10})
 	if _, err := Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery); !errors.Is(err, ledger.ErrBranchLost) {

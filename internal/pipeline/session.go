@@ -20,6 +20,7 @@ import (
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/spec"
 )
@@ -69,9 +70,9 @@ type session struct {
 	cons         *consumer.Consumer
 	subs         []*subtask
 	wg           sync.WaitGroup
-	positions    ledger.Offsets                 // next offset per partition, as of the records folded so far
-	begin        ledger.Offsets                 // positions at the session's start
-	decided      atomic.Pointer[ledger.Offsets] // offsets of the last decided checkpoint
+	positions    partition.Offsets                 // next offset per partition, as of the records folded so far
+	begin        partition.Offsets                 // positions at the session's start
+	decided      atomic.Pointer[partition.Offsets] // offsets of the last decided checkpoint
 	cur          *epoch
 	inflight     chan error // result of the checkpoint in flight; nil when none
 	lastEnd      time.Time
@@ -81,7 +82,7 @@ type session struct {
 	blockLast    int64        // last checkpoint id of the block reserved for this session
 	// group holds the latest committed offsets for the consumer group (kafka.commit_group_offsets),
 	// published off the commit path: the group coordinator being slow must not delay checkpoints.
-	group chan ledger.Offsets
+	group chan partition.Offsets
 }
 
 func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*session, error) {
@@ -139,7 +140,7 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 		}()
 	}
 	if p.Config.Kafka.CommitGroupOffsets {
-		s.group = make(chan ledger.Offsets, 1)
+		s.group = make(chan partition.Offsets, 1)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -165,7 +166,7 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 
 // recover finishes what earlier runs left (what is in doubt is the protocol's to say) and returns
 // where to resume: the offsets the ledger holds.
-func (p *Pipeline) recover(ctx context.Context, fence *ledger.Fence) (Recovered, ledger.Offsets, error) {
+func (p *Pipeline) recover(ctx context.Context, fence *ledger.Fence) (Recovered, partition.Offsets, error) {
 	rec, err := p.proto.recover(ctx, p, fence)
 	if err != nil {
 		return rec, nil, err
@@ -222,7 +223,7 @@ func (s *session) publishGroup() {
 	}
 }
 
-func (s *session) commitGroup(o ledger.Offsets) {
+func (s *session) commitGroup(o partition.Offsets) {
 	if err := s.cons.CommitGroup(o); err != nil {
 		s.p.Log.Named("checkpoint").Warn("publishing offsets to the consumer group failed (lag tooling only)", zap.Error(err))
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/spec"
 	"github.com/relay-sh/relay/internal/xa"
@@ -39,8 +40,8 @@ type batch struct {
 	table   *spec.Tables
 	dlq     []sink.DLQRow
 	details []sink.DetailRow
-	offsets ledger.Offsets  // at the barrier: what the subtask commits with its rows (protocol.barrierOffsets)
-	prepare chan<- prepared // non-nil at the barrier
+	offsets partition.Offsets // at the barrier: what the subtask commits with its rows (protocol.barrierOffsets)
+	prepare chan<- prepared   // non-nil at the barrier
 }
 
 // prepared is a subtask's answer to the barrier.

@@ -15,6 +15,7 @@ import (
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
@@ -27,20 +28,20 @@ func (xaProtocol) recover(ctx context.Context, p *Pipeline, fence *ledger.Fence)
 
 // resume: recovery has settled every branch below the ids this owner uses, and a decision of this
 // owner is written only under its fence: the offsets rows are the last decision's.
-func (xaProtocol) resume(ctx context.Context, p *Pipeline, _ *ledger.Fence) (ledger.Offsets, int64, error) {
+func (xaProtocol) resume(ctx context.Context, p *Pipeline, _ *ledger.Fence) (partition.Offsets, int64, error) {
 	return p.Ledger.PartitionOffsets(ctx)
 }
 
 // decided: the consumer starts exactly at the last decision's offsets (or where the configured
 // position resolved for a partition without one, which the first decision records in full).
-func (xaProtocol) decided(start, _ ledger.Offsets) ledger.Offsets { return start.Clone() }
+func (xaProtocol) decided(start, _ partition.Offsets) partition.Offsets { return start.Clone() }
 
 func (xaProtocol) partitionAffine() bool { return false }
 
 func (xaProtocol) newTxn(ctx context.Context, db *sql.DB) (txn, error) { return xa.NewBranch(ctx, db) }
 
 // barrierOffsets: none; the decision carries every partition's offsets.
-func (xaProtocol) barrierOffsets(_, _ ledger.Offsets, _, _ int) ledger.Offsets { return nil }
+func (xaProtocol) barrierOffsets(_, _ partition.Offsets, _, _ int) partition.Offsets { return nil }
 
 func (xaProtocol) barrier(ctx context.Context, s *subtask, b batch, r *prepared) (bool, error) {
 	if s.branch == nil || s.branch.State() != xa.Active {

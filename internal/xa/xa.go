@@ -9,7 +9,6 @@ package xa
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -63,13 +62,13 @@ func NewBranch(ctx context.Context, db *sql.DB, init ...string) (*Branch, error)
 	}
 	for _, q := range init {
 		if _, err := c.ExecContext(ctx, q); err != nil {
-			Discard(c)
+			database.Discard(c)
 			return nil, fmt.Errorf("session setup %q: %w", q, err)
 		}
 	}
 	id, err := database.ConnID(ctx, c)
 	if err != nil {
-		Discard(c)
+		database.Discard(c)
 		return nil, fmt.Errorf("connection id: %w", err)
 	}
 	return &Branch{conn: c, connID: id}, nil
@@ -164,7 +163,7 @@ func (b *Branch) Close() {
 	if b.state == Idle {
 		_ = b.conn.Close()
 	} else {
-		Discard(b.conn)
+		database.Discard(b.conn)
 		b.state = Broken
 	}
 	b.conn = nil
@@ -181,16 +180,10 @@ func (b *Branch) exec(ctx context.Context, q string) error {
 // fail discards the connection: after an error inside XA its state is not worth guessing.
 func (b *Branch) fail() {
 	if b.conn != nil {
-		Discard(b.conn)
+		database.Discard(b.conn)
 		b.conn = nil
 	}
 	b.state = Broken
-}
-
-// Discard closes c and keeps the pool from reusing it.
-func Discard(c *sql.Conn) {
-	_ = c.Raw(func(any) error { return driver.ErrBadConn })
-	_ = c.Close()
 }
 
 // Recovered is one prepared branch listed by XA RECOVER.
@@ -242,7 +235,7 @@ func Resolve(ctx context.Context, db *sql.DB, tag string, commit bool) error {
 	}
 	_, err = c.ExecContext(ctx, stmt)
 	if err != nil {
-		Discard(c)
+		database.Discard(c)
 		if commit && fault.IsMySQL(err, fault.XARBRollback) {
 			return fmt.Errorf("XA COMMIT %s: %w: %w", tag, ErrRolledBack, err)
 		}

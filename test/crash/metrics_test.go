@@ -25,6 +25,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/crashpoint"
+	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
@@ -331,7 +332,7 @@ func TestReadyzDuringRecovery(t *testing.T) {
 	closed := false
 	defer func() {
 		if !closed {
-			xa.Discard(conn)
+			database.Discard(conn)
 		}
 	}()
 	for _, q := range []string{"XA START " + xa.XID(tag), "INSERT INTO readyz_probe VALUES (1)", "XA END " + xa.XID(tag), "XA PREPARE " + xa.XID(tag)} {

@@ -19,6 +19,7 @@ import (
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/ops"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/testenv"
 	"github.com/relay-sh/relay/internal/xa"
 )
@@ -405,14 +406,14 @@ func ranJob(t *testing.T, partitions int, seed uint64) *env {
 }
 
 // highWatermarks reads the end offset of every partition of the job's topic.
-func (e *env) highWatermarks() ledger.Offsets {
+func (e *env) highWatermarks() partition.Offsets {
 	e.t.Helper()
 	stdout, stderr, code := e.cli(nil, "status", "--json")
 	var rep ops.StatusReport
 	if err := json.Unmarshal([]byte(stdout), &rep); code != 0 || err != nil {
 		e.t.Fatalf("status --json: exit %d, %v\n%s%s", code, err, stdout, stderr)
 	}
-	out := ledger.Offsets{}
+	out := partition.Offsets{}
 	for _, p := range rep.Partitions {
 		out.Set(p.Topic, p.Partition, p.HighWatermark)
 	}

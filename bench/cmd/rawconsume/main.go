@@ -21,7 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relay-sh/relay/internal/consumer"
-	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 type result struct {
@@ -145,7 +145,7 @@ func runBatch(brokers, topic string, props map[string]string, start time.Time, l
 		return r, err
 	}
 	defer c.Close()
-	from, err := c.Assign(ctx, ledger.Offsets{})
+	from, err := c.Assign(ctx, partition.Offsets{})
 	if err != nil {
 		return r, err
 	}

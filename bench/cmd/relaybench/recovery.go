@@ -11,6 +11,7 @@ import (
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
@@ -94,7 +95,7 @@ func prepareInDoubt(ctx context.Context, db *sql.DB, job, topic string, n int) (
 	defer fence.Release()
 	const subtasks = 2
 	checkpoints := (n + subtasks - 1) / subtasks
-	offsets := ledger.Offsets{}
+	offsets := partition.Offsets{}
 	for p := int32(0); p < 4; p++ {
 		offsets.Set(topic, p, 0)
 	}

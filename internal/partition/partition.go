@@ -1,0 +1,56 @@
+// Package partition names Kafka partitions and where each one resumes: the vocabulary the
+// consumer, the ledger and the commit protocol share.
+//
+// Invariant: an Offsets value holds the next offset to read per partition (Kafka's position,
+// one past the last record covered), never the last record's own offset.
+package partition
+
+// Offsets maps topic → partition → next offset to read.
+type Offsets map[string]map[int32]int64
+
+// Clone returns a deep copy.
+func (o Offsets) Clone() Offsets {
+	c := make(Offsets, len(o))
+	for t, ps := range o {
+		m := make(map[int32]int64, len(ps))
+		for p, off := range ps {
+			m[p] = off
+		}
+		c[t] = m
+	}
+	return c
+}
+
+// Set records the next offset of a partition.
+func (o Offsets) Set(topic string, p int32, next int64) {
+	m := o[topic]
+	if m == nil {
+		m = map[int32]int64{}
+		o[topic] = m
+	}
+	m[p] = next
+}
+
+// Get returns the next offset of a partition.
+func (o Offsets) Get(topic string, p int32) (int64, bool) {
+	off, ok := o[topic][p]
+	return off, ok
+}
+
+// Equal reports whether two offset sets are the same.
+func (o Offsets) Equal(x Offsets) bool {
+	if len(o) != len(x) {
+		return false
+	}
+	for t, ps := range o {
+		if len(ps) != len(x[t]) {
+			return false
+		}
+		for p, off := range ps {
+			if xo, ok := x[t][p]; !ok || xo != off {
+				return false
+			}
+		}
+	}
+	return true
+}
