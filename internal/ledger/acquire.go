@@ -58,9 +58,8 @@ func Acquire(ctx context.Context, l *Ledger, cfg FenceConfig) (*Fence, error) {
 	for _, p := range cfg.Pools {
 		p.Sessions.OnOpen(f.record)
 	}
-	f.tasks.Add(2)
-	go f.watch()
-	go f.prune()
+	f.start(f.watch)
+	f.start(f.prune)
 	return f, nil
 }
 

@@ -34,18 +34,14 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		// A partition must never have two owners: no instance of the last layout may still run.
 		// Claims queue on the job row, so an instance holding its lock but not yet claimed (its
 		// owner row does not name its connection) checks after this one, against this layout.
-		for j := 0; j < layout; j++ {
-			old := InstanceKey(l.job, j, layout)
-			if old == l.key {
-				continue
-			}
-			var holder sql.NullInt64
-			if err := tx.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(old)).Scan(&holder); err != nil {
+		for _, old := range l.siblings(layout) {
+			holder, err := lockHolder(ctx, tx, old)
+			if err != nil {
 				return fmt.Errorf("fence %s: %w", l.key, err)
 			}
 			var claimedBy int64
 			var claimedLayout int
-			err := tx.QueryRowContext(ctx, `SELECT conn_id, layout FROM relay_jobs WHERE job = ?`, old).Scan(&claimedBy, &claimedLayout)
+			err = tx.QueryRowContext(ctx, `SELECT conn_id, layout FROM relay_jobs WHERE job = ?`, old).Scan(&claimedBy, &claimedLayout)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("fence %s: %w", l.key, err)
 			}

@@ -26,12 +26,13 @@ type holderRow struct {
 
 func readHolder(ctx context.Context, l *Ledger) (holderRow, error) {
 	var h holderRow
-	if err := l.db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(l.key)).Scan(&h.holder); err != nil {
+	var err error
+	if h.holder, err = lockHolder(ctx, l.db, l.key); err != nil {
 		return h, err
 	}
 	var us sql.NullInt64
 	var js string
-	err := l.db.QueryRowContext(ctx, `SELECT j.conn_id, j.owner, j.owner_epoch, l.lease_until,
+	err = l.db.QueryRowContext(ctx, `SELECT j.conn_id, j.owner, j.owner_epoch, l.lease_until,
 		TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.lease_until), COALESCE(l.sessions, '')
 		FROM relay_jobs j LEFT JOIN relay_leases l ON l.job = j.job AND l.owner_epoch = j.owner_epoch WHERE j.job = ?`,
 		l.key).Scan(&h.connID, &h.owner, &h.epoch, &h.lease, &us, &js)
@@ -64,8 +65,7 @@ func LeaseExpired(ctx context.Context, l *Ledger) (bool, error) {
 
 // Holder describes who holds the job's lock, for error messages and `relay status`.
 func Holder(ctx context.Context, l *Ledger) string {
-	var connID sql.NullInt64
-	_ = l.db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(l.key)).Scan(&connID)
+	connID, _ := lockHolder(ctx, l.db, l.key)
 	var owner string
 	var epoch int64
 	var at time.Time
@@ -82,9 +82,26 @@ func Holder(ctx context.Context, l *Ledger) string {
 
 // IsHeld reports whether some process holds the job's lock (used by offline commands).
 func IsHeld(ctx context.Context, l *Ledger) (bool, error) {
-	var connID sql.NullInt64
-	if err := l.db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(l.key)).Scan(&connID); err != nil {
-		return false, err
+	connID, err := lockHolder(ctx, l.db, l.key)
+	return connID.Valid, err
+}
+
+// lockHolder is the server session holding the fence lock of instance key (IS_USED_LOCK), NULL
+// when none does. Every read of a lock's holder goes through it, on the caller's connection or
+// transaction.
+func lockHolder(ctx context.Context, q Execer, key string) (sql.NullInt64, error) {
+	var holder sql.NullInt64
+	err := q.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(key)).Scan(&holder)
+	return holder, err
+}
+
+// siblings are the instance keys of layout (a number of instances) other than key.
+func (l *Ledger) siblings(layout int) []string {
+	var keys []string
+	for j := 0; j < layout; j++ {
+		if k := InstanceKey(l.job, j, layout); k != l.key {
+			keys = append(keys, k)
+		}
 	}
-	return connID.Valid, nil
+	return keys
 }

@@ -115,20 +115,14 @@ func (l *Ledger) Lookup(ctx context.Context, ids []int64) (map[int64]Checkpoint,
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	rows, err := l.db.QueryContext(ctx, `SELECT `+checkpointCols+` FROM relay_checkpoints
-		WHERE job = ? AND checkpoint_id IN (`+placeholders(len(ids))+`)`, args...)
+	cs, err := l.checkpoints(ctx, `WHERE job = ? AND checkpoint_id IN (`+placeholders(len(ids))+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("lookup checkpoints: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		c, err := scanCheckpoint(rows)
-		if err != nil {
-			return nil, err
-		}
+	for _, c := range cs {
 		out[c.ID] = c
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // OffsetsCommittedAt is when a partition offset of the job last committed; zero when none did.

@@ -18,6 +18,12 @@ import (
 // slow one does not lose it.
 func (c FenceConfig) renewEvery() time.Duration { return min(time.Second, c.EffectiveLease()/5) }
 
+// renewTimeout bounds one renewal (or one pruning pass): at least a renewal interval, and a
+// quarter of the lease, so that a hung statement is given up long before the lease runs out.
+func (c FenceConfig) renewTimeout() time.Duration {
+	return max(c.renewEvery(), c.EffectiveLease()/4)
+}
+
 // recorded is what the lease row records of an owner: its sessions, and where it answers /readyz.
 type recorded struct {
 	Lock   database.Sessions            `json:"lock"`
@@ -44,27 +50,34 @@ func (f *Fence) record() {
 	}
 }
 
+// start runs task beside the fence until Release, which waits for it, ticking at the renewal's pace.
+func (f *Fence) start(task func(tick <-chan time.Time)) {
+	f.tasks.Add(1)
+	go func() {
+		defer f.tasks.Done()
+		t := time.NewTicker(f.cfg.renewEvery())
+		defer t.Stop()
+		task(t.C)
+	}()
+}
+
 // watch renews the lease on the lock connection. A renewal that fails (the connection died or
 // hung past its deadline, the lock or the epoch is gone) closes Lost; decisions already stopped
 // being allowed at Deadline, before the lease can run out on the server.
-func (f *Fence) watch() {
-	defer f.tasks.Done()
-	every := f.cfg.renewEvery()
-	t := time.NewTicker(every)
-	defer t.Stop()
+func (f *Fence) watch(tick <-chan time.Time) {
 	for {
 		select {
 		case <-f.stop:
 			return
 		case done := <-f.kick:
-			err := f.renew(max(every, f.cfg.EffectiveLease()/4))
+			err := f.renew()
 			done <- err
 			if err != nil {
 				close(f.lost)
 				return
 			}
-		case <-t.C:
-			if err := f.renew(max(every, f.cfg.EffectiveLease()/4)); err != nil {
+		case <-tick:
+			if err := f.renew(); err != nil {
 				close(f.lost)
 				return
 			}
@@ -76,21 +89,17 @@ func (f *Fence) watch() {
 // that the sessions each renewal records stay those that may still hold something. It runs apart
 // from watch: a pool may open a connection to answer it, and that connection's record waits for
 // watch. A failed pass is only retried: the list is then longer, never shorter, than it should be.
-func (f *Fence) prune() {
-	defer f.tasks.Done()
-	every := f.cfg.renewEvery()
-	t := time.NewTicker(every)
-	defer t.Stop()
+func (f *Fence) prune(tick <-chan time.Time) {
 	for {
 		select {
 		case <-f.stop:
 			return
 		case <-f.lost:
 			return
-		case <-t.C:
+		case <-tick:
 		}
 		for _, p := range f.cfg.Pools {
-			ctx, cancel := context.WithTimeout(context.Background(), max(every, f.cfg.EffectiveLease()/4))
+			ctx, cancel := context.WithTimeout(context.Background(), f.cfg.renewTimeout())
 			_ = p.Sessions.Prune(ctx, p.DB)
 			cancel()
 		}
@@ -112,13 +121,13 @@ func (f *Fence) sessions() string {
 // renewal there, in flight, to race it with Release.
 var beforeRenew func()
 
-func (f *Fence) renew(timeout time.Duration) error {
+func (f *Fence) renew() error {
 	if beforeRenew != nil {
 		beforeRenew()
 	}
 	f.leaseMu.Lock()
 	defer f.leaseMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.renewTimeout())
 	defer cancel()
 	sent := time.Now()
 	epoch := f.Epoch()
