@@ -1,20 +1,19 @@
 // Package committed reads what relay's ledger says was committed, as tests and benchmarks poll it.
 //
-// Invariant: the ledger is read as relay writes it (relay_checkpoints' offsets JSON, held mode's
-// per-partition rows) and a table relay has not created yet reads as empty, never as an error: a
-// poll that starts before relay's first checkpoint sees nothing committed.
+// Invariant: the ledger is read through the ledger package's own queries, as relay reads it (XA
+// mode's newest COMMITTED row, held mode's per-partition rows), and a table relay has not created
+// yet reads as empty, never as an error: a poll that starts before relay's first checkpoint sees
+// nothing committed.
 package committed
 
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/ledger"
 )
 
 // noTable is MySQL's error for a table that does not exist.
@@ -22,21 +21,15 @@ const noTable = 1146
 
 // States returns checkpoint id → state of every ledger row of job.
 func States(ctx context.Context, db *sql.DB, job string) (map[int64]string, error) {
-	rows, err := db.QueryContext(ctx, `SELECT checkpoint_id, state FROM relay_checkpoints WHERE job = ?`, job)
+	states, err := ledger.New(db, job).States(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("ledger states: %w", err)
 	}
-	defer rows.Close()
-	out := map[int64]string{}
-	for rows.Next() {
-		var id int64
-		var st string
-		if err := rows.Scan(&id, &st); err != nil {
-			return nil, fmt.Errorf("ledger states: %w", err)
-		}
-		out[id] = st
+	out := make(map[int64]string, len(states))
+	for id, st := range states {
+		out[id] = string(st)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Offsets is what the ledger says is committed for topic: in XA mode the offsets of the
@@ -46,49 +39,53 @@ func Offsets(ctx context.Context, db *sql.DB, job, topic string, held bool) (map
 		return heldOffsets(ctx, db, job, topic)
 	}
 	out := map[int32]int64{}
-	var offs string
-	err := db.QueryRowContext(ctx, `SELECT offsets FROM relay_checkpoints WHERE job = ? AND state = 'COMMITTED'
-		ORDER BY checkpoint_id DESC LIMIT 1`, job).Scan(&offs)
-	if errors.Is(err, sql.ErrNoRows) || fault.IsMySQL(err, noTable) {
+	last, err := ledger.New(db, job).LastCommitted(ctx)
+	if fault.IsMySQL(err, noTable) {
 		return out, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("committed offsets: %w", err)
 	}
-	var m map[string]map[int32]int64
-	if err := json.Unmarshal([]byte(offs), &m); err != nil {
-		return nil, fmt.Errorf("committed offsets: %w", err)
-	}
-	for p, o := range m[topic] {
-		out[p] = o
+	if last != nil {
+		for p, o := range last.Offsets[topic] {
+			out[p] = o
+		}
 	}
 	return out, nil
 }
 
-// heldOffsets reads held mode's per-partition rows: relay_offsets (current ledger), else
-// relay_held_offsets (before it).
+// heldOffsets reads held mode's per-partition rows (the ledger's relay_offsets). A ledger of a
+// relay from before that table kept them in relay_held_offsets, which the ledger package no
+// longer knows: it is read here, only when relay_offsets does not exist.
 func heldOffsets(ctx context.Context, db *sql.DB, job, topic string) (map[int32]int64, error) {
 	out := map[int32]int64{}
-	for _, table := range []string{"relay_offsets", "relay_held_offsets"} {
-		rows, err := db.QueryContext(ctx, `SELECT kpartition, next_offset FROM `+table+` WHERE job = ? AND topic = ?`, job, topic)
-		if fault.IsMySQL(err, noTable) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("held offsets: %w", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var p int32
-			var o int64
-			if err := rows.Scan(&p, &o); err != nil {
-				return nil, fmt.Errorf("held offsets: %w", err)
-			}
+	offs, _, err := ledger.New(db, job).PartitionOffsets(ctx)
+	if err == nil {
+		for p, o := range offs[topic] {
 			out[p] = o
 		}
-		return out, rows.Err()
+		return out, nil
 	}
-	return out, nil
+	if !fault.IsMySQL(err, noTable) {
+		return nil, fmt.Errorf("held offsets: %w", err)
+	}
+	rows, err := db.QueryContext(ctx, `SELECT kpartition, next_offset FROM relay_held_offsets WHERE job = ? AND topic = ?`, job, topic)
+	if fault.IsMySQL(err, noTable) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("held offsets: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p int32
+		var o int64
+		if err := rows.Scan(&p, &o); err != nil {
+			return nil, fmt.Errorf("held offsets: %w", err)
+		}
+		out[p] = o
+	}
+	return out, rows.Err()
 }
 
 // Reached reports whether got covers end on every partition.
@@ -134,49 +131,30 @@ type Checkpoint struct {
 
 // Checkpoints lists the job's committed checkpoints, oldest first.
 func Checkpoints(ctx context.Context, db *sql.DB, job, topic string) ([]Checkpoint, error) {
-	rows, err := db.QueryContext(ctx, `SELECT checkpoint_id, offsets, records,
-		CAST(UNIX_TIMESTAMP(decided_at) AS CHAR), CAST(UNIX_TIMESTAMP(committed_at) AS CHAR)
-		FROM relay_checkpoints WHERE job = ? AND state = 'COMMITTED' ORDER BY checkpoint_id`, job)
+	cs, err := ledger.New(db, job).CommittedCheckpoints(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoints: %w", err)
 	}
-	defer rows.Close()
-	var out []Checkpoint
-	for rows.Next() {
-		var c Checkpoint
-		var offs, dec, com string
-		if err := rows.Scan(&c.ID, &offs, &c.Records, &dec, &com); err != nil {
-			return nil, fmt.Errorf("checkpoints: %w", err)
+	out := make([]Checkpoint, 0, len(cs))
+	for _, c := range cs {
+		hc := Checkpoint{ID: c.ID, Offsets: c.Offsets[topic], Records: c.Records, DecidedAt: c.DecidedAt}
+		if c.CommittedAt != nil {
+			hc.CommittedAt = *c.CommittedAt
 		}
-		var m map[string]map[int32]int64
-		if err := json.Unmarshal([]byte(offs), &m); err != nil {
-			return nil, fmt.Errorf("checkpoint %d offsets: %w", c.ID, err)
-		}
-		c.Offsets = m[topic]
-		c.DecidedAt, c.CommittedAt = unixString(dec), unixString(com)
-		out = append(out, c)
+		out = append(out, hc)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // First returns the job's first committed checkpoint with records above id after (ok
 // false while there is none): one indexed row, so polling it does not slow a start being timed.
 func First(ctx context.Context, db *sql.DB, job string, after int64) (id int64, at time.Time, ok bool, err error) {
-	var com string
-	err = db.QueryRowContext(ctx, `SELECT checkpoint_id, CAST(UNIX_TIMESTAMP(committed_at) AS CHAR) FROM relay_checkpoints
-		WHERE job = ? AND checkpoint_id > ? AND state = 'COMMITTED' AND records > 0 ORDER BY checkpoint_id LIMIT 1`, job, after).Scan(&id, &com)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, time.Time{}, false, nil
+	c, err := ledger.New(db, job).FirstCommittedAfter(ctx, after)
+	if err != nil || c == nil {
+		return 0, time.Time{}, false, err
 	}
-	if err != nil {
-		return 0, time.Time{}, false, fmt.Errorf("first committed checkpoint: %w", err)
+	if c.CommittedAt != nil {
+		at = *c.CommittedAt
 	}
-	return id, unixString(com), true, nil
-}
-
-// unixString parses UNIX_TIMESTAMP's decimal seconds.
-func unixString(s string) time.Time {
-	f, _ := strconv.ParseFloat(s, 64)
-	sec := int64(f)
-	return time.Unix(sec, int64((f-float64(sec))*1e9))
+	return c.ID, at, true, nil
 }
