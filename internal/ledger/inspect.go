@@ -164,6 +164,15 @@ func (l *Ledger) States(ctx context.Context) (map[int64]State, error) {
 	return out, nil
 }
 
+// Since lists the job's rows with ids above after, oldest first, in any state.
+func (l *Ledger) Since(ctx context.Context, after int64) ([]Checkpoint, error) {
+	cs, err := l.checkpoints(ctx, `WHERE job = ? AND checkpoint_id > ? ORDER BY checkpoint_id`, l.job, after)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoints since %d: %w", after, err)
+	}
+	return cs, nil
+}
+
 // CommittedCheckpoints lists the job's COMMITTED rows, oldest first.
 func (l *Ledger) CommittedCheckpoints(ctx context.Context) ([]Checkpoint, error) {
 	cs, err := l.checkpoints(ctx, `WHERE job = ? AND state = ? ORDER BY checkpoint_id`, l.job, Committed)

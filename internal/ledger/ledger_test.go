@@ -294,7 +294,8 @@ func TestRolledBackClassification(t *testing.T) {
 }
 
 // The queries tests and benchmarks read the ledger through (harness/committed): every row's state,
-// the COMMITTED rows oldest first, the newest of them, and the first with records after an id.
+// the rows after an id, the COMMITTED rows oldest first, the newest of them, and the first with
+// records after an id.
 func TestCommittedQueries(t *testing.T) {
 	l, ctx := newLedger(t)
 	if last, err := l.LastCommitted(ctx); err != nil || last != nil {
@@ -328,6 +329,9 @@ func TestCommittedQueries(t *testing.T) {
 	last, err := l.LastCommitted(ctx)
 	if err != nil || last == nil || last.ID != 3 || last.Offsets["orders"][0] != 30 {
 		t.Fatalf("last committed = %+v, %v: want checkpoint 3 at offset 30", last, err)
+	}
+	if since, err := l.Since(ctx, 2); err != nil || len(since) != 2 || since[0].ID != 3 || since[1].State != Committing {
+		t.Fatalf("since 2 = %+v, %v: want 3 and the COMMITTING 4", since, err)
 	}
 	for after, want := range map[int64]int64{0: 1, 1: 3, 3: 0} { // 2 has no records, 4 is not committed
 		first, err := l.FirstCommittedAfter(ctx, after)
