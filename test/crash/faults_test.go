@@ -96,7 +96,7 @@ func TestNetworkFaults(t *testing.T) {
 func networkFaults(t *testing.T, seconds int, extra ...string) {
 	e := newEnv(t, 3, append(extra, faultEnv...)...)
 	px := e.proxied()
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_SEED", 0), 2))
 	totals := loadgen.NewTotals()
 	stop := e.streamOrders(totals, 3000, rng.Uint64())
 

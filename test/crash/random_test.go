@@ -15,6 +15,7 @@ import (
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/testenv"
 )
 
 // TestRandomKills SIGKILLs relay at random moments while orders keep arriving (in Kafka
@@ -44,7 +45,7 @@ func TestRandomKills(t *testing.T) {
 func randomKills(t *testing.T, kills int, extra ...string) {
 	killDB := os.Getenv("RELAY_CRASH_KILL_DB") == "1"
 	e := newEnv(t, 3, extra...)
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_SEED", 0), 1))
 	t.Logf("job %s topic %s, %d kills, kill MariaDB: %v", e.job, e.topic, kills, killDB)
 
 	totals := loadgen.NewTotals()

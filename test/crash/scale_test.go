@@ -13,6 +13,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/testenv"
 )
 
 // Three instances of one job, each SIGKILLed on its own at random moments while orders keep
@@ -31,6 +32,7 @@ func TestThreeInstancesRandomKills(t *testing.T) {
 		produced <- e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 3000, Batch: 40,
 			AbortRate: 0.1, BadRate: 0.005, SKUs: 50, Windows: 5, Seed: 51})
 	}()
+	seed := testenv.Seed(t, "RELAY_TEST_SEED", 0) // instance i draws its kill times from stream i
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	exits := map[string]int{}
@@ -39,7 +41,7 @@ func TestThreeInstancesRandomKills(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(i)))
+			rng := rand.New(rand.NewPCG(seed, uint64(i)))
 			// Runs that stop by themselves do not count: each instance gets its number of real
 			// SIGKILLs (within a bound on the runs). The layout comes from the --instance flag,
 			// against a variable that names instance 0 for all three: a flag that did not override

@@ -51,7 +51,7 @@ func TestSpecRandomKills(t *testing.T) {
 func specRandomKills(t *testing.T, kills int, extra ...string) {
 	cfgPath, plan := salesSpecConfig(t)
 	e := newEnv(t, 3, extra...)
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_SEED", 0), 2))
 	t.Logf("job %s topic %s, %d kills asked for (at least two per crash point)", e.job, e.topic, kills)
 
 	totals := loadgen.NewTotals()

@@ -159,20 +159,6 @@ func (e *env) streamOrders(totals *loadgen.Totals, rate float64, seed uint64) (s
 	}
 }
 
-// seed is the run's seed: RELAY_TEST_SEED when set (to replay a run), else the clock.
-func seed(t *testing.T) uint64 {
-	s := uint64(time.Now().UnixNano())
-	if v := os.Getenv("RELAY_TEST_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("RELAY_TEST_SEED: %v", err)
-		}
-		s = n
-	}
-	t.Logf("seed %d (RELAY_TEST_SEED=%d replays it)", s, s)
-	return s
-}
-
 // mismatch compares the aggregate tables with the totals: the keys that differ, the first few of
 // them as MySQL prints them, and the sum over all keys of got - want in the first measure (the
 // order count of the default spec: > 0 doubled, < 0 missing).
@@ -284,7 +270,7 @@ func (e *env) count(msg string) int {
 func TestTwoNodesOneJob(t *testing.T) {
 	e := newEnv(t, 4)
 	totals := loadgen.NewTotals()
-	stop := e.streamOrders(totals, 3000, seed(t))
+	stop := e.streamOrders(totals, 3000, testenv.Seed(t, "RELAY_TEST_SEED", 0))
 	ss := []*supervised{e.supervise(1), e.supervise(2)}
 	runFor(time.Duration(scaled(25, 8))*time.Second, ss...)
 	if err := stop(); err != nil {
@@ -396,7 +382,7 @@ func TestXARefused(t *testing.T) {
 	}
 
 	totals := loadgen.NewTotals()
-	stop := e.streamOrders(totals, 500, seed(t))
+	stop := e.streamOrders(totals, 500, testenv.Seed(t, "RELAY_TEST_SEED", 0))
 	r = e.start(1, "RELAY_MODE=")
 	if _, err := r.WaitLog(func(l harness.LogLine) bool { return strings.HasPrefix(l.Msg, "mode unset: held") }, 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -464,7 +450,7 @@ func runFor(d time.Duration, ss ...*supervised) {
 func TestHeldThroughKills(t *testing.T) {
 	e := newEnv(t, 4)
 	totals := loadgen.NewTotals()
-	sd := seed(t)
+	sd := testenv.Seed(t, "RELAY_TEST_SEED", 0)
 	stop := e.streamOrders(totals, 1500, sd)
 	s := e.supervise(1, "RELAY_MODE=")
 	kills := scaled(8, 10)
@@ -516,7 +502,7 @@ func rounds(t *testing.T, n int, fn func(t *testing.T, e *env, totals *loadgen.T
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
 			e := newEnv(t, 4)
 			totals := loadgen.NewTotals()
-			sd := seed(t)
+			sd := testenv.Seed(t, "RELAY_TEST_SEED", 0)
 			fn(t, e, totals, sd, e.streamOrders(totals, 1500, sd))
 		})
 	}
