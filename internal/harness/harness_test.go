@@ -88,15 +88,12 @@ func TestTopicEndOffsets(t *testing.T) {
 	if err := harness.AddPartitions(brokers, name, 3); err != nil {
 		t.Fatal(err)
 	}
-	ctx := testenv.Context(t, 30*time.Second)
-	for {
-		end, err := harness.EndOffsets(brokers, name)
-		if err == nil && len(end) == 3 && harness.Total(end) == 0 {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("end offsets of a new 3-partition topic: %v, %v", end, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var end map[int32]int64
+	var err error
+	if !testenv.Poll(30*time.Second, func() bool {
+		end, err = harness.EndOffsets(brokers, name)
+		return err == nil && len(end) == 3 && harness.Total(end) == 0
+	}) {
+		t.Fatalf("end offsets of a new 3-partition topic: %v, %v", end, err)
 	}
 }
