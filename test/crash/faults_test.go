@@ -163,6 +163,7 @@ func networkFaults(t *testing.T, seconds int, extra ...string) {
 		t.Fatalf("relay exited by itself %d times in %d faults (allowed: one per ten)", exits, faults)
 	}
 	// Let the last blackholes end: a blackholed session of a killed run may still hold a branch.
+	// The scenario's own timer (each blackhole lasts its drawn time), not an event of relay's.
 	time.Sleep(time.Until(lastHole))
 	p.Kill()
 	e.finish(totals)
@@ -225,7 +226,7 @@ func TestStaleOwnerStandsDown(t *testing.T) {
 	totals := loadgen.NewTotals()
 	stop := e.streamOrders(totals, 2000, 11)
 	a := e.start("RELAY_CRASH_AT=after-prepare:5", "RELAY_CRASH_ACTION=stop")
-	waitFor(t, 60*time.Second, func() bool { return strings.Contains(tail(a.Log, 5), "crashpoint: stopping at after-prepare") },
+	testenv.Eventually(t, 60*time.Second, func() bool { return strings.Contains(tail(a.Log, 5), "crashpoint: stopping at after-prepare") },
 		"the first owner to freeze after a prepare")
 	epochA := ownerEpoch(t, a)
 	b := e.start()

@@ -87,7 +87,7 @@ func randomKills(t *testing.T, kills int, extra ...string) {
 				t.Fatalf("run %d committed nothing in 60s\n%s\n%s", k, tail(p.Log, 30), e.serverState())
 			}
 		}
-		time.Sleep(time.Duration(300+rng.IntN(2200)) * time.Millisecond)
+		time.Sleep(time.Duration(300+rng.IntN(2200)) * time.Millisecond) // the scenario: run a random while, then kill
 		if killDB && k%10 == 0 {
 			restartService(t, "mariadb")
 		}
@@ -156,9 +156,7 @@ func restartService(t *testing.T, name string) {
 		t.Skipf("killing %s needs one started by scripts/services.sh: %v", name, err)
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Poll(10*time.Second, func() bool { return syscall.Kill(pid, 0) != nil })
 	cmd := exec.Command("scripts/services.sh", "up")
 	cmd.Dir = "../.."
 	// Without the RELAY_TEST_* names the script starts its own MariaDB again instead of trusting them.

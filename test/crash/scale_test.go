@@ -103,7 +103,7 @@ func TestRescale(t *testing.T) {
 				t.Fatalf("an instance of another layout started next to a running one: %v\n%s", err, tail(intruder.Log, 3))
 			}
 		}
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // the scenario: the layout runs a while, then stops wherever it got to
 		e.stopAll(ps)
 		if bs := e.branches(); len(bs) != 0 {
 			t.Fatalf("layout %d left branches: %v", m, bs)
@@ -132,13 +132,13 @@ func TestSurvivorResolvesBlockingBranch(t *testing.T) {
 	survivor := e.startLayoutInstance(1, 2)
 	start := time.Now()
 	// The bound: recovery, then the resolver's 1s interval; 30s leaves room for a loaded machine.
-	waitFor(t, 30*time.Second, func() bool { return len(e.branches()) == 0 }, "the survivor to resolve the dead instance's branches")
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(e.branches()) == 0 }, "the survivor to resolve the dead instance's branches")
 	took := time.Since(start)
 	if ev := logEvents(t, survivor.Log, "resolving a stopped instance's branches"); len(ev) != 1 || ev[0]["instance"] != e.job+"/0" {
 		t.Fatalf("survivor log: %v, want one take-over of %s/0", ev, e.job)
 	}
 	// Each resolution is logged just after its XA COMMIT returns: wait for the lines too.
-	waitFor(t, 10*time.Second, func() bool { return len(logEvents(t, survivor.Log, "in-doubt branch resolved")) >= len(blocking) }, "one resolution logged per branch")
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(logEvents(t, survivor.Log, "in-doubt branch resolved")) >= len(blocking) }, "one resolution logged per branch")
 	for _, ev := range logEvents(t, survivor.Log, "in-doubt branch resolved") {
 		if ev["action"] != "commit" || ev["origin"] != "resolver" {
 			t.Fatalf("resolution %v, want a commit by the resolver (the branches were decided)", ev)
@@ -155,6 +155,6 @@ func TestSurvivorResolvesBlockingBranch(t *testing.T) {
 // startLayoutInstance starts instance i of m and waits for its recovery.
 func (e *env) startLayoutInstance(i, m int) *proc {
 	p := e.start(fmt.Sprintf("RELAY_INSTANCE=%d/%d", i, m), "RELAY_SUBTASKS=1")
-	waitFor(e.t, 60*time.Second, func() bool { return len(logEvents(e.t, p.Log, "recovered")) > 0 }, "recovery")
+	testenv.Eventually(e.t, 60*time.Second, func() bool { return len(logEvents(e.t, p.Log, "recovered")) > 0 }, "recovery")
 	return p
 }
