@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,6 +51,22 @@ func TestProcessLogAndExit(t *testing.T) {
 	if err := r.Wait(10 * time.Second); !errors.As(err, &ee) || ee.ExitCode() != 3 {
 		t.Fatalf("exit: %v, want status 3", err)
 	}
+}
+
+// Stopped sees a process that stopped itself with SIGSTOP (as a crash point with action stop
+// does), and no longer once it was continued.
+func TestStopped(t *testing.T) {
+	r, err := harness.Start(harness.Options{Bin: "/bin/sh", Log: filepath.Join(t.TempDir(), "relay.log"),
+		Args: []string{"-c", "kill -STOP $$; sleep 30"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Kill()
+	testenv.Eventually(t, 10*time.Second, r.Stopped, "the process to stop itself")
+	if err := r.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return !r.Stopped() }, "the process to run again")
 }
 
 func TestLedgerBeforeRelayRan(t *testing.T) {
