@@ -75,7 +75,7 @@ func (e *env) waitCommitAbove(p *proc, id int64, d time.Duration) time.Duration 
 // TestNetworkFaults resets and blackholes random MySQL connections of a running relay every 1-4 s
 // under load, with SIGKILLs in between: two minutes in XA mode, one in held mode
 // (RELAY_TEST_FAULT_SECONDS sets both). relay must stay up through them: at most one exit of its
-// own per ten faults. Totals stay exact.
+// own per ten faults. Totals stay exact. RELAY_TEST_SEED replays the load and the faults drawn.
 func TestNetworkFaults(t *testing.T) {
 	for _, mode := range []struct {
 		name    string

@@ -21,7 +21,8 @@ import (
 // TestRandomKills SIGKILLs relay at random moments while orders keep arriving (in Kafka
 // transactions, some aborted, some records bad), restarts it each time, and finally requires exact
 // totals. RELAY_CRASH_KILLS sets the number of kills (default 20); RELAY_CRASH_KILL_DB=1 also
-// SIGKILLs MariaDB now and then (only a MariaDB that scripts/services.sh started).
+// SIGKILLs MariaDB now and then (only a MariaDB that scripts/services.sh started); RELAY_TEST_SEED
+// replays the load and the kill schedule.
 func TestRandomKills(t *testing.T) {
 	kills := 20
 	if v, err := strconv.Atoi(os.Getenv("RELAY_CRASH_KILLS")); err == nil && v > 0 {

@@ -16,8 +16,8 @@ import (
 	"github.com/relay-sh/relay/internal/testenv"
 )
 
-// Three instances of one job, each SIGKILLed on its own at random moments while orders keep
-// arriving; at the end, exact totals and no branch left in doubt.
+// Three instances of one job, each SIGKILLed on its own at random moments (RELAY_TEST_SEED
+// replays them) while orders keep arriving; at the end, exact totals and no branch left in doubt.
 func TestThreeInstancesRandomKills(t *testing.T) {
 	kills := 10
 	if v, err := strconv.Atoi(os.Getenv("RELAY_CRASH_INSTANCE_KILLS")); err == nil && v > 0 {
