@@ -387,13 +387,12 @@ func (e *env) finishInstances(totals *loadgen.Totals, m int) {
 	t.Helper()
 	x := e.expected(totals)
 	ps := e.startLayout(m)
-	deadline := time.Now().Add(90 * time.Second)
-	for e.diffOracle(x) != "" && time.Now().Before(deadline) {
+	testenv.Poll(90*time.Second, func() bool {
 		for _, p := range ps {
 			p.exited(t)
 		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return e.diffOracle(x) == ""
+	})
 	e.stopAll(ps)
 	if d := e.diffOracle(x); d != "" {
 		t.Fatalf("totals differ from the oracle's fold of what Kafka committed (%d records):\n%s", x.records, d)

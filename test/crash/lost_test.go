@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/testenv"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
@@ -61,7 +62,7 @@ func TestLostBranchRefusedUntilAcknowledged(t *testing.T) {
 		t.Fatalf("acknowledge --yes: exit %d\n%s%s", code, stdout, stderr)
 	}
 	p := e.start()
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay to start after the acknowledgement")
+	testenv.Eventually(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay to start after the acknowledgement")
 	p.exited(t)
 	p.Kill()
 }
