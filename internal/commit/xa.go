@@ -3,7 +3,7 @@
 // Invariant: a branch is prepared only at the barrier, after all its rows were written, and left
 // prepared for the coordinator; a session's in-doubt branches are resolved by recovery, from the
 // ledger's verdict alone, before the next session writes.
-package pipeline
+package commit
 
 import (
 	"context"
@@ -20,30 +20,35 @@ import (
 )
 
 // xaProtocol routes aggregate keys among the subtasks and decides each checkpoint in the ledger.
-type xaProtocol struct{}
+type xaProtocol struct{ d Deps }
 
-func (xaProtocol) recover(ctx context.Context, p *Pipeline, fence *ledger.Fence) (Recovered, error) {
-	return Recover(ctx, p.Ledger, fence.Epoch(), p.Sink, p.Log.Named("recovery"), p.Metrics, metrics.OriginRecovery)
+func (x xaProtocol) Recover(ctx context.Context, fence *ledger.Fence) (Recovered, partition.Offsets, error) {
+	return recoverSession(ctx, x.d, x, fence)
+}
+
+// settle resolves every prepared branch of the job from the ledger's verdict.
+func (x xaProtocol) settle(ctx context.Context, fence *ledger.Fence) (Recovered, error) {
+	return Recover(ctx, x.d.Ledger, fence.Epoch(), x.d.Sink, x.d.Log.Named("recovery"), x.d.Metrics, metrics.OriginRecovery)
 }
 
 // resume: recovery has settled every branch below the ids this owner uses, and a decision of this
 // owner is written only under its fence: the offsets rows are the last decision's.
-func (xaProtocol) resume(ctx context.Context, p *Pipeline, _ *ledger.Fence) (partition.Offsets, int64, error) {
-	return p.Ledger.PartitionOffsets(ctx)
+func (x xaProtocol) resume(ctx context.Context, _ *ledger.Fence) (partition.Offsets, int64, error) {
+	return x.d.Ledger.PartitionOffsets(ctx)
 }
 
-// decided: the consumer starts exactly at the last decision's offsets (or where the configured
+// Decided: the consumer starts exactly at the last decision's offsets (or where the configured
 // position resolved for a partition without one, which the first decision records in full).
-func (xaProtocol) decided(start, _ partition.Offsets) partition.Offsets { return start.Clone() }
+func (xaProtocol) Decided(start, _ partition.Offsets) partition.Offsets { return start.Clone() }
 
-func (xaProtocol) partitionAffine() bool { return false }
+func (xaProtocol) PartitionAffine() bool { return false }
 
 func (xaProtocol) newTxn(ctx context.Context, db *sql.DB) (txn, error) { return xa.NewBranch(ctx, db) }
 
-// barrierOffsets: none; the decision carries every partition's offsets.
-func (xaProtocol) barrierOffsets(_, _ partition.Offsets, _, _ int) partition.Offsets { return nil }
+// BarrierOffsets: none; the decision carries every partition's offsets.
+func (xaProtocol) BarrierOffsets(_, _ partition.Offsets, _, _ int) partition.Offsets { return nil }
 
-func (xaProtocol) barrier(ctx context.Context, s *subtask, b batch, r *prepared) (bool, error) {
+func (xaProtocol) barrier(ctx context.Context, s *Subtask, b Batch, r *Prepared) (bool, error) {
 	if s.branch == nil || s.branch.State() != xa.Active {
 		return false, nil
 	}
@@ -55,12 +60,12 @@ func (xaProtocol) barrier(ctx context.Context, s *subtask, b batch, r *prepared)
 		return false, err
 	}
 	r.tag = s.branch.Tag()
-	s.p.Metrics.PendingTransactions.Inc()
-	s.p.Metrics.Transactions.WithLabelValues("prepare", metrics.OriginNormal).Inc()
-	s.log.Debug("prepared", zap.String("tag", r.tag), zap.Int64("checkpoint", b.epoch))
+	s.env.Metrics.PendingTransactions.Inc()
+	s.env.Metrics.Transactions.WithLabelValues("prepare", metrics.OriginNormal).Inc()
+	s.log.Debug("prepared", zap.String("tag", r.tag), zap.Int64("checkpoint", b.Epoch))
 	return true, nil
 }
 
-func (xaProtocol) complete(ctx context.Context, c *coordinator, cp *pending) error {
+func (xaProtocol) Complete(ctx context.Context, c *Coordinator, cp *Pending) error {
 	return c.twoPhase(ctx, cp)
 }

@@ -13,7 +13,7 @@
 // the checkpoint ends (it did under REPEATABLE READ; see docs/PROTOCOL.md). A statement that still
 // waits for a lock (another writer, a prepared branch nobody resolved) has its blockers logged,
 // and fails at mysql.lock_wait_timeout like any other error.
-package pipeline
+package commit
 
 import (
 	"context"
@@ -23,7 +23,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
@@ -34,18 +33,18 @@ import (
 	"github.com/relay-sh/relay/internal/xa"
 )
 
-// batch is work for one subtask in one epoch: rows to write and, at the barrier, the order to prepare.
-type batch struct {
-	epoch   int64
-	table   *spec.Tables
-	dlq     []sink.DLQRow
-	details []sink.DetailRow
-	offsets partition.Offsets // at the barrier: what the subtask commits with its rows (protocol.barrierOffsets)
-	prepare chan<- prepared   // non-nil at the barrier
+// Batch is work for one subtask in one epoch: rows to write and, at the barrier, the order to prepare.
+type Batch struct {
+	Epoch   int64
+	Table   *spec.Tables
+	DLQ     []sink.DLQRow
+	Details []sink.DetailRow
+	Offsets partition.Offsets // at the barrier: what the subtask commits with its rows (Protocol.BarrierOffsets)
+	Prepare chan<- Prepared   // non-nil at the barrier
 }
 
-// prepared is a subtask's answer to the barrier.
-type prepared struct {
+// Prepared is a subtask's answer to the barrier.
+type Prepared struct {
 	subtask int
 	tag     string // empty when the subtask had nothing to write in the epoch
 	err     error
@@ -73,35 +72,49 @@ type decision struct {
 	deadline time.Time // the statement's; zero: none
 }
 
-type subtask struct {
-	p      *Pipeline     // the job's configuration, sink pool, schema, plan, protocol and metrics
+// Env is what every subtask of a session shares.
+type Env struct {
+	Deps
+	Settings
+	Proto  Protocol
+	Plan   *spec.Plan  // the compiled spec: the aggregate tables and their upserts
+	Schema sink.Schema // the dead-letter and detail tables
+}
+
+// Subtask is one sink writer.
+type Subtask struct {
+	env    *Env
 	idx    int           // index within this process
 	global int           // index across every instance of the job: names the tag
 	fence  *ledger.Fence // the session's: a barrier that decides (held mode's COMMIT) does so under it
 	// owner is the owner epoch the session took (held mode: Fence.NewSession): a held COMMIT is
 	// checked against it, never against the fence's current epoch, which a later session moves on.
 	owner  int64
-	data   chan batch
+	data   chan Batch
 	ctrl   chan decision
 	branch txn
 	buf    []byte
 	log    *zap.Logger
 }
 
-func newSubtask(p *Pipeline, idx, global int, fence *ledger.Fence) *subtask {
-	return &subtask{p: p, idx: idx, global: global, fence: fence, owner: fence.Epoch(), data: make(chan batch, 4), ctrl: make(chan decision, 1),
-		log: p.Log.Named("subtask").With(zap.Int("subtask", global))}
+// NewSubtask is subtask idx of this process, global across the job's instances, writing under fence.
+func NewSubtask(env *Env, idx, global int, fence *ledger.Fence) *Subtask {
+	return &Subtask{env: env, idx: idx, global: global, fence: fence, owner: fence.Epoch(), data: make(chan Batch, 4), ctrl: make(chan decision, 1),
+		log: env.Log.Named("subtask").With(zap.Int("subtask", global))}
 }
 
+// Data is where the subtask takes its batches, in order.
+func (s *Subtask) Data() chan<- Batch { return s.data }
+
 // commit is the coordinator's order, once the checkpoint is decided, to commit the prepared branch.
-func (s *subtask) commit(deadline time.Time, done chan<- error) {
+func (s *Subtask) commit(deadline time.Time, done chan<- error) {
 	s.ctrl <- decision{done: done, deadline: deadline}
 }
 
-// run serves batches until ctx ends or a write fails. On return the connection is released, and
+// Run serves batches until ctx ends or a write fails. On return the connection is released, and
 // discarded if it holds a transaction: the server then rolls back an active branch and keeps a
 // prepared one for recovery.
-func (s *subtask) run(ctx context.Context) error {
+func (s *Subtask) Run(ctx context.Context) error {
 	defer func() {
 		if s.branch != nil {
 			if st := s.branch.State(); st != xa.Idle {
@@ -111,7 +124,7 @@ func (s *subtask) run(ctx context.Context) error {
 		}
 	}()
 	for {
-		var b batch
+		var b Batch
 		select {
 		case <-ctx.Done():
 			return nil
@@ -119,19 +132,19 @@ func (s *subtask) run(ctx context.Context) error {
 		}
 		start := time.Now()
 		err := s.write(ctx, b)
-		if b.prepare == nil {
+		if b.Prepare == nil {
 			if err != nil {
 				return err
 			}
 			continue
 		}
-		r := prepared{subtask: s.idx, flush: time.Since(start)}
+		r := Prepared{subtask: s.idx, flush: time.Since(start)}
 		waits := false
 		if err == nil {
-			waits, err = s.p.proto.barrier(ctx, s, b, &r)
+			waits, err = s.env.Proto.barrier(ctx, s, b, &r)
 		}
 		r.err = err
-		b.prepare <- r
+		b.Prepare <- r
 		if err != nil {
 			return err
 		}
@@ -148,7 +161,7 @@ func (s *subtask) run(ctx context.Context) error {
 		if !d.deadline.IsZero() {
 			dctx, cancel = context.WithDeadline(ctx, d.deadline)
 		}
-		err = s.commitBranch(dctx, b.epoch)
+		err = s.commitBranch(dctx, b.Epoch)
 		cancel()
 		d.done <- err
 		if err != nil {
@@ -158,58 +171,58 @@ func (s *subtask) run(ctx context.Context) error {
 }
 
 // commitBranch commits the prepared branch of epoch, as the decision says.
-func (s *subtask) commitBranch(ctx context.Context, epoch int64) error {
+func (s *Subtask) commitBranch(ctx context.Context, epoch int64) error {
 	tag := s.branch.Tag()
 	if err := s.branch.Commit(ctx); err != nil {
 		s.log.Warn("branch resolution failed; recovery will finish it", zap.String("tag", tag),
 			zap.Int64("checkpoint", epoch), zap.String("action", "commit"), zap.Error(err))
 		return err
 	}
-	s.p.Metrics.PendingTransactions.Dec()
-	s.p.Metrics.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
+	s.env.Metrics.PendingTransactions.Dec()
+	s.env.Metrics.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
 	s.log.Debug("commit", zap.String("tag", tag), zap.Int64("checkpoint", epoch))
 	return nil
 }
 
 // write flushes one batch into the epoch's transaction, opening it on first use.
-func (s *subtask) write(ctx context.Context, b batch) error {
-	hasRows := b.table != nil && b.table.Keys() > 0
-	if !hasRows && len(b.dlq) == 0 && len(b.details) == 0 {
+func (s *Subtask) write(ctx context.Context, b Batch) error {
+	hasRows := b.Table != nil && b.Table.Keys() > 0
+	if !hasRows && len(b.DLQ) == 0 && len(b.Details) == 0 {
 		return nil
 	}
-	if err := s.begin(ctx, b.epoch); err != nil {
+	if err := s.begin(ctx, b.Epoch); err != nil {
 		return err
 	}
-	n := s.p.Config.MySQL.BatchRows // rows per statement
+	n := s.env.BatchRows // rows per statement
 	// Aggregates in spec order, each one's rows in primary-key order: every transaction takes its
 	// row locks in the same order, table by table.
-	for a, table := range s.p.Plan.Tables() {
+	for a, table := range s.env.Plan.Tables() {
 		if !hasRows {
 			break
 		}
-		rows := b.table.Drain(a)
+		rows := b.Table.Drain(a)
 		err := s.flush(ctx, len(rows), n,
-			func(dst []byte, i, j int) []byte { return s.p.Plan.AppendUpsert(dst, a, rows[i:j]) },
-			func(k int) string { return rowName(s.p.Plan, a, rows[k]) })
+			func(dst []byte, i, j int) []byte { return s.env.Plan.AppendUpsert(dst, a, rows[i:j]) },
+			func(k int) string { return rowName(s.env.Plan, a, rows[k]) })
 		if err != nil {
 			return fmt.Errorf("subtask %d: %s: %w", s.global, table, err)
 		}
 	}
-	err := s.flush(ctx, len(b.details), n,
-		func(dst []byte, i, j int) []byte { return s.p.schema.AppendDetailInsert(dst, b.details[i:j]) },
+	err := s.flush(ctx, len(b.Details), n,
+		func(dst []byte, i, j int) []byte { return s.env.Schema.AppendDetailInsert(dst, b.Details[i:j]) },
 		func(k int) string {
-			d := &b.details[k]
+			d := &b.Details[k]
 			return fmt.Sprintf("order_id=%q of record %s/%d@%d", d.OrderID, d.Topic, d.Partition, d.Offset)
 		})
 	if err != nil {
 		return fmt.Errorf("subtask %d: detail rows: %w", s.global, err)
 	}
-	err = s.flush(ctx, len(b.dlq), n,
+	err = s.flush(ctx, len(b.DLQ), n,
 		func(dst []byte, i, j int) []byte {
-			return s.p.schema.AppendDLQInsert(dst, s.p.Config.Job.Name, b.epoch, b.dlq[i:j])
+			return s.env.Schema.AppendDLQInsert(dst, s.env.Job, b.Epoch, b.DLQ[i:j])
 		},
 		func(k int) string {
-			d := &b.dlq[k]
+			d := &b.DLQ[k]
 			return fmt.Sprintf("record %s/%d@%d", d.Topic, d.Partition, d.Offset)
 		})
 	if err != nil {
@@ -220,7 +233,7 @@ func (s *subtask) write(ctx context.Context, b batch) error {
 
 // flush writes rows 0..rows-1 of one table, n to a statement; stmt renders rows [i, j), and name
 // names row k should MySQL refuse it.
-func (s *subtask) flush(ctx context.Context, rows, n int, stmt func(dst []byte, i, j int) []byte, name func(k int) string) error {
+func (s *Subtask) flush(ctx context.Context, rows, n int, stmt func(dst []byte, i, j int) []byte, name func(k int) string) error {
 	for i := 0; i < rows; i += n {
 		j := min(i+n, rows)
 		s.buf = stmt(s.buf[:0], i, j)
@@ -239,7 +252,7 @@ func (s *subtask) flush(ctx context.Context, rows, n int, stmt func(dst []byte, 
 // succeed; the operator needs the row. The epoch's transaction is gone with the error (its
 // connection is discarded), so the rows run again one at a time in a transaction of their own,
 // rolled back whatever happens, up to the first that MySQL refuses.
-func (s *subtask) refused(ctx context.Context, i, j int, stmt func(dst []byte, i, j int) []byte, name func(k int) string, err error) error {
+func (s *Subtask) refused(ctx context.Context, i, j int, stmt func(dst []byte, i, j int) []byte, name func(k int) string, err error) error {
 	k := i
 	if j-i > 1 {
 		var perr error
@@ -256,10 +269,10 @@ func (s *subtask) refused(ctx context.Context, i, j int, stmt func(dst []byte, i
 // probe runs rows [i, j) one statement each, in one transaction that it rolls back, and returns
 // the first row MySQL refuses for its data (-1: none). A statement that waits for a lock (a peer's
 // transaction) fails at mysql.lock_wait_timeout; the whole probe is bounded by checkpoint.timeout.
-func (s *subtask) probe(ctx context.Context, i, j int, stmt func(dst []byte, i, j int) []byte) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.p.Config.Checkpoint.Timeout)
+func (s *Subtask) probe(ctx context.Context, i, j int, stmt func(dst []byte, i, j int) []byte) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.env.CheckpointTimeout)
 	defer cancel()
-	tx, err := s.p.Sink.BeginTx(ctx, nil)
+	tx, err := s.env.Sink.BeginTx(ctx, nil)
 	if err != nil {
 		return -1, err
 	}
@@ -300,11 +313,11 @@ func rowName(p *spec.Plan, a int, r spec.Row) string {
 // exec runs the statement in s.buf inside the epoch's transaction. One still running after a fifth
 // of the lock wait timeout has the lock it waits for explained in the log, while the wait lasts
 // (afterwards the server no longer says who held it).
-func (s *subtask) exec(ctx context.Context) error {
+func (s *Subtask) exec(ctx context.Context) error {
 	tag, conn := s.branch.Tag(), s.branch.ConnID()
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	t := time.AfterFunc(s.p.Config.MySQL.LockWait/5, func() {
+	t := time.AfterFunc(s.env.LockWait/5, func() {
 		defer close(done)
 		s.reportLocks(wctx, tag, conn)
 	})
@@ -319,8 +332,8 @@ func (s *subtask) exec(ctx context.Context) error {
 // reportLocks logs who holds the locks the statement on connection conn waits for, once, while the
 // wait lasts. A blocker without a session is a prepared branch nobody resolved yet: its locks stay
 // until recovery or the resolver (or an operator, for another job's branch) finishes it.
-func (s *subtask) reportLocks(ctx context.Context, tag string, conn int64) {
-	bs, err := database.Blockers(ctx, s.p.Sink, conn)
+func (s *Subtask) reportLocks(ctx context.Context, tag string, conn int64) {
+	bs, err := database.Blockers(ctx, s.env.Sink, conn)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("statement slow; cannot read its lock waits", zap.String("tag", tag), zap.Int64("connection", conn), zap.Error(err))
@@ -336,8 +349,8 @@ func (s *subtask) reportLocks(ctx context.Context, tag string, conn int64) {
 	}
 }
 
-func (s *subtask) begin(ctx context.Context, epoch int64) error {
-	tag := config.Tag(s.p.Config.Job.Name, epoch, s.global)
+func (s *Subtask) begin(ctx context.Context, epoch int64) error {
+	tag := Tag(s.env.Job, epoch, s.global)
 	if s.branch != nil && s.branch.State() == xa.Active {
 		if s.branch.Tag() == tag {
 			return nil
@@ -345,7 +358,7 @@ func (s *subtask) begin(ctx context.Context, epoch int64) error {
 		return fmt.Errorf("subtask %d: branch %s still active at epoch %d", s.global, s.branch.Tag(), epoch)
 	}
 	if s.branch == nil || s.branch.State() == xa.Broken {
-		b, err := s.p.proto.newTxn(ctx, s.p.Sink)
+		b, err := s.env.Proto.newTxn(ctx, s.env.Sink)
 		if err != nil {
 			return fmt.Errorf("subtask %d: connect: %w", s.global, err)
 		}

@@ -7,7 +7,7 @@
 // XA branch, a connection with an open held transaction is never returned to the pool; on any
 // error it is discarded and the server rolls the transaction back, which is the whole of held
 // mode's abort.
-package pipeline
+package commit
 
 import (
 	"context"
@@ -26,12 +26,16 @@ import (
 	"github.com/relay-sh/relay/internal/xa"
 )
 
-// heldProtocol writes offsets through led, in each subtask's own transaction.
-type heldProtocol struct{ led *ledger.Ledger }
+// heldProtocol writes offsets through its ledger, in each subtask's own transaction.
+type heldProtocol struct{ d Deps }
 
-// recover: nothing is in doubt; each partition's committed offset is exactly what its committed
+func (h heldProtocol) Recover(ctx context.Context, fence *ledger.Fence) (Recovered, partition.Offsets, error) {
+	return recoverSession(ctx, h.d, h, fence)
+}
+
+// settle: nothing is in doubt; each partition's committed offset is exactly what its committed
 // data covers.
-func (heldProtocol) recover(context.Context, *Pipeline, *ledger.Fence) (Recovered, error) {
+func (heldProtocol) settle(context.Context, *ledger.Fence) (Recovered, error) {
 	return Recovered{}, nil
 }
 
@@ -39,20 +43,20 @@ func (heldProtocol) recover(context.Context, *Pipeline, *ledger.Fence) (Recovere
 // transaction (Fence.NewSession): a data transaction of the previous session still committing on
 // the server is waited for, not read around, and one not yet through its fence check can no longer
 // decide. An in-process restart keeps the fence but never the epoch.
-func (h heldProtocol) resume(ctx context.Context, _ *Pipeline, fence *ledger.Fence) (partition.Offsets, int64, error) {
-	return fence.NewSession(ctx, h.led)
+func (h heldProtocol) resume(ctx context.Context, fence *ledger.Fence) (partition.Offsets, int64, error) {
+	return fence.NewSession(ctx, h.d.Ledger)
 }
 
-// decided: only what the ledger holds. A partition started from the configured position must get
+// Decided: only what the ledger holds. A partition started from the configured position must get
 // its offset row at the first checkpoint, or a restart would re-resolve "latest".
-func (heldProtocol) decided(_, from partition.Offsets) partition.Offsets { return from.Clone() }
+func (heldProtocol) Decided(_, from partition.Offsets) partition.Offsets { return from.Clone() }
 
-func (heldProtocol) partitionAffine() bool { return true }
+func (heldProtocol) PartitionAffine() bool { return true }
 
 func (heldProtocol) newTxn(ctx context.Context, db *sql.DB) (txn, error) { return newHeldTxn(ctx, db) }
 
-// barrierOffsets returns the offsets of subtask i's partitions that moved since the last decision.
-func (heldProtocol) barrierOffsets(decided, cut partition.Offsets, i, n int) partition.Offsets {
+// BarrierOffsets returns the offsets of subtask i's partitions that moved since the last decision.
+func (heldProtocol) BarrierOffsets(decided, cut partition.Offsets, i, n int) partition.Offsets {
 	out := partition.Offsets{}
 	for t, ps := range cut {
 		for part, off := range ps {
@@ -70,11 +74,11 @@ func (heldProtocol) barrierOffsets(decided, cut partition.Offsets, i, n int) par
 // barrier ends a held epoch: the subtask's offsets join its data in one transaction, and the
 // COMMIT decides both. r's tag stays empty when the epoch left nothing to commit. Nothing is left
 // waiting for the coordinator.
-func (h heldProtocol) barrier(ctx context.Context, s *subtask, b batch, r *prepared) (bool, error) {
-	if len(b.offsets) == 0 && (s.branch == nil || s.branch.State() != xa.Active) {
+func (h heldProtocol) barrier(ctx context.Context, s *Subtask, b Batch, r *Prepared) (bool, error) {
+	if len(b.Offsets) == 0 && (s.branch == nil || s.branch.State() != xa.Active) {
 		return false, nil
 	}
-	if err := s.begin(ctx, b.epoch); err != nil {
+	if err := s.begin(ctx, b.Epoch); err != nil {
 		return false, err
 	}
 	crashpoint.Hit(crashpoint.AfterFlush)
@@ -83,11 +87,11 @@ func (h heldProtocol) barrier(ctx context.Context, s *subtask, b batch, r *prepa
 	deadline := s.fence.Deadline()
 	if !time.Now().Before(deadline) {
 		tx.fail()
-		return false, fmt.Errorf("subtask %d: %w: lease not renewed since %s", s.global, errFenceLost, deadline.Format(time.RFC3339Nano))
+		return false, fmt.Errorf("subtask %d: %w: lease not renewed since %s", s.global, ErrFenceLost, deadline.Format(time.RFC3339Nano))
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	if err := h.led.WriteHeldOffsets(ctx, tx.Conn(), s.owner, b.epoch, b.offsets); err != nil {
+	if err := h.d.Ledger.WriteHeldOffsets(ctx, tx.Conn(), s.owner, b.Epoch, b.Offsets); err != nil {
 		tx.fail()
 		return false, fmt.Errorf("subtask %d: %w", s.global, err)
 	}
@@ -95,14 +99,14 @@ func (h heldProtocol) barrier(ctx context.Context, s *subtask, b batch, r *prepa
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("subtask %d: %w", s.global, err)
 	}
-	s.p.Metrics.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
-	s.log.Debug("committed", zap.String("tag", tx.Tag()), zap.Int64("checkpoint", b.epoch))
+	s.env.Metrics.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
+	s.log.Debug("committed", zap.String("tag", tx.Tag()), zap.Int64("checkpoint", b.Epoch))
 	r.tag = tx.Tag()
 	return false, nil
 }
 
-// complete: each subtask's COMMIT was its own decision; the coordinator only collects them.
-func (heldProtocol) complete(ctx context.Context, c *coordinator, cp *pending) error {
+// Complete: each subtask's COMMIT was its own decision; the coordinator only collects them.
+func (heldProtocol) Complete(ctx context.Context, c *Coordinator, cp *Pending) error {
 	return c.onePhase(ctx, cp)
 }
 
