@@ -30,7 +30,7 @@ type Pending struct {
 	ID      int64
 	Records int64 // records folded into the checkpoint
 	Offsets partition.Offsets
-	Replies chan Prepared // one per participant, sent once its part of the epoch is prepared
+	Replies chan Reply // one per participant, sent once its part of the epoch is prepared
 	// Committed records the checkpoint once its data is durable (the session's bookkeeping).
 	Committed func(tags []string, log *zap.Logger)
 }

@@ -95,7 +95,7 @@ var testMetrics = metrics.New("coordinator_test")
 type checkpointCase struct {
 	name    string
 	id      int64
-	replies []Prepared // sent before the coordinator runs; fewer than the participants: a timeout
+	replies []Reply // sent before the coordinator runs; fewer than the participants: a timeout
 	parts   func([]*fakePart)
 	decider func(*fakeDecider)
 	stagger bool
@@ -134,38 +134,38 @@ func noError(t *testing.T, err error) {
 }
 
 func TestCoordinator(t *testing.T) {
-	ok := func(i int, tag string) Prepared { return Prepared{subtask: i, tag: tag} }
+	ok := func(i int, tag string) Reply { return Reply{subtask: i, tag: tag} }
 	connLost := fmt.Errorf("xa prepare: %w", mysql.ErrInvalidConn)
 	for _, c := range []checkpointCase{{
 		name:    "all prepared: decide, commit all, mark",
-		replies: []Prepared{ok(1, "b"), ok(0, "a"), ok(2, "c")},
+		replies: []Reply{ok(1, "b"), ok(0, "a"), ok(2, "c")},
 		err:     noError, decisions: 1, commits: []int{1, 1, 1}, marked: true, committed: true,
 		wantTags: []string{"b", "a", "c"},
 	}, {
 		name:    "a participant with nothing to write is not committed",
-		replies: []Prepared{ok(0, "a"), ok(1, ""), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, ""), ok(2, "c")},
 		err:     noError, decisions: 1, commits: []int{1, 0, 1}, marked: true, committed: true,
 		wantTags: []string{"a", "c"},
 	}, {
 		name:    "nothing written: the offsets are still decided",
-		replies: []Prepared{ok(0, ""), ok(1, ""), ok(2, "")},
+		replies: []Reply{ok(0, ""), ok(1, ""), ok(2, "")},
 		err:     noError, decisions: 1, commits: []int{0, 0, 0}, marked: true, committed: true,
 	}, {
 		name:    "prepare error: no decision",
-		replies: []Prepared{ok(0, "a"), {subtask: 1, err: connLost}, ok(2, "c")},
+		replies: []Reply{ok(0, "a"), {subtask: 1, err: connLost}, ok(2, "c")},
 		err:     wantCheckpointError("mysql_connection"), commits: []int{0, 0, 0},
 	}, {
 		name:    "prepare times out: no decision",
-		replies: []Prepared{ok(0, "a"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(2, "c")},
 		err:     wantCheckpointError("timeout"), commits: []int{0, 0, 0},
 	}, {
 		name:    "lease deadline passed: no decision",
-		replies: []Prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		decider: func(d *fakeDecider) { d.deadline = time.Now().Add(-time.Millisecond) },
 		err:     wantCheckpointError("fence_lost"), commits: []int{0, 0, 0},
 	}, {
 		name:    "fenced at the decision: returned as it is, fatal",
-		replies: []Prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		decider: func(d *fakeDecider) { d.decideErr = fmt.Errorf("decide 7: %w: owner epoch is 3", ledger.ErrFenced) },
 		err: func(t *testing.T, err error) {
 			var ce *CheckpointError
@@ -176,52 +176,52 @@ func TestCoordinator(t *testing.T) {
 		commits: []int{0, 0, 0},
 	}, {
 		name:    "decision fails: checkpoint error, nothing committed",
-		replies: []Prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		decider: func(d *fakeDecider) { d.decideErr = fmt.Errorf("decide 7: commit: %w", mysql.ErrInvalidConn) },
 		err:     wantCheckpointError("mysql_connection"), commits: []int{0, 0, 0},
 	}, {
 		name:    "commit fails after the decision: checkpoint error, the decision stands",
-		replies: []Prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		parts:   func(ps []*fakePart) { ps[1].err = fmt.Errorf("xa commit: %w", mysql.ErrInvalidConn) },
 		err:     wantCheckpointError("mysql_connection"), decisions: 1, commits: []int{1, 1, 1},
 		wantTags: []string{"a", "b", "c"},
 	}, {
 		name:    "commit hangs: the commit phase's deadline fails it",
-		replies: []Prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		parts:   func(ps []*fakePart) { ps[2].hang = true },
 		err:     wantCheckpointError("timeout"), decisions: 1, commits: []int{1, 1, 1},
 		wantTags: []string{"a", "b", "c"},
 	}, {
 		name:    "marking committed fails: checkpoint error",
-		replies: []Prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		decider: func(d *fakeDecider) { d.markErr = fmt.Errorf("mark 7 committed: %w", mysql.ErrInvalidConn) },
 		err:     wantCheckpointError("mysql_connection"), decisions: 1, commits: []int{1, 1, 1},
 		wantTags: []string{"a", "b", "c"},
 	}, {
 		name:    "production commits every branch at once",
-		replies: []Prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		parts:   gateAll,
 		err:     noError, decisions: 1, commits: []int{1, 1, 1}, marked: true, committed: true,
 		wantTags: []string{"a", "b", "c"},
 	}, {
 		name:    "crash-point builds commit the first branch alone",
-		replies: []Prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		parts:   gateAll, stagger: true,
 		err: wantCheckpointError("timeout"), decisions: 1, commits: []int{1, 0, 0},
 		wantTags: []string{"a", "b", "c"},
 	}, {
 		name:    "every hundredth checkpoint prunes the ledger",
 		id:      300,
-		replies: []Prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		err:     noError, decisions: 1, commits: []int{1, 1, 1}, marked: true, committed: true,
 		wantTags: []string{"a", "b", "c"}, wantPruned: true,
 	}, {
 		name:    "held: the barrier replies were the commits, no decision",
-		replies: []Prepared{ok(0, "a"), ok(1, ""), ok(2, "c")}, held: true,
+		replies: []Reply{ok(0, "a"), ok(1, ""), ok(2, "c")}, held: true,
 		err: noError, commits: []int{0, 0, 0}, committed: true, wantTags: []string{"a", "c"},
 	}, {
 		name:    "held: a failed COMMIT fails the checkpoint",
-		replies: []Prepared{ok(0, "a"), {subtask: 1, err: connLost}, ok(2, "c")}, held: true,
+		replies: []Reply{ok(0, "a"), {subtask: 1, err: connLost}, ok(2, "c")}, held: true,
 		err: wantCheckpointError("mysql_connection"), commits: []int{0, 0, 0},
 	}} {
 		t.Run(c.name, func(t *testing.T) { runCheckpointCase(t, c) })
@@ -270,7 +270,7 @@ func runCheckpointCase(t *testing.T, c checkpointCase) {
 	if id == 0 {
 		id = 7
 	}
-	cp := &Pending{ID: id, Records: 42, Offsets: partition.Offsets{"orders": {0: 10}}, Replies: make(chan Prepared, len(fakes)),
+	cp := &Pending{ID: id, Records: 42, Offsets: partition.Offsets{"orders": {0: 10}}, Replies: make(chan Reply, len(fakes)),
 		Committed: func(tags []string, _ *zap.Logger) {
 			committed, gotTags = true, tags
 		}}

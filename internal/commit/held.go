@@ -15,15 +15,11 @@ import (
 	"fmt"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
-	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/partition"
-	"github.com/relay-sh/relay/internal/xa"
 )
 
 // heldProtocol writes offsets through its ledger, in each subtask's own transaction.
@@ -53,7 +49,9 @@ func (heldProtocol) Decided(_, from partition.Offsets) partition.Offsets { retur
 
 func (heldProtocol) PartitionAffine() bool { return true }
 
-func (heldProtocol) newTxn(ctx context.Context, db *sql.DB) (txn, error) { return newHeldTxn(ctx, db) }
+func (h heldProtocol) NewParticipant(ctx context.Context, db *sql.DB) (Participant, error) {
+	return newHeldTxn(ctx, db, h.d.Ledger)
+}
 
 // BarrierOffsets returns the offsets of subtask i's partitions that moved since the last decision.
 func (heldProtocol) BarrierOffsets(decided, cut partition.Offsets, i, n int) partition.Offsets {
@@ -71,54 +69,22 @@ func (heldProtocol) BarrierOffsets(decided, cut partition.Offsets, i, n int) par
 	return out
 }
 
-// barrier ends a held epoch: the subtask's offsets join its data in one transaction, and the
-// COMMIT decides both. r's tag stays empty when the epoch left nothing to commit. Nothing is left
-// waiting for the coordinator.
-func (h heldProtocol) barrier(ctx context.Context, s *Subtask, b Batch, r *Prepared) (bool, error) {
-	if len(b.Offsets) == 0 && (s.branch == nil || s.branch.State() != xa.Active) {
-		return false, nil
-	}
-	if err := s.begin(ctx, b.Epoch); err != nil {
-		return false, err
-	}
-	crashpoint.Hit(crashpoint.AfterFlush)
-	tx := s.branch.(*heldTxn)
-	// The COMMIT below is the decision: like XA mode's ledger write, only before the lease deadline.
-	deadline := s.fence.Deadline()
-	if !time.Now().Before(deadline) {
-		tx.fail()
-		return false, fmt.Errorf("subtask %d: %w: lease not renewed since %s", s.global, ErrFenceLost, deadline.Format(time.RFC3339Nano))
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	if err := h.d.Ledger.WriteHeldOffsets(ctx, tx.Conn(), s.owner, b.Epoch, b.Offsets); err != nil {
-		tx.fail()
-		return false, fmt.Errorf("subtask %d: %w", s.global, err)
-	}
-	crashpoint.Hit(crashpoint.HeldBeforeCommit)
-	if err := tx.Commit(ctx); err != nil {
-		return false, fmt.Errorf("subtask %d: %w", s.global, err)
-	}
-	s.env.Metrics.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
-	s.log.Debug("committed", zap.String("tag", tx.Tag()), zap.Int64("checkpoint", b.Epoch))
-	r.tag = tx.Tag()
-	return false, nil
-}
-
 // Complete: each subtask's COMMIT was its own decision; the coordinator only collects them.
 func (heldProtocol) Complete(ctx context.Context, c *Coordinator, cp *Pending) error {
 	return c.onePhase(ctx, cp)
 }
 
-// heldTxn is one subtask's local transaction.
+// heldTxn is one subtask's local transaction, as a participant: its vote is its COMMIT, with the
+// offsets of its partitions written through led.
 type heldTxn struct {
+	led    *ledger.Ledger
 	conn   *sql.Conn
 	connID int64
 	tag    string
-	state  xa.State
+	state  State
 }
 
-func newHeldTxn(ctx context.Context, db *sql.DB) (*heldTxn, error) {
+func newHeldTxn(ctx context.Context, db *sql.DB, led *ledger.Ledger) (*heldTxn, error) {
 	c, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
@@ -128,17 +94,16 @@ func newHeldTxn(ctx context.Context, db *sql.DB) (*heldTxn, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("connection id: %w", err)
 	}
-	return &heldTxn{conn: c, connID: id}, nil
+	return &heldTxn{led: led, conn: c, connID: id}, nil
 }
 
-func (h *heldTxn) ConnID() int64   { return h.connID }
-func (h *heldTxn) Tag() string     { return h.tag }
-func (h *heldTxn) State() xa.State { return h.state }
-func (h *heldTxn) Conn() *sql.Conn { return h.conn }
-func (h *heldTxn) fail()           { h.Close(); h.state = xa.Broken }
+func (h *heldTxn) ConnID() int64 { return h.connID }
+func (h *heldTxn) Tag() string   { return h.tag }
+func (h *heldTxn) State() State  { return h.state }
+func (h *heldTxn) fail()         { h.Close(); h.state = Broken }
 
-func (h *heldTxn) Start(ctx context.Context, tag string) error {
-	if h.state != xa.Idle {
+func (h *heldTxn) Begin(ctx context.Context, tag string) error {
+	if h.state != Idle {
 		return fmt.Errorf("begin %s: transaction is %s", tag, h.state)
 	}
 	h.tag = tag
@@ -146,12 +111,12 @@ func (h *heldTxn) Start(ctx context.Context, tag string) error {
 		h.fail()
 		return fmt.Errorf("begin %s: %w", tag, err)
 	}
-	h.state = xa.Active
+	h.state = Active
 	return nil
 }
 
 func (h *heldTxn) Exec(ctx context.Context, q string, args ...any) error {
-	if h.state != xa.Active {
+	if h.state != Active {
 		return fmt.Errorf("write %s: transaction is %s", h.tag, h.state)
 	}
 	if _, err := h.conn.ExecContext(ctx, q, args...); err != nil {
@@ -161,8 +126,36 @@ func (h *heldTxn) Exec(ctx context.Context, q string, args ...any) error {
 	return nil
 }
 
-func (h *heldTxn) Commit(ctx context.Context) error {
-	if h.state != xa.Active {
+// Vote ends a held epoch: the subtask's offsets join its data in one transaction, and the COMMIT
+// decides both. Nothing is left waiting for the coordinator.
+func (h *heldTxn) Vote(ctx context.Context, b Ballot) (bool, error) {
+	// The COMMIT below is the decision: like XA mode's ledger write, only before the lease deadline.
+	deadline := b.Fence.Deadline()
+	if !time.Now().Before(deadline) {
+		h.fail()
+		return false, fmt.Errorf("subtask %d: %w: lease not renewed since %s", b.Subtask, ErrFenceLost, deadline.Format(time.RFC3339Nano))
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if err := h.led.WriteHeldOffsets(ctx, h.conn, b.Owner, b.Epoch, b.Offsets); err != nil {
+		h.fail()
+		return false, fmt.Errorf("subtask %d: %w", b.Subtask, err)
+	}
+	crashpoint.Hit(crashpoint.HeldBeforeCommit)
+	if err := h.commit(ctx); err != nil {
+		return false, fmt.Errorf("subtask %d: %w", b.Subtask, err)
+	}
+	return false, nil
+}
+
+// Commit: a held transaction is never Prepared, its vote was its commit; the coordinator never
+// orders one committed.
+func (h *heldTxn) Commit(context.Context) error {
+	return fmt.Errorf("commit %s: transaction is %s (a held transaction commits at its vote)", h.tag, h.state)
+}
+
+func (h *heldTxn) commit(ctx context.Context) error {
+	if h.state != Active {
 		return fmt.Errorf("commit %s: transaction is %s", h.tag, h.state)
 	}
 	if _, err := h.conn.ExecContext(ctx, "COMMIT"); err != nil {
@@ -170,7 +163,7 @@ func (h *heldTxn) Commit(ctx context.Context) error {
 		h.fail()
 		return fmt.Errorf("commit %s: %w", h.tag, fault.AtCommit(err))
 	}
-	h.state = xa.Idle
+	h.state = Idle
 	return nil
 }
 
@@ -178,11 +171,11 @@ func (h *heldTxn) Close() {
 	if h.conn == nil {
 		return
 	}
-	if h.state == xa.Idle {
+	if h.state == Idle {
 		_ = h.conn.Close()
 	} else {
 		database.Discard(h.conn)
-		h.state = xa.Broken
+		h.state = Broken
 	}
 	h.conn = nil
 }

@@ -33,8 +33,8 @@ func TestHeldOldSessionRefused(t *testing.T) {
 	}
 	offs := partition.Offsets{}
 	offs.Set("t", 0, 10)
-	var r Prepared
-	_, err := h.barrier(ctx, old, Batch{Epoch: 5, Offsets: offs}, &r)
+	var r Reply
+	_, err := old.barrier(ctx, Batch{Epoch: 5, Offsets: offs}, &r)
 	if !errors.Is(err, ledger.ErrFenced) {
 		t.Fatalf("the old session's held COMMIT after a new session: %v (tag %q); want ErrFenced", err, r.tag)
 	}

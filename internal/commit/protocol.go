@@ -48,15 +48,11 @@ type Protocol interface {
 	// aggregate keys: the fold gives each record only its owner's tables and flushes them only at
 	// the barrier.
 	PartitionAffine() bool
-	// newTxn opens a subtask's transaction on a connection of its own.
-	newTxn(ctx context.Context, db *sql.DB) (txn, error)
+	// NewParticipant opens a subtask's transaction on a connection of its own.
+	NewParticipant(ctx context.Context, db *sql.DB) (Participant, error)
 	// BarrierOffsets are the offsets subtask i (of n) writes with its rows at the barrier of a
 	// checkpoint cut at cut, decided being the offsets of the last decision.
 	BarrierOffsets(decided, cut partition.Offsets, i, n int) partition.Offsets
-	// barrier ends subtask s's part of epoch b.Epoch once its rows are written, filling r's tag
-	// (empty: nothing written) and prepare time. It reports whether s now holds a prepared branch
-	// that waits for the coordinator's commit.
-	barrier(ctx context.Context, s *Subtask, b Batch, r *Prepared) (bool, error)
 	// Complete finishes a checkpoint past its barrier through c.
 	Complete(ctx context.Context, c *Coordinator, cp *Pending) error
 }

@@ -5,8 +5,9 @@
 // with nothing to write leaves no branch; writes, the barrier and the decision for one epoch
 // arrive in order on one goroutine; while a branch is prepared the subtask takes nothing but the
 // decision (MariaDB cannot start another transaction on a connection holding a prepared one, and
-// must commit it on that same connection). What the barrier does is the protocol's (xa.go,
-// held.go).
+// must commit it on that same connection). At the barrier the transaction votes through the
+// Participant interface (participant.go), the only view the subtask has of it: an XA branch
+// prepares (xa.go), a held transaction commits with its offsets (held.go).
 //
 // Subtasks write disjoint rows (routing by key), and their sessions run at READ COMMITTED, so a
 // page split never turns one subtask's row lock into a gap lock that blocks a peer's insert until
@@ -23,6 +24,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
@@ -30,7 +32,6 @@ import (
 	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/spec"
-	"github.com/relay-sh/relay/internal/xa"
 )
 
 // Batch is work for one subtask in one epoch: rows to write and, at the barrier, the order to prepare.
@@ -40,29 +41,16 @@ type Batch struct {
 	DLQ     []sink.DLQRow
 	Details []sink.DetailRow
 	Offsets partition.Offsets // at the barrier: what the subtask commits with its rows (Protocol.BarrierOffsets)
-	Prepare chan<- Prepared   // non-nil at the barrier
+	Prepare chan<- Reply      // non-nil at the barrier
 }
 
-// Prepared is a subtask's answer to the barrier.
-type Prepared struct {
+// Reply is a subtask's answer to the barrier.
+type Reply struct {
 	subtask int
 	tag     string // empty when the subtask had nothing to write in the epoch
 	err     error
 	flush   time.Duration
 	prep    time.Duration
-}
-
-// txn is a subtask's transaction of one epoch: *xa.Branch, or *heldTxn in held mode. How it ends
-// at the barrier is the protocol's (an XA branch prepares, a held transaction commits with its
-// offsets): each protocol's barrier reaches its own type.
-type txn interface {
-	Tag() string
-	State() xa.State
-	ConnID() int64
-	Start(ctx context.Context, tag string) error
-	Exec(ctx context.Context, q string, args ...any) error
-	Commit(ctx context.Context) error
-	Close()
 }
 
 // decision commits the prepared branch on its own connection. (An undecided branch is never
@@ -92,7 +80,7 @@ type Subtask struct {
 	owner  int64
 	data   chan Batch
 	ctrl   chan decision
-	branch txn
+	branch Participant
 	buf    []byte
 	log    *zap.Logger
 }
@@ -117,7 +105,7 @@ func (s *Subtask) commit(deadline time.Time, done chan<- error) {
 func (s *Subtask) Run(ctx context.Context) error {
 	defer func() {
 		if s.branch != nil {
-			if st := s.branch.State(); st != xa.Idle {
+			if st := s.branch.State(); st != Idle {
 				s.log.Info("releasing connection with open branch", zap.String("tag", s.branch.Tag()), zap.Stringer("state", st))
 			}
 			s.branch.Close()
@@ -138,10 +126,10 @@ func (s *Subtask) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		r := Prepared{subtask: s.idx, flush: time.Since(start)}
+		r := Reply{subtask: s.idx, flush: time.Since(start)}
 		waits := false
 		if err == nil {
-			waits, err = s.env.Proto.barrier(ctx, s, b, &r)
+			waits, err = s.barrier(ctx, b, &r)
 		}
 		r.err = err
 		b.Prepare <- r
@@ -168,6 +156,37 @@ func (s *Subtask) Run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// barrier ends s's part of epoch b.Epoch once its rows are written, by the participant's vote,
+// filling r's tag (empty: nothing to commit) and vote time. It reports whether s now holds a
+// prepared branch that waits for the coordinator's commit.
+func (s *Subtask) barrier(ctx context.Context, b Batch, r *Reply) (bool, error) {
+	if s.branch == nil || s.branch.State() != Active {
+		if len(b.Offsets) == 0 {
+			return false, nil // nothing written, no offsets of its own to commit
+		}
+		if err := s.begin(ctx, b.Epoch); err != nil {
+			return false, err
+		}
+	}
+	crashpoint.Hit(crashpoint.AfterFlush)
+	t := time.Now()
+	waits, err := s.branch.Vote(ctx, Ballot{Epoch: b.Epoch, Subtask: s.global, Offsets: b.Offsets, Owner: s.owner, Fence: s.fence})
+	r.prep = time.Since(t)
+	if err != nil {
+		return false, err
+	}
+	r.tag = s.branch.Tag()
+	if waits {
+		s.env.Metrics.PendingTransactions.Inc()
+		s.env.Metrics.Transactions.WithLabelValues("prepare", metrics.OriginNormal).Inc()
+		s.log.Debug("prepared", zap.String("tag", r.tag), zap.Int64("checkpoint", b.Epoch))
+	} else {
+		s.env.Metrics.Transactions.WithLabelValues("commit", metrics.OriginNormal).Inc()
+		s.log.Debug("committed", zap.String("tag", r.tag), zap.Int64("checkpoint", b.Epoch))
+	}
+	return waits, nil
 }
 
 // commitBranch commits the prepared branch of epoch, as the decision says.
@@ -351,21 +370,21 @@ func (s *Subtask) reportLocks(ctx context.Context, tag string, conn int64) {
 
 func (s *Subtask) begin(ctx context.Context, epoch int64) error {
 	tag := Tag(s.env.Job, epoch, s.global)
-	if s.branch != nil && s.branch.State() == xa.Active {
+	if s.branch != nil && s.branch.State() == Active {
 		if s.branch.Tag() == tag {
 			return nil
 		}
 		return fmt.Errorf("subtask %d: branch %s still active at epoch %d", s.global, s.branch.Tag(), epoch)
 	}
-	if s.branch == nil || s.branch.State() == xa.Broken {
-		b, err := s.env.Proto.newTxn(ctx, s.env.Sink)
+	if s.branch == nil || s.branch.State() == Broken {
+		b, err := s.env.Proto.NewParticipant(ctx, s.env.Sink)
 		if err != nil {
 			return fmt.Errorf("subtask %d: connect: %w", s.global, err)
 		}
 		s.branch = b
 		s.log.Info("sink connection opened", zap.Int64("connection", b.ConnID()))
 	}
-	if err := s.branch.Start(ctx, tag); err != nil {
+	if err := s.branch.Begin(ctx, tag); err != nil {
 		return err
 	}
 	s.log.Debug("begin", zap.String("tag", tag), zap.Int64("checkpoint", epoch))

@@ -8,11 +8,7 @@ package commit
 import (
 	"context"
 	"database/sql"
-	"time"
 
-	"go.uber.org/zap"
-
-	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/partition"
@@ -43,29 +39,42 @@ func (xaProtocol) Decided(start, _ partition.Offsets) partition.Offsets { return
 
 func (xaProtocol) PartitionAffine() bool { return false }
 
-func (xaProtocol) newTxn(ctx context.Context, db *sql.DB) (txn, error) { return xa.NewBranch(ctx, db) }
+func (xaProtocol) NewParticipant(ctx context.Context, db *sql.DB) (Participant, error) {
+	b, err := xa.NewBranch(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	return xaBranch{b}, nil
+}
 
 // BarrierOffsets: none; the decision carries every partition's offsets.
 func (xaProtocol) BarrierOffsets(_, _ partition.Offsets, _, _ int) partition.Offsets { return nil }
 
-func (xaProtocol) barrier(ctx context.Context, s *Subtask, b Batch, r *Prepared) (bool, error) {
-	if s.branch == nil || s.branch.State() != xa.Active {
-		return false, nil
-	}
-	crashpoint.Hit(crashpoint.AfterFlush)
-	t := time.Now()
-	err := s.branch.(*xa.Branch).Prepare(ctx)
-	r.prep = time.Since(t)
-	if err != nil {
-		return false, err
-	}
-	r.tag = s.branch.Tag()
-	s.env.Metrics.PendingTransactions.Inc()
-	s.env.Metrics.Transactions.WithLabelValues("prepare", metrics.OriginNormal).Inc()
-	s.log.Debug("prepared", zap.String("tag", r.tag), zap.Int64("checkpoint", b.Epoch))
-	return true, nil
-}
-
 func (xaProtocol) Complete(ctx context.Context, c *Coordinator, cp *Pending) error {
 	return c.twoPhase(ctx, cp)
+}
+
+// xaBranch is an XA branch as a participant: its vote is XA PREPARE, and it waits for the
+// coordinator's decision, prepared, on its own connection.
+type xaBranch struct{ *xa.Branch }
+
+func (b xaBranch) State() State {
+	switch b.Branch.State() {
+	case xa.Idle:
+		return Idle
+	case xa.Active:
+		return Active
+	case xa.Prepared:
+		return Prepared
+	}
+	return Broken
+}
+
+func (b xaBranch) Begin(ctx context.Context, tag string) error { return b.Start(ctx, tag) }
+
+func (b xaBranch) Vote(ctx context.Context, _ Ballot) (bool, error) {
+	if err := b.Prepare(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
 }

@@ -300,7 +300,7 @@ func (s *session) cut() error {
 		return nil
 	}
 	offsets, cutAt := s.positions.Clone(), time.Now()
-	cp := &commit.Pending{ID: e.id, Records: e.records, Offsets: offsets, Replies: make(chan commit.Prepared, len(s.subs)),
+	cp := &commit.Pending{ID: e.id, Records: e.records, Offsets: offsets, Replies: make(chan commit.Reply, len(s.subs)),
 		Committed: func(tags []string, log *zap.Logger) { s.committed(e, offsets, cutAt, tags, log) }}
 	decided := *s.decided.Load()
 	for i := range s.subs {
