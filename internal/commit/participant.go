@@ -25,18 +25,15 @@ const (
 	Broken                // connection discarded after an error; the transaction's fate is the server's
 )
 
+// stateNames are the states as logged: the same words as xa.State's, so that a log line naming a
+// participant's state reads alike in both modes.
+var stateNames = [...]string{Idle: "idle", Active: "active", Prepared: "prepared", Broken: "broken"}
+
 func (s State) String() string {
-	switch s {
-	case Idle:
-		return "idle"
-	case Active:
-		return "active"
-	case Prepared:
-		return "prepared"
-	case Broken:
-		return "broken"
+	if s < 0 || int(s) >= len(stateNames) {
+		return fmt.Sprintf("State(%d)", int(s))
 	}
-	return fmt.Sprintf("State(%d)", int(s))
+	return stateNames[s]
 }
 
 // Ballot is what a participant needs to end its epoch at the barrier.

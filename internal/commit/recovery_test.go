@@ -14,7 +14,6 @@ import (
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/testenv"
-	"github.com/relay-sh/relay/internal/xa"
 )
 
 // decidedJob is a new job's ledger with its fence held, on a fresh database.
@@ -44,14 +43,16 @@ func emptyBranch(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Ledg
 // emptyDecided is emptyBranch deciding c.
 func emptyDecided(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Ledger, f *ledger.Fence, tag string, c ledger.Checkpoint) {
 	t.Helper()
-	b, err := xa.NewBranch(ctx, db)
+	// The branch is prepared as a subtask prepares it (xa.go's participant), and its connection
+	// discarded, as when the process died.
+	b, err := xaProtocol{}.NewParticipant(ctx, db)
+	if err == nil {
+		err = b.Begin(ctx, tag)
+	}
+	if err == nil {
+		_, err = b.Vote(ctx, Ballot{})
+	}
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(ctx, tag); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	b.Close()
