@@ -35,9 +35,10 @@ type Pending struct {
 	Committed func(tags []string, log *zap.Logger)
 }
 
-// participant is a subtask as the coordinator sees it: its barrier reply arrives on the
-// checkpoint's replies, naming it by index; once the decision is durable it is told to commit.
-type participant interface {
+// voter is a subtask as the coordinator sees it: its barrier reply arrives on the checkpoint's
+// replies, naming it by index; once the decision is durable it is told to commit, and applies it
+// to its Participant on the subtask's own goroutine, the only one that uses its connection.
+type voter interface {
 	// commit orders the prepared branch committed on its own connection within deadline (zero:
 	// none); the outcome is sent to done.
 	commit(deadline time.Time, done chan<- error)
@@ -74,7 +75,7 @@ func (f fencedLedger) Prune(ctx context.Context, newest int64) error {
 
 // Coordinator completes the checkpoints of one session.
 type Coordinator struct {
-	parts   []participant // indexed by prepared.subtask
+	parts   []voter // indexed by Reply.subtask
 	decider decider
 	timeout time.Duration // of the barrier phase (with the decision), and of the commit phase
 	// stagger commits the first branch alone and the rest together, so that a death in between
@@ -88,7 +89,7 @@ type Coordinator struct {
 // NewCoordinator completes the checkpoints of subs, deciding in led as the owner of fence, each
 // phase within timeout.
 func NewCoordinator(subs []*Subtask, led *ledger.Ledger, fence *ledger.Fence, timeout time.Duration, m *metrics.Metrics, log *zap.Logger) *Coordinator {
-	parts := make([]participant, len(subs))
+	parts := make([]voter, len(subs))
 	for i, s := range subs {
 		parts[i] = s
 	}
@@ -97,8 +98,8 @@ func NewCoordinator(subs []*Subtask, led *ledger.Ledger, fence *ledger.Fence, ti
 
 // votes are a checkpoint's barrier replies.
 type votes struct {
-	tags    []string      // of the participants that wrote, in reply order
-	wrote   []participant // those participants
+	tags    []string // of the participants that wrote, in reply order
+	wrote   []voter  // those participants
 	maxPrep time.Duration
 }
 
@@ -177,9 +178,9 @@ func (c *Coordinator) twoPhase(ctx context.Context, cp *Pending) error {
 	cctx, ccancel := context.WithTimeout(ctx, c.timeout)
 	defer ccancel()
 	t = time.Now()
-	groups := [][]participant{v.wrote}
+	groups := [][]voter{v.wrote}
 	if c.stagger && len(v.wrote) > 1 {
-		groups = [][]participant{v.wrote[:1], v.wrote[1:]}
+		groups = [][]voter{v.wrote[:1], v.wrote[1:]}
 	}
 	for i, g := range groups {
 		if err := commitAll(cctx, g); err != nil {
@@ -205,7 +206,7 @@ func (c *Coordinator) twoPhase(ctx context.Context, cp *Pending) error {
 
 // commitAll commits the prepared branches of parts in parallel, each on its own connection,
 // within ctx's deadline.
-func commitAll(ctx context.Context, parts []participant) error {
+func commitAll(ctx context.Context, parts []voter) error {
 	done := make(chan error, len(parts))
 	deadline, _ := ctx.Deadline()
 	for _, p := range parts {

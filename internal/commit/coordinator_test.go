@@ -258,7 +258,7 @@ func runCheckpointCase(t *testing.T, c checkpointCase) {
 			}
 		}
 	}
-	parts := make([]participant, len(fakes))
+	parts := make([]voter, len(fakes))
 	for i, f := range fakes {
 		parts[i] = f
 	}
