@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/ledger"
@@ -140,7 +141,7 @@ func decide(t *testing.T, ctx context.Context, e *Env, id int64, offs partition.
 }
 
 func tag(e *Env, checkpoint int64, subtask int) string {
-	return config.Tag(e.Config.Job.Name, checkpoint, subtask)
+	return commit.Tag(e.Config.Job.Name, checkpoint, subtask)
 }
 
 func byTag(txns []Txn) map[string]Txn {

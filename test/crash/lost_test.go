@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/testenv"
 	"github.com/relay-sh/relay/internal/xa"
 )
@@ -20,7 +20,7 @@ import (
 func TestLostBranchRefusedUntilAcknowledged(t *testing.T) {
 	e := ranJob(t, 1, 13)
 	last := e.lastCheckpoint()
-	lost := config.Tag(e.job, last.ID, 9)
+	lost := commit.Tag(e.job, last.ID, 9)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	b, err := xa.NewBranch(ctx, e.db)

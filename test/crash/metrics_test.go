@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/harness"
@@ -321,7 +321,7 @@ func TestReadyzDuringRecovery(t *testing.T) {
 	// A branch with the job's tag for a checkpoint that has no ledger row: the verdict is rollback.
 	// MariaDB refuses to resolve it from another session while this connection lives, so relay's
 	// recovery has to wait.
-	tag := config.Tag(e.job, 5, 0)
+	tag := commit.Tag(e.job, 5, 0)
 	conn, err := e.db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)

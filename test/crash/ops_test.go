@@ -15,7 +15,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/ops"
@@ -222,7 +222,7 @@ func TestOpsVerify(t *testing.T) {
 func TestOpsTxns(t *testing.T) {
 	e := ranJob(t, 1, 5)
 	last := e.lastCheckpoint()
-	decided, undecided := config.Tag(e.job, last.ID, 7), config.Tag(e.job, last.ID+50, 0)
+	decided, undecided := commit.Tag(e.job, last.ID, 7), commit.Tag(e.job, last.ID+50, 0)
 	for _, tag := range []string{decided, undecided} {
 		e.prepareBranch(tag)
 	}
@@ -306,7 +306,7 @@ func TestOpsTxns(t *testing.T) {
 // decided it), preflight does not suggest rolling it back; the job's own configuration resolves it.
 func TestOpsTxnsUnknownJob(t *testing.T) {
 	other := ranJob(t, 1, 7)
-	decided := config.Tag(other.job, other.lastCheckpoint().ID, 5) // the other ledger says: commit
+	decided := commit.Tag(other.job, other.lastCheckpoint().ID, 5) // the other ledger says: commit
 	other.prepareBranch(decided)
 	e := newEnv(t, 1)
 	dsn, err := mysql.ParseDSN(other.dsn)
