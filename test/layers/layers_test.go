@@ -44,16 +44,19 @@ var vocabulary = map[string]string{
 // oneHelper are the other arrows allowed to carry a single identifier, each with why the target is
 // the right home for it rather than the importer.
 var oneHelper = map[string]string{
-	"cmd/relay -> internal/gctuner":        "gctuner is one mechanism (a GOGC controller) behind one entry point",
-	"cmd/relay -> internal/httpserver":     "httpserver is one mechanism (the metrics and health listener) behind one entry point",
-	"cmd/relay -> internal/supervisor":     "supervisor is one mechanism (first error wins, cancels the rest) behind one type",
-	"cmd/relay -> internal/spec":           "run wires the compiled spec (config compiles it) into the pipeline",
-	"cmd/relay -> internal/sink":           "run tells MySQL from MariaDB once, at start, where the sink's SQL dialect lives",
-	"internal/config -> internal/consumer": "the consumer owns the librdkafka properties relay sets itself; config refuses them at load",
-	"internal/loadgen -> internal/config":  "loadgen writes the default spec's records, which config defines",
-	"internal/ops -> internal/loadgen":     "verify --against reads loadgen's totals file, whose format loadgen owns",
-	"internal/sink -> internal/money":      "decimal measures are rendered by money, the one decimal type",
-	"internal/sink -> internal/ledger":     "the ledger records which job owns an aggregate table; the sink claims its tables there",
+	"cmd/relay -> internal/gctuner":          "gctuner is one mechanism (a GOGC controller) behind one entry point",
+	"cmd/relay -> internal/httpserver":       "httpserver is one mechanism (the metrics and health listener) behind one entry point",
+	"cmd/relay -> internal/supervisor":       "supervisor is one mechanism (first error wins, cancels the rest) behind one type",
+	"cmd/relay -> internal/spec":             "run wires the compiled spec (config compiles it) into the pipeline",
+	"cmd/relay -> internal/sink":             "run tells MySQL from MariaDB once, at start, where the sink's SQL dialect lives",
+	"internal/config -> internal/consumer":   "the consumer owns the librdkafka properties relay sets itself; config refuses them at load",
+	"internal/loadgen -> internal/config":    "loadgen writes the default spec's records, which config defines",
+	"internal/ops -> internal/loadgen":       "verify --against reads loadgen's totals file, whose format loadgen owns",
+	"internal/sink -> internal/money":        "decimal measures are rendered by money, the one decimal type",
+	"internal/sink -> internal/ledger":       "the ledger records which job owns an aggregate table; the sink claims its tables there",
+	"internal/pipeline -> internal/config":   "the job's configuration, one struct read field by field",
+	"internal/ops -> internal/config":        "the job's configuration, one struct read field by field",
+	"internal/pipeline -> internal/database": "a Galera node's primary-component check, with the server-state queries it belongs to",
 }
 
 // pkg is one relay package as go list describes it, with what it uses of each relay import.
