@@ -16,23 +16,11 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/order"
 	"github.com/relay-sh/relay/internal/spec"
-)
-
-// Mode selects the commit protocol.
-type Mode string
-
-const (
-	// ModeXA commits each epoch through MySQL XA, with the ledger row as the decision (docs/PROTOCOL.md, "The epoch, end to end").
-	ModeXA Mode = "xa"
-	// ModeHeld commits each epoch as one ordinary transaction per subtask (docs/PROTOCOL.md, "Held mode").
-	ModeHeld Mode = "held"
-	// ModeAuto (mode unset, the default) is xa, or held on a Galera node, which has no XA:
-	// ResolveMode picks one once the server is known.
-	ModeAuto Mode = ""
 )
 
 // ResolveMode fixes the mode for the server relay talks to (galera: it is a Galera node). An unset
@@ -40,16 +28,16 @@ const (
 // once, naming held mode: Galera refuses XA (error 1235) and every checkpoint would fail.
 func (c *Config) ResolveMode(galera bool) (picked bool, err error) {
 	switch {
-	case c.Mode == ModeXA && galera:
+	case c.Mode == commit.ModeXA && galera:
 		return false, bad("mode", "xa is not possible on a Galera cluster (MariaDB Galera / Percona XtraDB Cluster refuse XA transactions, error 1235): "+
 			"use mode held (%s=held), or leave mode unset, which picks held on Galera", envOf("mode"))
-	case c.Mode == ModeAuto && galera:
-		c.Mode, picked = ModeHeld, true
+	case c.Mode == commit.ModeAuto && galera:
+		c.Mode, picked = commit.ModeHeld, true
 		if c.MySQL.LedgerDSN != "" {
 			return true, bad("mode", "unset, so held on this Galera node, which keeps the ledger in the sink database: mysql.ledger_dsn (%s) must be empty", envOf("mysql.ledger_dsn"))
 		}
-	case c.Mode == ModeAuto:
-		c.Mode = ModeXA
+	case c.Mode == commit.ModeAuto:
+		c.Mode = commit.ModeXA
 	}
 	return picked, nil
 }
@@ -68,6 +56,13 @@ func (c Config) SinkSession() database.Session {
 	return s
 }
 
+// Commit is the commit protocol's settings.
+func (c Config) Commit() commit.Settings {
+	return commit.Settings{Job: c.Job.Name, BatchRows: c.MySQL.BatchRows, LockWait: c.MySQL.LockWait,
+		CheckpointTimeout: c.Checkpoint.Timeout, ResolveInterval: c.Checkpoint.ResolveInterval,
+		InDoubtAlertAge: c.Checkpoint.InDoubtAlertAge}
+}
+
 // LedgerSession is what the connections of a separate ledger server (mysql.ledger_dsn) get: the
 // server's default isolation, since the ledger writes a few rows of one job at a time. On a Galera
 // node both run with causal reads (database.Session.CausalReads).
@@ -78,13 +73,13 @@ func (c Config) LedgerSession() database.Session {
 
 // Config is everything relay run needs. Field docs are in fields.go (and docs/CONFIG.md).
 type Config struct {
-	Job        Job        `yaml:"job"`
-	Kafka      Kafka      `yaml:"kafka"`
-	MySQL      MySQL      `yaml:"mysql"`
-	Mode       Mode       `yaml:"mode"`
-	Subtasks   int        `yaml:"subtasks"`
-	Checkpoint Checkpoint `yaml:"checkpoint"`
-	Input      Input      `yaml:"input"`
+	Job        Job         `yaml:"job"`
+	Kafka      Kafka       `yaml:"kafka"`
+	MySQL      MySQL       `yaml:"mysql"`
+	Mode       commit.Mode `yaml:"mode"`
+	Subtasks   int         `yaml:"subtasks"`
+	Checkpoint Checkpoint  `yaml:"checkpoint"`
+	Input      Input       `yaml:"input"`
 	// Pipeline is the shape of records and aggregate tables; nil means spec.Default of input.* and
 	// mysql.table (see Plan).
 	Pipeline *spec.Spec `yaml:"pipeline"`
@@ -179,7 +174,7 @@ func Default() Config {
 			StatementTimeout: time.Minute,
 			BatchRows:        500,
 		},
-		Mode:     ModeAuto,
+		Mode:     commit.ModeAuto,
 		Subtasks: 2,
 		Checkpoint: Checkpoint{
 			Interval:          time.Second,
@@ -218,9 +213,6 @@ var (
 	identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 )
 
-// MaxTagBytes is the XA gtrid limit: the tag must fit in it.
-const MaxTagBytes = 64
-
 // FieldError names the key a Validate refusal is about.
 type FieldError struct {
 	Key string // YAML path, e.g. checkpoint.interval
@@ -255,8 +247,8 @@ func (c *Config) Validate() error {
 	if m > 1 && c.Subtasks > 1 {
 		return bad("subtasks", "%d with instance %s: a job split into instances runs one subtask per instance (several would deadlock across instances on shared rows): set subtasks to 1 (%s=1) and scale with more instances", c.Subtasks, c.Instance, envOf("subtasks"))
 	}
-	if n := len(MaxTag(c.Job.Name, m*c.Subtasks)); n > MaxTagBytes {
-		return bad("job.name", "transaction tag can reach %d bytes, XA allows %d", n, MaxTagBytes)
+	if n := len(commit.MaxTag(c.Job.Name, m*c.Subtasks)); n > commit.MaxTagBytes {
+		return bad("job.name", "transaction tag can reach %d bytes, XA allows %d", n, commit.MaxTagBytes)
 	}
 	if strings.TrimSpace(c.Kafka.Brokers) == "" {
 		return bad("kafka.brokers", "is required")
@@ -323,14 +315,14 @@ func (c *Config) Validate() error {
 		return bad("job.lease", "%s must be at least 1s and below mysql.session_timeout (%s)", c.Job.Lease, c.MySQL.SessionTimeout)
 	}
 	switch c.Mode {
-	case ModeXA, ModeHeld, ModeAuto:
+	case commit.ModeXA, commit.ModeHeld, commit.ModeAuto:
 	default:
 		return bad("mode", "%q is not xa or held", c.Mode)
 	}
 	// Held mode commits a subtask's offsets in its data transaction, so on the sink connection, while
 	// the fence and recovery read the ledger database: with a separate ledger, recovery would resume
 	// from offsets the data never moved (or from stale relay_* tables) and replay committed records.
-	if c.Mode == ModeHeld && c.MySQL.LedgerDSN != "" {
+	if c.Mode == commit.ModeHeld && c.MySQL.LedgerDSN != "" {
 		return bad("mode", "held keeps the ledger in the sink database (offsets commit with the data): mysql.ledger_dsn (%s) must be empty with it", envOf("mysql.ledger_dsn"))
 	}
 	if c.Subtasks < 1 || c.Subtasks > 256 {
@@ -456,34 +448,6 @@ func (c *Config) InstanceIndex() int { i, _, _ := ParseInstance(c.Instance); ret
 
 // InstanceCount is M of "i/M".
 func (c *Config) InstanceCount() int { _, m, _ := ParseInstance(c.Instance); return m }
-
-// MaxTag is the longest transaction tag this job can produce.
-func MaxTag(job string, subtasks int) string {
-	return Tag(job, 1<<63-1, subtasks-1)
-}
-
-// Tag is the transaction tag (contract): <job>-<checkpoint>-<subtask>.
-func Tag(job string, checkpoint int64, subtask int) string {
-	return job + "-" + strconv.FormatInt(checkpoint, 10) + "-" + strconv.Itoa(subtask)
-}
-
-// ParseTag splits a tag of job into checkpoint and subtask; ok is false for another job's tags.
-func ParseTag(job, tag string) (checkpoint int64, subtask int, ok bool) {
-	rest, found := strings.CutPrefix(tag, job+"-")
-	if !found {
-		return 0, 0, false
-	}
-	cs, ss, found := strings.Cut(rest, "-")
-	if !found {
-		return 0, 0, false
-	}
-	c, err1 := strconv.ParseInt(cs, 10, 64)
-	s, err2 := strconv.Atoi(ss)
-	if err1 != nil || err2 != nil || c < 0 || s < 0 || strconv.FormatInt(c, 10) != cs || strconv.Itoa(s) != ss {
-		return 0, 0, false
-	}
-	return c, s, true
-}
 
 // LedgerDSNOrSink is where the ledger lives.
 func (c *Config) LedgerDSNOrSink() string {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/relay-sh/relay/internal/commit"
 )
 
 func valid() Config {
@@ -47,7 +48,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"kafka.properties", func(c *Config) { c.Kafka.Properties = map[string]string{"enable.partition.eof": "true"} }, "set by relay"},
 		{"kafka.properties", func(c *Config) { c.Kafka.Properties = map[string]string{"sasl.pasword": "x"} }, `"sasl.pasword" is not a librdkafka`},
 		{"kafka.properties", func(c *Config) { c.Kafka.Properties = map[string]string{"security.protocol": "sasl"} }, "refuses its value"},
-		{"mode", func(c *Config) { c.Mode = ModeHeld; c.MySQL.LedgerDSN = "u:p@tcp(l:3306)/l" }, "mysql.ledger_dsn (RELAY_LEDGER_DSN) must be empty"},
+		{"mode", func(c *Config) { c.Mode = commit.ModeHeld; c.MySQL.LedgerDSN = "u:p@tcp(l:3306)/l" }, "mysql.ledger_dsn (RELAY_LEDGER_DSN) must be empty"},
 		{"mysql.dsn", func(c *Config) { c.MySQL.DSN = "" }, "required"},
 		{"mysql.dsn", func(c *Config) { c.MySQL.DSN = "not a dsn" }, "invalid DSN"},
 		{"mysql.ledger_dsn", func(c *Config) { c.MySQL.LedgerDSN = "nope" }, "invalid DSN"},
@@ -160,25 +161,6 @@ subtasks: 3
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Env != "RELAY_CHECKPOINT_INTERVAL" {
 		t.Fatalf("bad value: %v", err)
-	}
-}
-
-func TestTags(t *testing.T) {
-	tag := Tag("orders_eu", 1042, 3)
-	if tag != "orders_eu-1042-3" {
-		t.Fatal(tag)
-	}
-	c, s, ok := ParseTag("orders_eu", tag)
-	if !ok || c != 1042 || s != 3 {
-		t.Fatalf("ParseTag = %d %d %v", c, s, ok)
-	}
-	for _, other := range []string{"orders-1-0", "orders_eu-1-x", "orders_eu-01-0", "orders_eu_2-1-0", "orders_eu-1"} {
-		if _, _, ok := ParseTag("orders_eu", other); ok {
-			t.Errorf("ParseTag accepted %q", other)
-		}
-	}
-	if n := len(MaxTag(strings.Repeat("a", 32), 256)); n > MaxTagBytes {
-		t.Fatalf("longest tag %d bytes", n)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -112,13 +113,7 @@ func TestKillZombies(t *testing.T) {
 	if len(killed) != 1 || killed[0] != id {
 		t.Fatalf("killed %v, want [%d]", killed, id)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for alive(id) && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if alive(id) {
-		t.Fatalf("session %d still alive after the KILL", id)
-	}
+	testenv.Eventually(t, 5*time.Second, func() bool { return !alive(id) }, fmt.Sprintf("session %d to end after the KILL", id))
 	if !alive(keepID) {
 		t.Fatal("a session in use was ended")
 	}

@@ -7,6 +7,8 @@ import (
 	"runtime/metrics"
 	"testing"
 	"time"
+
+	"github.com/relay-sh/relay/internal/testenv"
 )
 
 func TestPercent(t *testing.T) {
@@ -35,15 +37,12 @@ func TestRunRaisesAndRestores(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { Run(ctx, 256<<20); close(done) }()
-	deadline := time.Now().Add(5 * time.Second)
 	var got int
-	for time.Now().Before(deadline) {
+	testenv.Poll(5*time.Second, func() bool {
 		runtime.GC() // each collection retunes
-		if got = gcPercent(); got > 100 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		got = gcPercent()
+		return got > 100
+	})
 	cancel()
 	<-done
 	if got <= 100 {
@@ -77,11 +76,12 @@ func waitPercent(t *testing.T, ok func(percent int, limit int64) bool, what stri
 	t.Helper()
 	var p int
 	var limit int64
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	if testenv.Poll(5*time.Second, func() bool {
 		runtime.GC()
-		if p, limit = gcSettings(); ok(p, limit) {
-			return
-		}
+		p, limit = gcSettings()
+		return ok(p, limit)
+	}) {
+		return
 	}
 	t.Fatalf("timed out waiting for %s (GOGC %d, memory limit %d)", what, p, limit)
 }

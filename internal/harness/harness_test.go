@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,6 +54,22 @@ func TestProcessLogAndExit(t *testing.T) {
 	}
 }
 
+// Stopped sees a process that stopped itself with SIGSTOP (as a crash point with action stop
+// does), and no longer once it was continued.
+func TestStopped(t *testing.T) {
+	r, err := harness.Start(harness.Options{Bin: "/bin/sh", Log: filepath.Join(t.TempDir(), "relay.log"),
+		Args: []string{"-c", "kill -STOP $$; sleep 30"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Kill()
+	testenv.Eventually(t, 10*time.Second, r.Stopped, "the process to stop itself")
+	if err := r.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return !r.Stopped() }, "the process to run again")
+}
+
 func TestLedgerBeforeRelayRan(t *testing.T) {
 	d, err := harness.CreateDatabase(testenv.AdminDSN(t), "relay_t_")
 	if err != nil {
@@ -89,15 +106,12 @@ func TestTopicEndOffsets(t *testing.T) {
 	if err := harness.AddPartitions(brokers, name, 3); err != nil {
 		t.Fatal(err)
 	}
-	ctx := testenv.Context(t, 30*time.Second)
-	for {
-		end, err := harness.EndOffsets(brokers, name)
-		if err == nil && len(end) == 3 && harness.Total(end) == 0 {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("end offsets of a new 3-partition topic: %v, %v", end, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var end map[int32]int64
+	var err error
+	if !testenv.Poll(30*time.Second, func() bool {
+		end, err = harness.EndOffsets(brokers, name)
+		return err == nil && len(end) == 3 && harness.Total(end) == 0
+	}) {
+		t.Fatalf("end offsets of a new 3-partition topic: %v, %v", end, err)
 	}
 }

@@ -124,6 +124,17 @@ func (r *Relay) Child(limit time.Duration) (int, error) {
 	}
 }
 
+// Stopped reports whether the process is stopped by a signal (SIGSTOP: state T in /proc/<pid>/stat).
+func (r *Relay) Stopped() bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.PID()))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses and may itself hold any byte.
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
+}
+
 // CPU is the process's user+system time, once it exited.
 func (r *Relay) CPU() time.Duration {
 	if r.Cmd.ProcessState == nil {

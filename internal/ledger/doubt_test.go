@@ -25,7 +25,7 @@ func TestInDoubtAges(t *testing.T) {
 	if err := l.NoteInDoubt(ctx, map[string]int64{undecided: 7}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the first sighting ages: the next one must not move it
 	doubt := map[string]int64{undecided: 7, decided: 5}
 	ages, err := l.InDoubtAges(ctx, doubt, []string{undecided, decided})
 	if err != nil {

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -43,6 +44,18 @@ func alive(ctx context.Context, t *testing.T, l *Ledger, id int64) bool {
 	return n == 1
 }
 
+// waitRecorded waits for the owner's renewals to record session id of pool with the lease.
+func waitRecorded(ctx context.Context, t *testing.T, l *Ledger, pool Pool, id int64) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		h, err := readHolder(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Contains(h.sessions.Pools[pool.Name].IDs, id)
+	}, fmt.Sprintf("the lease to record session %d of pool %s", id, pool.Name))
+}
+
 // An owner that stops renewing is taken over once its lease ran out: its recorded sessions (the
 // lock session and a session holding the job row's lock in an open transaction) are ended, the
 // epoch goes up, and the old owner's decisions fail.
@@ -64,7 +77,7 @@ func TestLeaseTakeover(t *testing.T) {
 	if err := tx.QueryRowContext(ctx, `SELECT CONNECTION_ID() FROM relay_jobs WHERE job = ? FOR UPDATE`, l.key).Scan(&stuck); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // renewals record the stuck session
+	waitRecorded(ctx, t, l, pool, stuck)
 	silence(old)
 	silencedAt := time.Now()
 	if d := old.Deadline(); !d.Before(silencedAt.Add(lease)) {
@@ -138,10 +151,11 @@ func TestOwnZombieRetaken(t *testing.T) {
 	}
 	// An idle pool connection, recorded with the lease: the re-take may get it as its own lock
 	// connection, and must not end it.
-	if err := l.db.QueryRowContext(ctx, "SELECT 1").Err(); err != nil {
+	var idle int64
+	if err := l.db.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&idle); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	waitRecorded(ctx, t, l, pool, idle)
 	silence(first)
 	if _, err := Acquire(ctx, l, FenceConfig{Owner: "operator"}); !errors.Is(err, ErrFenced) {
 		t.Fatalf("operator command against a silent owner: %v, want ErrFenced", err)
@@ -261,15 +275,13 @@ func TestLeaseRecordsTheOwnersReadyz(t *testing.T) {
 		t.Fatalf("lease %+v; want host-a's, epoch %d, its /readyz, 0 < remaining <= %s", got, old.Epoch(), lease)
 	}
 	silence(old)
-	deadline := time.Now().Add(10 * time.Second)
-	for got.Remaining > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("lease not expired 10s after the renewals stopped: %+v", got)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testenv.Poll(10*time.Second, func() bool {
 		if got, err = l.Lease(ctx); err != nil {
 			t.Fatal(err)
 		}
+		return got.Remaining <= 0
+	}) {
+		t.Fatalf("lease not expired 10s after the renewals stopped: %+v", got)
 	}
 	if got.Readyz != "http://host-a:8080/readyz" {
 		t.Fatalf("expired lease: %+v, want host-a's /readyz still recorded", got)

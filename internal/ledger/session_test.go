@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/internal/partition"
+	"github.com/relay-sh/relay/internal/testenv"
 )
 
 // A held-mode session starts from offsets read under the fence: a transaction of the previous
@@ -55,24 +56,19 @@ func TestNewSessionReadsUnderFence(t *testing.T) {
 	// transaction), or has returned without one. The wait itself is not always in INNODB_LOCK_WAITS:
 	// MariaDB takes the lock of a primary-key lookup while it plans the statement ("Statistics").
 	var r result
-	deadline := time.Now().Add(10 * time.Second)
-	for waiting := false; !waiting; {
+	testenv.Eventually(t, 10*time.Second, func() bool {
 		select {
 		case r = <-got:
-			waiting = true
+			return true
 		default:
 			var n int
 			if err := l.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
 				WHERE DB = DATABASE() AND INFO LIKE 'SELECT owner_epoch%FROM relay_jobs%FOR UPDATE'`).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
-			waiting = n > 0
-			if !waiting && time.Now().After(deadline) {
-				t.Fatal("the new session neither returned nor ran its locking read for 10 s")
-			}
-			time.Sleep(10 * time.Millisecond)
+			return n > 0
 		}
-	}
+	}, "the new session to return or run its locking read")
 	if err := last.Commit(); err != nil {
 		t.Fatal(err)
 	}

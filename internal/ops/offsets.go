@@ -22,11 +22,10 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"go.uber.org/zap"
 
-	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/partition"
-	"github.com/relay-sh/relay/internal/pipeline"
 )
 
 // ResetTarget is where to move the offsets: "earliest", "latest", a time, or explicit offsets.
@@ -99,13 +98,13 @@ type PartitionReset struct {
 // ResetOffsets moves the job's resume offsets to target once confirm accepts the plan.
 func ResetOffsets(ctx context.Context, e *Env, target ResetTarget, confirm Confirm) (*ResetReport, error) {
 	led := e.Ledger
-	held := e.Config.Mode == config.ModeHeld
+	held := e.Config.Mode == commit.ModeHeld
 	fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "relay offsets reset by " + e.Operator, Cluster: e.Galera.On})
 	if err != nil {
 		return nil, fmt.Errorf("offsets reset needs the job stopped: %w", err)
 	}
 	defer fence.Release()
-	branches, err := pipeline.JobBranches(ctx, e.Sink, led.Job())
+	branches, err := commit.JobBranches(ctx, e.Sink, led.Job())
 	if err != nil {
 		return nil, err
 	}

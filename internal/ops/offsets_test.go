@@ -9,6 +9,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
@@ -166,7 +167,7 @@ func highWatermarks(t *testing.T, e *Env) partition.Offsets {
 
 // In held mode the reset writes every partition's offset row (where held mode resumes from).
 func TestResetOffsetsHeld(t *testing.T) {
-	e, ctx := newEnv(t, 2, func(c *config.Config) { c.Mode = config.ModeHeld })
+	e, ctx := newEnv(t, 2, func(c *config.Config) { c.Mode = commit.ModeHeld })
 	topic := e.Config.Kafka.Topics[0]
 	if err := loadgen.Run(ctx, loadgen.Options{Brokers: e.Config.Kafka.Brokers, Topic: topic, Orders: 30, Batch: 10, Seed: 2}, loadgen.NewTotals()); err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/database"
@@ -183,7 +184,7 @@ func splitTag(tag string) (job string, checkpoint int64, subtask int, ok bool) {
 	if !found {
 		return "", 0, 0, false
 	}
-	checkpoint, subtask, ok = config.ParseTag(job, tag)
+	checkpoint, subtask, ok = commit.ParseTag(job, tag)
 	return job, checkpoint, subtask, ok
 }
 

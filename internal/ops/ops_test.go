@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/ledger"
@@ -99,10 +100,14 @@ func prepareWriting(t *testing.T, ctx context.Context, e *Env, tag, stmt string)
 		b.Close()
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		for listed(t, cctx, e, tag) && cctx.Err() == nil {
-			if err := xa.Resolve(cctx, e.Sink, tag, false); err != nil {
-				time.Sleep(200 * time.Millisecond)
+		// Until the server reaped the discarded session the branch is still its own (XAER_NOTA).
+		if !testenv.Poll(20*time.Second, func() bool {
+			if listed(t, cctx, e, tag) {
+				_ = xa.Resolve(cctx, e.Sink, tag, false)
 			}
+			return !listed(t, cctx, e, tag)
+		}) {
+			t.Errorf("could not roll back %s when the test ended", tag)
 		}
 	})
 	return b
@@ -136,7 +141,7 @@ func decide(t *testing.T, ctx context.Context, e *Env, id int64, offs partition.
 }
 
 func tag(e *Env, checkpoint int64, subtask int) string {
-	return config.Tag(e.Config.Job.Name, checkpoint, subtask)
+	return commit.Tag(e.Config.Job.Name, checkpoint, subtask)
 }
 
 func byTag(txns []Txn) map[string]Txn {
@@ -330,6 +335,9 @@ func TestResolveWhileRunningAndAttached(t *testing.T) {
 	if err := e.Sink.QueryRowContext(ctx, `SELECT COUNT(*) FROM order_stats_minute WHERE sku = ?`, decided).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("committed branch's row: %d (%v), want 1", n, err)
 	}
+	if listed(t, ctx, e, decided) {
+		t.Fatalf("%s is still prepared after its commit", decided)
+	}
 	running.Release()
 
 	live := tag(e, 7, 0)
@@ -345,6 +353,12 @@ func TestResolveWhileRunningAndAttached(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Close()
+	if listed(t, ctx, e, live) {
+		t.Fatalf("%s is still prepared after its session rolled it back", live)
+	}
+	if err := e.Sink.QueryRowContext(ctx, `SELECT COUNT(*) FROM order_stats_minute WHERE sku = ?`, live).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rolled-back branch's row: %d (%v), want 0", n, err)
+	}
 }
 
 // lineOf is the first line of out that contains s ("" when none does).

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/partition"
@@ -85,11 +85,11 @@ func Preflight(ctx context.Context, e *Env, configErr error) []Check {
 	}
 	topicCheck(ctx, e, &cs)
 	// Subtask indexes are unique across instances, so the last instance's last subtask is the longest.
-	longest := config.MaxTag(cfg.Job.Name, cfg.InstanceCount()*cfg.Subtasks)
-	if n := len(longest); n > config.MaxTagBytes {
-		cs.add("tag_length", CheckFail, "tags of job %s can reach %d bytes (%s), XA allows %d: shorten job.name", cfg.Job.Name, n, longest, config.MaxTagBytes)
+	longest := commit.MaxTag(cfg.Job.Name, cfg.InstanceCount()*cfg.Subtasks)
+	if n := len(longest); n > commit.MaxTagBytes {
+		cs.add("tag_length", CheckFail, "tags of job %s can reach %d bytes (%s), XA allows %d: shorten job.name", cfg.Job.Name, n, longest, commit.MaxTagBytes)
 	} else {
-		cs.add("tag_length", CheckOK, "the longest tag (%s) is %d bytes, XA allows %d", longest, n, config.MaxTagBytes)
+		cs.add("tag_length", CheckOK, "the longest tag (%s) is %d bytes, XA allows %d", longest, n, commit.MaxTagBytes)
 	}
 	return cs
 }
@@ -110,7 +110,7 @@ func serverChecks(ctx context.Context, e *Env, cs *checks) bool {
 	switch {
 	case !ok:
 		cs.add("mysql", CheckWarn, "%s %q: cannot read the version; XA needs %s >= %d.%d.%d", name, version, name, least[0], least[1], least[2])
-	case less(v, least) && cfg.Mode == config.ModeXA:
+	case less(v, least) && cfg.Mode == commit.ModeXA:
 		cs.add("mysql", CheckFail, "%s %s is too old for XA mode: prepared branches need %s >= %d.%d.%d to survive a disconnect (or use mode held)",
 			name, version, name, least[0], least[1], least[2])
 	default:
@@ -129,7 +129,7 @@ func serverChecks(ctx context.Context, e *Env, cs *checks) bool {
 		ledger.EnsureSchema(ctx, e.Ledger.DB()))
 	schemaOK := cs.result("schema", schemaErr, "tables %s, %s and the ledger's relay_* exist (created if missing)", strings.Join(plan.Tables(), ", "), cfg.MySQL.DLQTable)
 
-	if cfg.Mode == config.ModeXA {
+	if cfg.Mode == commit.ModeXA {
 		if schemaOK {
 			cs.result("xa", probeXA(ctx, e.Sink, cfg.MySQL.DLQTable), "XA START, END, PREPARE and ROLLBACK of a probe branch on %s", cfg.MySQL.DLQTable)
 		}
@@ -178,7 +178,7 @@ func galeraCheck(ctx context.Context, e *Env, cs *checks) {
 		cs.add("galera", CheckFail, "%v", err)
 	case !g.On:
 		cs.add("galera", CheckOK, "%s", g)
-	case e.Config.Mode == config.ModeXA:
+	case e.Config.Mode == commit.ModeXA:
 		cs.add("galera", CheckFail, "%s: Galera refuses XA transactions (error 1235); use mode held (RELAY_MODE=held), or leave mode unset, which picks held on Galera", g)
 	case e.ModePicked:
 		cs.add("galera", CheckOK, "%s: mode unset, so held (Galera has no XA); sessions run with causal reads (wsrep_sync_wait=%d)", g, database.SyncWaitReads)

@@ -20,10 +20,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/partition"
-	"github.com/relay-sh/relay/internal/pipeline"
 )
 
 // StatusReport is `relay status`; its JSON field names are part of the operator interface.
@@ -133,7 +132,7 @@ func Status(ctx context.Context, e *Env, readyz string) (*StatusReport, error) {
 	if r.Partitions, err = e.lags(ctx, decided); err != nil {
 		return nil, err
 	}
-	branches, err := pipeline.JobBranches(ctx, e.Sink, led.Job())
+	branches, err := commit.JobBranches(ctx, e.Sink, led.Job())
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +291,7 @@ func (e *Env) lastCommit(ctx context.Context, r *StatusReport) (partition.Offset
 	if err != nil {
 		return nil, err
 	}
-	if e.Config.Mode == config.ModeHeld {
+	if e.Config.Mode == commit.ModeHeld {
 		if id == 0 {
 			return offs, nil
 		}

@@ -21,7 +21,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
@@ -265,7 +265,7 @@ func (a *LossAck) WriteText(w io.Writer) error {
 // again. It takes the fence of the checkpoint's instance, so it refuses while that instance runs.
 func AcknowledgeLost(ctx context.Context, e *Env, tag string, confirm Confirm) (*LossAck, error) {
 	job := e.Ledger.Job()
-	id, _, ok := config.ParseTag(job, tag)
+	id, _, ok := commit.ParseTag(job, tag)
 	if !ok {
 		return nil, fmt.Errorf("acknowledge %s: not a tag of job %s (<job>-<checkpoint>-<subtask>)", tag, job)
 	}

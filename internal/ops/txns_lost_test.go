@@ -33,6 +33,11 @@ func TestResolveServerRolledBack(t *testing.T) {
 	if !errors.Is(err, ledger.ErrBranchLost) {
 		t.Fatalf("commit of a listed branch the server rolled back: %v; want ErrBranchLost", err)
 	}
+	for _, tg := range []string{unlisted, lost} {
+		if listed(t, ctx, e, tg) {
+			t.Fatalf("%s is still prepared after the server rolled it back", tg)
+		}
+	}
 	audit, err := e.Ledger.AuditLog(ctx, 10)
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"go.uber.org/zap"
 
-	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/partition"
@@ -31,7 +31,7 @@ func (e *Env) recount(ctx context.Context, r *VerifyReport, plan *spec.Plan, fro
 		if err != nil {
 			return nil, nil, fmt.Errorf("--from %q is neither earliest nor a checkpoint id", from)
 		}
-		if e.Config.Mode != config.ModeXA {
+		if e.Config.Mode != commit.ModeXA {
 			return nil, nil, fmt.Errorf("--from %d: mode %s keeps no checkpoint rows; use --from earliest", id, e.Config.Mode)
 		}
 		rows, err := e.Ledger.Lookup(ctx, []int64{id})

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/partition"
@@ -56,7 +56,7 @@ func (e *Env) resumePoint(ctx context.Context) (int64, partition.Offsets, error)
 	if id == 0 {
 		return 0, nil, errNoCheckpoint
 	}
-	if e.Config.Mode == config.ModeHeld {
+	if e.Config.Mode == commit.ModeHeld {
 		return id, offs, nil
 	}
 	committing, err := led.Committing(ctx)

@@ -7,6 +7,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"go.uber.org/zap"
 
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/loadgen"
@@ -101,14 +102,14 @@ func BenchmarkSessionFold(b *testing.B) {
 			defer cancel(nil)
 			s.ctx, s.fail = ctx, cancel
 			for i := 0; i < cfg.Subtasks; i++ {
-				st := &subtask{idx: i, data: make(chan batch, 64)}
+				st := make(chan commit.Batch, 64)
 				s.subs = append(s.subs, st)
 				go func() { // a sink that accepts and drops batches
 					for {
 						select {
 						case <-ctx.Done():
 							return
-						case <-st.data:
+						case <-st:
 						}
 					}
 				}()

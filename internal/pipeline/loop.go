@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/sink"
@@ -56,7 +57,7 @@ func (s *session) run(ctx context.Context) (err error) {
 		case <-s.ctx.Done():
 			return context.Cause(s.ctx)
 		case <-s.fence.Lost():
-			return errFenceLost
+			return commit.ErrFenceLost
 		case err := <-s.inflight:
 			s.inflight = nil
 			if err != nil {
@@ -232,7 +233,7 @@ func (s *session) fold(msg *consumer.Record, d *decoded) error {
 			if len(e.details[owner]) >= 4*p.Config.MySQL.BatchRows {
 				d := e.details[owner]
 				e.details[owner] = nil
-				if err := s.send(owner, batch{epoch: e.id, details: d}); err != nil {
+				if err := s.send(owner, commit.Batch{Epoch: e.id, Details: d}); err != nil {
 					return err
 				}
 			}
@@ -246,7 +247,7 @@ func (s *session) fold(msg *consumer.Record, d *decoded) error {
 			if t.Keys() >= p.Config.Checkpoint.BufferKeys {
 				e.tables[i] = p.Plan.NewTables()
 				e.handOver(t)
-				if err := s.send(i, batch{epoch: e.id, table: t}); err != nil {
+				if err := s.send(i, commit.Batch{Epoch: e.id, Table: t}); err != nil {
 					return err
 				}
 			}
@@ -279,9 +280,9 @@ func (s *session) fold(msg *consumer.Record, d *decoded) error {
 }
 
 // send hands a batch to a subtask, waiting while it is busy (back-pressure on the consume loop).
-func (s *session) send(i int, b batch) error {
+func (s *session) send(i int, b commit.Batch) error {
 	select {
-	case s.subs[i].data <- b:
+	case s.subs[i] <- b:
 		return nil
 	case <-s.ctx.Done():
 		return context.Cause(s.ctx)
@@ -298,13 +299,14 @@ func (s *session) cut() error {
 		s.p.Metrics.LastCommittedTime.SetToCurrentTime()
 		return nil
 	}
-	cp := &pending{e: e, offsets: s.positions.Clone(), cutAt: time.Now(),
-		replies: make(chan prepared, len(s.subs))}
+	offsets, cutAt := s.positions.Clone(), time.Now()
+	cp := &commit.Pending{ID: e.id, Records: e.records, Offsets: offsets, Replies: make(chan commit.Reply, len(s.subs)),
+		Committed: func(tags []string, log *zap.Logger) { s.committed(e, offsets, cutAt, tags, log) }}
 	decided := *s.decided.Load()
 	for i := range s.subs {
 		e.handOver(e.tables[i])
-		b := batch{epoch: e.id, table: e.tables[i], dlq: e.dlq[i], details: e.details[i], prepare: cp.replies,
-			offsets: s.p.proto.barrierOffsets(decided, cp.offsets, i, len(s.subs))}
+		b := commit.Batch{Epoch: e.id, Table: e.tables[i], DLQ: e.dlq[i], Details: e.details[i], Prepare: cp.Replies,
+			Offsets: s.p.proto.BarrierOffsets(decided, offsets, i, len(s.subs))}
 		if err := s.send(i, b); err != nil {
 			return err
 		}
@@ -325,7 +327,7 @@ func (s *session) cut() error {
 	done := make(chan error, 1)
 	s.inflight = done
 	go func() {
-		err := s.p.proto.complete(s.ctx, s.coord, cp)
+		err := s.p.proto.Complete(s.ctx, s.coord, cp)
 		if err != nil {
 			// Fail the session at once: the loop may be blocked on a subtask that waits for a decision.
 			s.fail(err)

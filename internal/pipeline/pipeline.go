@@ -1,9 +1,9 @@
-// Package pipeline runs one relay job: recovery, the consume loop, and the checkpoint protocol.
+// Package pipeline runs one relay job: the consume loop, which reads, decodes and folds records
+// and hands each epoch to the commit protocol (internal/commit: the coordinator, the sink writers,
+// recovery and the resolver).
 //
 // Layout: pipeline.go is the lifecycle (states, the restart policy, the fence); session.go one
-// session between two recoveries; loop.go its consume loop; coordinator.go the checkpoint
-// coordinator; protocol.go the commit protocol's interface, with xa.go and held.go its two
-// implementations; subtask.go the sink writers; recovery.go and resolver.go the in-doubt branches.
+// session between two recoveries; loop.go its consume loop.
 //
 // Invariants:
 //   - One goroutine (the loop) decodes and aggregates the batches a reader goroutine takes from
@@ -32,6 +32,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/database"
@@ -122,7 +123,7 @@ type Pipeline struct {
 	fence          atomic.Pointer[ledger.Fence] // the fence held now (nil between two), for the resolver's epoch
 	schema         sink.Schema
 	decoder        *spec.Decoder
-	proto          protocol // XA or held, chosen once in New
+	proto          commit.Protocol // XA or held, chosen once in New
 	// reported holds the (reason, field) pairs of bad input already logged: the dead-letter row
 	// carries only the reason (VARCHAR(32)), so the field a spec's reason is about is logged once.
 	reported map[badField]bool
@@ -137,7 +138,7 @@ type badField struct {
 func New(d Deps) *Pipeline {
 	c := d.Config
 	p := &Pipeline{Deps: d, schema: d.Plan.Schema(c.MySQL.DLQTable, c.MySQL.DetailTable),
-		decoder: d.Plan.NewDecoder(), proto: newProtocol(d), reported: map[badField]bool{}}
+		decoder: d.Plan.NewDecoder(), proto: commit.New(c.Mode, d.commit()), reported: map[badField]bool{}}
 	var reasons []string
 	for _, r := range d.Plan.Reasons() {
 		reasons = append(reasons, r.String())
@@ -146,6 +147,19 @@ func New(d Deps) *Pipeline {
 	metrics.Zero(d.Metrics.Restarts, fault.Causes)
 	metrics.Zero(d.Metrics.UpsertedRows, d.Plan.Tables())
 	return p
+}
+
+// commit is what the commit protocol runs on.
+func (d Deps) commit() commit.Deps {
+	return commit.Deps{Ledger: d.Ledger, Sink: d.Sink, Log: d.Log, Metrics: d.Metrics}
+}
+
+// ResolveLoop runs the commit protocol's resolver (commit.Resolver.Loop) for this pipeline's
+// sessions until ctx ends.
+func (p *Pipeline) ResolveLoop(ctx context.Context) error {
+	r := &commit.Resolver{Deps: p.commit(), Settings: p.Config.Commit(), Recovered: p.recovered.Load,
+		FirstID: p.sessionFirstID.Load, Fence: p.fence.Load}
+	return r.Loop(ctx)
 }
 
 // State is the current lifecycle state.
@@ -221,7 +235,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 		cause := fault.Cause(err)
 		p.Metrics.Restarts.WithLabelValues(cause).Inc()
-		var ce *checkpointError
+		var ce *commit.CheckpointError
 		if errors.As(err, &ce) {
 			p.Metrics.Checkpoints.WithLabelValues("failed").Inc()
 		}
@@ -257,7 +271,7 @@ func (p *Pipeline) settle(ctx context.Context, fence *ledger.Fence) {
 	defer cancel()
 	err := p.endZombies(rctx)
 	if err == nil {
-		_, _, err = p.recover(rctx, fence)
+		_, _, err = p.proto.Recover(rctx, fence)
 	}
 	if err != nil {
 		p.Log.Warn("resolving the failed checkpoint's branches before the exit failed; the next start's recovery will", zap.Error(err))
@@ -266,10 +280,6 @@ func (p *Pipeline) settle(ctx context.Context, fence *ledger.Fence) {
 
 // restartPolicy spaces in-process restarts; the number of them is Checkpoint.TolerableFailures.
 var restartPolicy = fault.Policy{Initial: 200 * time.Millisecond, Max: 10 * time.Second, Sleep: fault.SleepContext}
-
-// errFenceLost: the lease could not be renewed (the lock session died or hung). The fence is
-// taken again before the next session, by the lease rule when the server still holds the old one.
-var errFenceLost = fault.Classed("fence_lost", "fence lock session lost")
 
 // fatal reports whether err ends the process: a Fatal sentinel always; a Permanent condition
 // (a topic missing, a resume offset outside the topic) at start, before any session committed.
@@ -346,15 +356,6 @@ func (p *Pipeline) ensureFence(ctx context.Context, f **ledger.Fence) error {
 	p.fence.Store(fence)
 	return nil
 }
-
-// checkpointError marks the failure of a checkpoint (counted as relay_checkpoints_total{result=
-// "failed"}), as opposed to one of recovery or of the fence; both restart the session alike. It is
-// a marker for that metric only and carries no class: fault.Cause, fault.IsFatal and
-// fault.IsPermanent see through it (Unwrap), so internal/fault stays the one classifier.
-type checkpointError struct{ err error }
-
-func (e *checkpointError) Error() string { return e.err.Error() }
-func (e *checkpointError) Unwrap() error { return e.err }
 
 // endZombies ends the server sessions of connections this process dropped: when the network cut
 // them off the server keeps them, and with them the locks and attached branches that recovery

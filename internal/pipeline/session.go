@@ -17,8 +17,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/consumer"
-	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/sink"
@@ -45,7 +45,7 @@ type epoch struct {
 func (p *Pipeline) newEpoch(id int64) *epoch {
 	n := p.Config.Subtasks
 	e := &epoch{id: id, tables: make([]*spec.Tables, n), dlq: make([][]sink.DLQRow, n), details: make([][]sink.DetailRow, n),
-		rows: make([]int64, len(p.Plan.Tables())), affine: p.proto.partitionAffine()}
+		rows: make([]int64, len(p.Plan.Tables())), affine: p.proto.PartitionAffine()}
 	for i := range e.tables {
 		e.tables[i] = p.Plan.NewTables()
 	}
@@ -68,7 +68,7 @@ type session struct {
 	ctx          context.Context // ends when the session fails
 	fail         context.CancelCauseFunc
 	cons         *consumer.Consumer
-	subs         []*subtask
+	subs         []chan<- commit.Batch // each subtask's input, in order (commit.Subtask.Data)
 	wg           sync.WaitGroup
 	positions    partition.Offsets                 // next offset per partition, as of the records folded so far
 	begin        partition.Offsets                 // positions at the session's start
@@ -78,8 +78,8 @@ type session struct {
 	lastEnd      time.Time
 	lastRecord   time.Time // when the last batch of records arrived
 	committedAny atomic.Bool
-	coord        *coordinator // completes the checkpoints cut in this session
-	blockLast    int64        // last checkpoint id of the block reserved for this session
+	coord        *commit.Coordinator // completes the checkpoints cut in this session
+	blockLast    int64               // last checkpoint id of the block reserved for this session
 	// group holds the latest committed offsets for the consumer group (kafka.commit_group_offsets),
 	// published off the commit path: the group coordinator being slow must not delay checkpoints.
 	group chan partition.Offsets
@@ -95,7 +95,7 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	if err := p.endZombies(rctx); err != nil {
 		return nil, err
 	}
-	rec, from, err := p.recover(rctx, fence)
+	rec, from, err := p.proto.Recover(rctx, fence)
 	if err != nil {
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
@@ -119,21 +119,22 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	}
 	p.sessionFirstID.Store(first)
 	s := &session{p: p, fence: fence, cons: cons, positions: start, begin: start.Clone(), cur: p.newEpoch(first), blockLast: last}
-	decided := p.proto.decided(start, from)
+	decided := p.proto.Decided(start, from)
 	s.decided.Store(&decided)
 	s.ctx, s.fail = context.WithCancelCause(context.Background())
-	parts := make([]participant, p.Config.Subtasks)
+	env := &commit.Env{Deps: p.commit(), Settings: p.Config.Commit(), Proto: p.proto, Plan: p.Plan, Schema: p.schema}
+	var subs []*commit.Subtask
 	for i := 0; i < p.Config.Subtasks; i++ {
 		global := p.Config.InstanceIndex()*p.Config.Subtasks + i
-		st := newSubtask(p, i, global, fence)
-		s.subs = append(s.subs, st)
-		parts[i] = st
+		st := commit.NewSubtask(env, i, global, fence)
+		subs = append(subs, st)
+		s.subs = append(s.subs, st.Data())
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			if err := st.run(s.ctx); err != nil {
+			if err := st.Run(s.ctx); err != nil {
 				if !errors.Is(err, ledger.ErrFenced) {
-					err = &checkpointError{err}
+					err = &commit.CheckpointError{Err: err}
 				}
 				s.fail(err)
 			}
@@ -147,8 +148,7 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 			s.publishGroup()
 		}()
 	}
-	s.coord = &coordinator{parts: parts, decider: fencedLedger{p.Ledger, fence}, timeout: p.Config.Checkpoint.Timeout,
-		stagger: crashpoint.Enabled, m: p.Metrics, log: p.Log.Named("checkpoint"), committed: s.committed}
+	s.coord = commit.NewCoordinator(subs, p.Ledger, fence, p.Config.Checkpoint.Timeout, p.Metrics, p.Log.Named("checkpoint"))
 	p.Log.Info("recovered", zap.Int64("resume_checkpoint", first), zap.Int("committed", rec.Committed),
 		zap.Int("rolled_back", rec.RolledBack), zap.Int("left_to_resolver", rec.Skipped), zap.Any("offsets", start))
 	// Lag is exported before readiness flips, so a ready process never lacks the series dashboards
@@ -162,33 +162,6 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	p.recovered.Store(true)
 	p.setState(Running)
 	return s, nil
-}
-
-// recover finishes what earlier runs left (what is in doubt is the protocol's to say) and returns
-// where to resume: the offsets the ledger holds.
-func (p *Pipeline) recover(ctx context.Context, fence *ledger.Fence) (Recovered, partition.Offsets, error) {
-	rec, err := p.proto.recover(ctx, p, fence)
-	if err != nil {
-		return rec, nil, err
-	}
-	// A checkpoint whose rows the server lost stops the job until an operator acknowledges it:
-	// resuming after it would carry on as if its records were counted.
-	lost, err := p.Ledger.Lost(ctx)
-	if err != nil {
-		return rec, nil, err
-	}
-	if len(lost) > 0 {
-		return rec, nil, ledger.Refusal(lost)
-	}
-	offs, maxID, err := p.proto.resume(ctx, p, fence)
-	if err != nil {
-		return rec, nil, err
-	}
-	if maxID > 0 {
-		p.Metrics.LastCommittedID.Set(float64(maxID))
-	}
-	rec.NextID = max(rec.NextID, maxID+1)
-	return rec, offs, nil
 }
 
 // close ends the session: subtasks stop and drop their connections, the consumer leaves.
@@ -252,28 +225,28 @@ func (s *session) undecided() string {
 	return strings.Join(parts, ", ")
 }
 
-// committed records a checkpoint whose data is durable in MySQL.
-func (s *session) committed(cp *pending, tags []string, log *zap.Logger) {
+// committed records checkpoint e, cut at cutAt with offsets, once its data is durable in MySQL.
+func (s *session) committed(e *epoch, offsets partition.Offsets, cutAt time.Time, tags []string, log *zap.Logger) {
 	p := s.p
 	now := time.Now()
-	p.Metrics.PhaseDuration.WithLabelValues("total").Observe(now.Sub(cp.cutAt).Seconds())
-	p.Metrics.VisibilityLatency.Observe(now.Sub(cp.e.firstPoll).Seconds())
-	if !cp.e.oldestTS.IsZero() {
-		p.Metrics.EndToEndLatency.Observe(max(now.Sub(cp.e.oldestTS), 0).Seconds())
+	p.Metrics.PhaseDuration.WithLabelValues("total").Observe(now.Sub(cutAt).Seconds())
+	p.Metrics.VisibilityLatency.Observe(now.Sub(e.firstPoll).Seconds())
+	if !e.oldestTS.IsZero() {
+		p.Metrics.EndToEndLatency.Observe(max(now.Sub(e.oldestTS), 0).Seconds())
 	}
 	p.Metrics.Checkpoints.WithLabelValues("committed").Inc()
-	p.Metrics.LastCommittedID.Set(float64(cp.e.id))
+	p.Metrics.LastCommittedID.Set(float64(e.id))
 	p.Metrics.LastCommittedTime.Set(float64(now.UnixNano()) / 1e9)
-	p.Metrics.Records.WithLabelValues("ok").Add(float64(cp.e.ok))
-	p.Metrics.Records.WithLabelValues("dlq").Add(float64(cp.e.dlqCount))
-	p.Metrics.Records.WithLabelValues("skipped").Add(float64(cp.e.skipped))
+	p.Metrics.Records.WithLabelValues("ok").Add(float64(e.ok))
+	p.Metrics.Records.WithLabelValues("dlq").Add(float64(e.dlqCount))
+	p.Metrics.Records.WithLabelValues("skipped").Add(float64(e.skipped))
 	for a, table := range p.Plan.Tables() {
-		p.Metrics.UpsertedRows.WithLabelValues(table).Add(float64(cp.e.rows[a]))
+		p.Metrics.UpsertedRows.WithLabelValues(table).Add(float64(e.rows[a]))
 	}
 	p.lastOK.Store(now.UnixNano())
 	s.committedAny.Store(true)
-	s.decided.Store(&cp.offsets)
-	log.Debug("committed", zap.Strings("tags", tags), zap.Duration("duration", now.Sub(cp.cutAt)))
+	s.decided.Store(&offsets)
+	log.Debug("committed", zap.Strings("tags", tags), zap.Duration("duration", now.Sub(cutAt)))
 	if s.group != nil {
 		// Latest wins: committed runs on one goroutine at a time (one checkpoint in flight), so
 		// emptying the slot and filling it cannot race another sender.
@@ -281,6 +254,6 @@ func (s *session) committed(cp *pending, tags []string, log *zap.Logger) {
 		case <-s.group:
 		default:
 		}
-		s.group <- cp.offsets
+		s.group <- offsets
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/internal/order"
+	"github.com/relay-sh/relay/internal/testenv"
 	"github.com/relay-sh/relay/test/oracle"
 )
 
@@ -271,13 +272,7 @@ func differ(t testing.TB, s diffSpec, recs *[]Record, payloads [][]byte, subtask
 // from RELAY_TEST_DIFF_SEED (random if unset). Sequence i uses seed+i, so a failure names the seed that
 // replays it first.
 func TestDifferentialSequences(t *testing.T) {
-	seed := rand.Uint64() >> 1
-	if v := os.Getenv("RELAY_TEST_DIFF_SEED"); v != "" {
-		var err error
-		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("RELAY_TEST_DIFF_SEED: %v", err)
-		}
-	}
+	seed := testenv.Seed(t, "RELAY_TEST_DIFF_SEED", 0)
 	budget := 20 * time.Second
 	if v := os.Getenv("RELAY_TEST_DIFF_SECONDS"); v != "" {
 		n, err := strconv.ParseFloat(v, 64)
@@ -286,7 +281,7 @@ func TestDifferentialSequences(t *testing.T) {
 		}
 		budget = time.Duration(n * float64(time.Second))
 	}
-	t.Logf("seed %d, budget %s (replay: RELAY_TEST_DIFF_SEED=%d)", seed, budget, seed)
+	t.Logf("budget %s", budget)
 	specs := diffSpecs(t)
 	pools := make([][]Record, len(specs)+1)
 	start := time.Now()

@@ -35,6 +35,26 @@ func listedTag(t *testing.T, ctx context.Context, db *sql.DB, tag string) bool {
 	return false
 }
 
+// sessionAlive reports whether the server still runs session id.
+func sessionAlive(t *testing.T, ctx context.Context, db *sql.DB, id int64) bool {
+	t.Helper()
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// rowCount is the number of rows of kv with key k that a new transaction of another connection sees.
+func rowCount(t *testing.T, ctx context.Context, db *sql.DB, k int) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM kv WHERE k = ?", k).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // A branch prepared on one connection survives that connection's loss (killed server-side) and is
 // then committed from another connection; while the preparing session lives, others cannot commit it.
 func TestPreparedBranchSurvivesConnectionLoss(t *testing.T) {
@@ -115,15 +135,30 @@ func TestActiveBranchRollsBackWithConnection(t *testing.T) {
 	if err := b.Exec(ctx, "INSERT INTO kv VALUES (2, 1)"); err != nil {
 		t.Fatal(err)
 	}
+	id := b.ConnID()
 	b.Close()
-	time.Sleep(200 * time.Millisecond)
+	// The branch goes with its session: wait for the server to end it, not for a guessed time.
+	testenv.Eventually(t, 10*time.Second, func() bool { return !sessionAlive(t, ctx, db, id) }, "the closed branch's session to end")
 	if listedTag(t, ctx, db, tag) {
 		t.Fatal("an active (unprepared) branch outlived its connection")
 	}
-	var n int
-	_ = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM kv").Scan(&n)
-	if n != 0 {
+	if n := rowCount(t, ctx, db, 2); n != 0 {
 		t.Fatalf("rows of an unprepared branch are visible: %d", n)
+	}
+	// Rolled back, not merely invisible: its row lock is gone, another session writes the key at once.
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ExecContext(ctx, "INSERT INTO kv VALUES (2, 7)"); err != nil {
+		t.Fatalf("writing the key of the ended branch: %v (its lock outlived the session)", err)
+	}
+	if err := Resolve(ctx, db, tag, true); !fault.IsMySQL(err, fault.XAErNota) {
+		t.Fatalf("commit of the ended unprepared branch: %v, want XAER_NOTA (1397): no such branch", err)
 	}
 }
 
@@ -144,14 +179,12 @@ func TestEmptyPreparedBranch(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Close()
+	// Until the server reaped the closed session, the branch is still its own (XAER_NOTA).
 	var err2 error
-	for i := 0; i < 50; i++ {
+	testenv.Poll(10*time.Second, func() bool {
 		err2 = Resolve(ctx, db, tag, true)
-		if !fault.IsMySQL(err2, fault.XAErNota) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return !fault.IsMySQL(err2, fault.XAErNota)
+	})
 	if !errors.Is(err2, ErrRolledBack) || !fault.IsMySQL(err2, fault.XARBRollback) {
 		t.Fatalf("commit of an empty prepared branch: got %v, want ErrRolledBack (error 1402 XA_RBROLLBACK)", err2)
 	}
@@ -195,16 +228,15 @@ func TestBlockersNameTheHolder(t *testing.T) {
 	waitBlocker := func(want int64) {
 		t.Helper()
 		var last []database.Blocker
-		for i := 0; i < 100; i++ {
+		if testenv.Poll(10*time.Second, func() bool {
 			bs, err := database.Blockers(ctx, db, waiter.ConnID())
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(bs) == 1 && bs[0].Thread == want {
-				return
-			}
 			last = bs
-			time.Sleep(100 * time.Millisecond)
+			return len(bs) == 1 && bs[0].Thread == want
+		}) {
+			return
 		}
 		t.Fatalf("blockers of %d: %+v, want one held by connection %d", waiter.ConnID(), last, want)
 	}
@@ -212,10 +244,19 @@ func TestBlockersNameTheHolder(t *testing.T) {
 	if err := a.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if !listedTag(t, ctx, db, tag) {
+		t.Fatal("prepared branch not listed by XA RECOVER")
+	}
 	a.Close() // discarded with the branch prepared: it outlives the session
 	waitBlocker(0)
+	if !listedTag(t, ctx, db, tag) {
+		t.Fatal("prepared branch lost with its session")
+	}
 	if err := Resolve(ctx, db, tag, false); err != nil {
 		t.Fatal(err)
+	}
+	if listedTag(t, ctx, db, tag) {
+		t.Fatal("rolled-back branch still listed by XA RECOVER")
 	}
 	select {
 	case err := <-done:
@@ -224,5 +265,9 @@ func TestBlockersNameTheHolder(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("waiter still blocked after the branch was rolled back")
+	}
+	// The waiter's UPDATE found no row: the rolled-back insert never became visible.
+	if n := rowCount(t, ctx, db, 1); n != 0 {
+		t.Fatalf("%d rows of the rolled-back branch are visible", n)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/relay-sh/relay/internal/testenv"
 )
 
 // A Kafka property librdkafka does not know stops relay before it touches MySQL (no fence, not
@@ -46,7 +48,7 @@ func TestPropertyCheckAndSecretFiles(t *testing.T) {
 	}
 	ok := e.start("RELAY_MYSQL_DSN="+cfg.FormatDSN(), "RELAY_MYSQL_PASSWORD_FILE="+mysqlFile,
 		"RELAY_KAFKA_PROPERTIES=sasl.username=relay", "RELAY_KAFKA_SASL_PASSWORD_FILE="+kafkaFile)
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, ok.Log, "recovered")) > 0 }, "relay running with passwords from files")
+	testenv.Eventually(t, 60*time.Second, func() bool { return len(logEvents(t, ok.Log, "recovered")) > 0 }, "relay running with passwords from files")
 	ok.Kill()
 	b, err := os.ReadFile(ok.Log)
 	if err != nil {

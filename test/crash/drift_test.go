@@ -17,6 +17,7 @@ import (
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/testenv"
 	"github.com/relay-sh/relay/test/oracle"
 )
 
@@ -171,7 +172,7 @@ func TestSpecDriftPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := e.start(one)
-	waitFor(t, 60*time.Second, func() bool { p.exited(t); return e.sumOf("sales_5m", "orders") == 150 }, "the first 150 orders")
+	testenv.Eventually(t, 60*time.Second, func() bool { p.exited(t); return e.sumOf("sales_5m", "orders") == 150 }, "the first 150 orders")
 	e.stopAll([]*proc{p})
 
 	if log := e.refusedAtStart(changed); !strings.Contains(log, "pipeline.aggregates[0].window: 5m -> 1m30s") {
@@ -216,8 +217,8 @@ func TestSpecDriftPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = e.start(two)
-	waitFor(t, 60*time.Second, func() bool { p.exited(t); return e.sumOf("sales_5m", "orders") == 210 }, "all 210 orders in sales_5m")
-	waitFor(t, 60*time.Second, func() bool { p.exited(t); return e.sumOf("orders_hour", "orders") == 60 }, "the 60 later orders in orders_hour")
+	testenv.Eventually(t, 60*time.Second, func() bool { p.exited(t); return e.sumOf("sales_5m", "orders") == 210 }, "all 210 orders in sales_5m")
+	testenv.Eventually(t, 60*time.Second, func() bool { p.exited(t); return e.sumOf("orders_hour", "orders") == 60 }, "the 60 later orders in orders_hour")
 	if out, stderr, code := e.cli(nil, "spec", "accept", "--yes", one); code != 3 {
 		t.Fatalf("spec accept while relay runs: exit %d, want 3 (fenced)\n%s%s", code, out, stderr)
 	}
@@ -253,7 +254,7 @@ func TestSpecDriftPipeline(t *testing.T) {
 func TestSpecDriftFenced(t *testing.T) {
 	e := newEnv(t, 1, "RELAY_INPUT_WINDOW=5m")
 	a := e.start()
-	waitFor(t, 30*time.Second, func() bool { a.exited(t); return len(logEvents(t, a.Log, "recovered")) > 0 }, "the first relay running")
+	testenv.Eventually(t, 30*time.Second, func() bool { a.exited(t); return len(logEvents(t, a.Log, "recovered")) > 0 }, "the first relay running")
 	b := e.start("RELAY_INPUT_WINDOW=90s")
 	err := b.wait(t, 30*time.Second)
 	var ee *exec.ExitError
@@ -283,7 +284,7 @@ func TestSpecDriftFenced(t *testing.T) {
 	if err := e.produce(context.Background(), loadgen.NewTotals(), opts); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, func() bool {
+	testenv.Eventually(t, 60*time.Second, func() bool {
 		a.exited(t)
 		_, last, err := ledger.New(e.db, e.job).PartitionOffsets(context.Background())
 		return err == nil && last > 0

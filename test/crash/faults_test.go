@@ -75,7 +75,7 @@ func (e *env) waitCommitAbove(p *proc, id int64, d time.Duration) time.Duration 
 // TestNetworkFaults resets and blackholes random MySQL connections of a running relay every 1-4 s
 // under load, with SIGKILLs in between: two minutes in XA mode, one in held mode
 // (RELAY_TEST_FAULT_SECONDS sets both). relay must stay up through them: at most one exit of its
-// own per ten faults. Totals stay exact.
+// own per ten faults. Totals stay exact. RELAY_TEST_SEED replays the load and the faults drawn.
 func TestNetworkFaults(t *testing.T) {
 	for _, mode := range []struct {
 		name    string
@@ -96,7 +96,7 @@ func TestNetworkFaults(t *testing.T) {
 func networkFaults(t *testing.T, seconds int, extra ...string) {
 	e := newEnv(t, 3, append(extra, faultEnv...)...)
 	px := e.proxied()
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_SEED", 0), 2))
 	totals := loadgen.NewTotals()
 	stop := e.streamOrders(totals, 3000, rng.Uint64())
 
@@ -163,6 +163,7 @@ func networkFaults(t *testing.T, seconds int, extra ...string) {
 		t.Fatalf("relay exited by itself %d times in %d faults (allowed: one per ten)", exits, faults)
 	}
 	// Let the last blackholes end: a blackholed session of a killed run may still hold a branch.
+	// The scenario's own timer (each blackhole lasts its drawn time), not an event of relay's.
 	time.Sleep(time.Until(lastHole))
 	p.Kill()
 	e.finish(totals)
@@ -225,7 +226,7 @@ func TestStaleOwnerStandsDown(t *testing.T) {
 	totals := loadgen.NewTotals()
 	stop := e.streamOrders(totals, 2000, 11)
 	a := e.start("RELAY_CRASH_AT=after-prepare:5", "RELAY_CRASH_ACTION=stop")
-	waitFor(t, 60*time.Second, func() bool { return strings.Contains(tail(a.Log, 5), "crashpoint: stopping at after-prepare") },
+	testenv.Eventually(t, 60*time.Second, func() bool { return strings.Contains(tail(a.Log, 5), "crashpoint: stopping at after-prepare") },
 		"the first owner to freeze after a prepare")
 	epochA := ownerEpoch(t, a)
 	b := e.start()

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/relay-sh/relay/internal/testenv"
 )
 
 // A second relay with the same job fails fast (exit 3) with an error naming the running one; the
@@ -16,7 +18,7 @@ import (
 func TestDuplicateInstanceFenced(t *testing.T) {
 	e := newEnv(t, 1)
 	a := e.start()
-	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, a.Log, "recovered")) > 0 }, "first relay running")
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(logEvents(t, a.Log, "recovered")) > 0 }, "first relay running")
 	b := e.start()
 	err := b.wait(t, 20*time.Second)
 	var ee *exec.ExitError
@@ -36,16 +38,5 @@ func TestDuplicateInstanceFenced(t *testing.T) {
 	_ = a.Signal(syscall.SIGTERM)
 	if err := a.wait(t, 30*time.Second); err != nil {
 		t.Fatalf("first relay did not stop cleanly: %v", err)
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/testenv"
 )
 
 // With kafka.commit_group_offsets (the default) the consumer group follows the ledger: published
@@ -43,7 +44,7 @@ func TestGroupOffsetsFollowTheLedger(t *testing.T) {
 		}
 		return true, ""
 	}
-	waitFor(t, 60*time.Second, func() bool {
+	testenv.Eventually(t, 60*time.Second, func() bool {
 		offs, _, _ := led.PartitionOffsets(ctx)
 		n := int64(0)
 		for part := int32(0); part < 3; part++ {

@@ -78,7 +78,7 @@ func TestSecondJobOnTableRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := e.start()
-	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, a.Log, "recovered")) > 0 }, "the first job running")
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(logEvents(t, a.Log, "recovered")) > 0 }, "the first job running")
 	other := *e
 	other.job = "k" + testenv.Suffix()
 	other.refused("order_stats_minute is written by job "+e.job, "job "+other.job+" would add its totals into the same rows")
@@ -113,15 +113,12 @@ func (e *env) recreateTopic(partitions int) {
 		t.Fatalf("delete topic: %v %v", err, res)
 	}
 	// The deletion completes in the background: creating the name again fails until it has.
-	for {
-		res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: e.topic, NumPartitions: partitions, ReplicationFactor: 1}})
-		if err == nil && res[0].Error.Code() == kafka.ErrNoError {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("create topic again: %v %v", err, res)
-		}
-		time.Sleep(500 * time.Millisecond)
+	var res []kafka.TopicResult
+	if !testenv.Poll(time.Minute, func() bool {
+		res, err = a.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: e.topic, NumPartitions: partitions, ReplicationFactor: 1}})
+		return err == nil && res[0].Error.Code() == kafka.ErrNoError
+	}) {
+		t.Fatalf("create topic again: %v %v", err, res)
 	}
 }
 

@@ -22,14 +22,13 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/harness/committed"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
-	"github.com/relay-sh/relay/internal/pipeline"
 	"github.com/relay-sh/relay/internal/spec"
 	"github.com/relay-sh/relay/internal/testenv"
 	"github.com/relay-sh/relay/internal/xa"
@@ -77,7 +76,7 @@ func newEnv(t *testing.T, partitions int, extra ...string) *env {
 func (e *env) rollbackLeftovers() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	bs, _ := pipeline.JobBranches(ctx, e.db, e.job)
+	bs, _ := commit.JobBranches(ctx, e.db, e.job)
 	for _, b := range bs {
 		_, _ = e.db.ExecContext(ctx, "XA ROLLBACK X'"+fmt.Sprintf("%x", b.Tag)+"'")
 	}
@@ -218,7 +217,7 @@ func (e *env) attachedBranch(ctx context.Context, table string, id int64) (*xa.B
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(b.Close)
-	tag := config.Tag(e.job, id, 0)
+	tag := commit.Tag(e.job, id, 0)
 	if err := b.Start(ctx, tag); err != nil {
 		e.t.Fatal(err)
 	}
@@ -245,10 +244,10 @@ func (e *env) produce(ctx context.Context, totals *loadgen.Totals, o loadgen.Opt
 }
 
 // branches lists the job's prepared branches.
-func (e *env) branches() []pipeline.Branch {
+func (e *env) branches() []commit.Branch {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	bs, err := pipeline.JobBranches(ctx, e.db, e.job)
+	bs, err := commit.JobBranches(ctx, e.db, e.job)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -388,13 +387,12 @@ func (e *env) finishInstances(totals *loadgen.Totals, m int) {
 	t.Helper()
 	x := e.expected(totals)
 	ps := e.startLayout(m)
-	deadline := time.Now().Add(90 * time.Second)
-	for e.diffOracle(x) != "" && time.Now().Before(deadline) {
+	testenv.Poll(90*time.Second, func() bool {
 		for _, p := range ps {
 			p.exited(t)
 		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return e.diffOracle(x) == ""
+	})
 	e.stopAll(ps)
 	if d := e.diffOracle(x); d != "" {
 		t.Fatalf("totals differ from the oracle's fold of what Kafka committed (%d records):\n%s", x.records, d)

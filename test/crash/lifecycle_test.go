@@ -30,13 +30,13 @@ func TestNewPartitionsPickedUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := e.start()
-	waitFor(t, 60*time.Second, func() bool { return e.maxCheckpoint() > 0 }, "a first checkpoint")
+	testenv.Eventually(t, 60*time.Second, func() bool { return e.maxCheckpoint() > 0 }, "a first checkpoint")
 	testenv.AddPartitions(t, e.topic, 5)
 	// A new producer sees the five partitions at once.
 	if err := e.produce(ctx, totals, loadgen.Options{Orders: 3000, Batch: 100, Seed: 22, TxnID: "lg2-" + e.topic}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "new partition assigned")) == 3 }, "three new partitions assigned")
+	testenv.Eventually(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "new partition assigned")) == 3 }, "three new partitions assigned")
 	p.Kill()
 	e.finish(totals) // checks every partition has a ledger offset and nothing is left unread
 }
@@ -52,7 +52,7 @@ func TestCheckpointFailuresExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := e.start()
-	waitFor(t, 60*time.Second, func() bool { return e.maxCheckpoint() > 0 }, "a first checkpoint")
+	testenv.Eventually(t, 60*time.Second, func() bool { return e.maxCheckpoint() > 0 }, "a first checkpoint")
 	// Take the aggregate table away: every flush now fails.
 	if _, err := e.db.ExecContext(ctx, "RENAME TABLE order_stats_minute TO order_stats_away"); err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestBadInputPolicies(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := e.start()
-		waitFor(t, 60*time.Second, func() bool { return e.actual(loadgen.DefaultPlan()).Keys() > 0 }, "the good records to commit")
+		testenv.Eventually(t, 60*time.Second, func() bool { return e.actual(loadgen.DefaultPlan()).Keys() > 0 }, "the good records to commit")
 		badTotals := loadgen.NewTotals()
 		if err := e.produce(ctx, badTotals, loadgen.Options{Orders: 50, Batch: 50, BadRate: 1, Seed: 43, TxnID: "bad-" + e.topic}); err != nil {
 			t.Fatal(err)
@@ -132,12 +132,12 @@ func TestIdleCutCommitsWhenTrafficPauses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	off := e.start("RELAY_CHECKPOINT_IDLE_AFTER=0")
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, off.Log, "recovered")) > 0 }, "relay running")
+	testenv.Eventually(t, 60*time.Second, func() bool { return len(logEvents(t, off.Log, "recovered")) > 0 }, "relay running")
 	totals := loadgen.NewTotals()
 	if err := e.produce(ctx, totals, loadgen.Options{Orders: 500, Batch: 100, Seed: 41}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // the scenario: nothing may commit in these 3 s, there is no event to wait for
 	if n := e.maxCheckpoint(); n != 0 {
 		t.Fatalf("with idle_after off, checkpoint %d committed within 3s of a 30s interval", n)
 	}
@@ -145,13 +145,13 @@ func TestIdleCutCommitsWhenTrafficPauses(t *testing.T) {
 
 	p := e.start("RELAY_CHECKPOINT_IDLE_AFTER=100ms")
 	start := time.Now()
-	waitFor(t, 10*time.Second, func() bool { return e.maxCheckpoint() > 0 }, "an idle cut well before the 30s interval")
+	testenv.Eventually(t, 10*time.Second, func() bool { return e.maxCheckpoint() > 0 }, "an idle cut well before the 30s interval")
 	t.Logf("first checkpoint %s after start", time.Since(start).Round(time.Millisecond))
 	if err := e.produce(ctx, totals, loadgen.Options{Orders: 500, Batch: 100, Seed: 42}); err != nil {
 		t.Fatal(err)
 	}
 	_, _, good := totals.Snapshot()
-	waitFor(t, 10*time.Second, func() bool { return e.committedOrders() == good }, "the second burst to become visible")
+	testenv.Eventually(t, 10*time.Second, func() bool { return e.committedOrders() == good }, "the second burst to become visible")
 	p.Kill()
 	e.finish(totals)
 }
@@ -166,7 +166,7 @@ func TestTrickleVisibleWhileArriving(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	p := e.start()
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay running")
+	testenv.Eventually(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay running")
 	totals := loadgen.NewTotals()
 	produced := make(chan error, 1)
 	go func() {
@@ -191,7 +191,7 @@ func TestTrickleVisibleWhileArriving(t *testing.T) {
 	}
 	t.Logf("%d checkpoints committed while the trickle was arriving", during)
 	_, _, good := totals.Snapshot()
-	waitFor(t, 30*time.Second, func() bool { return e.committedOrders() == good }, "the whole trickle to become visible")
+	testenv.Eventually(t, 30*time.Second, func() bool { return e.committedOrders() == good }, "the whole trickle to become visible")
 	p.Kill()
 	e.finish(totals)
 }
@@ -211,7 +211,7 @@ func TestSecretsNotLogged(t *testing.T) {
 		t.Fatalf("relay ran with a wrong MySQL password\n%s", tail(refused.Log, 10))
 	}
 	ok := e.start("RELAY_KAFKA_PROPERTIES=sasl.username=relay,sasl.password=" + kafkaSecret)
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, ok.Log, "recovered")) > 0 }, "relay running with SASL properties")
+	testenv.Eventually(t, 60*time.Second, func() bool { return len(logEvents(t, ok.Log, "recovered")) > 0 }, "relay running with SASL properties")
 	ok.Kill()
 	for _, p := range []*proc{refused, ok} {
 		b, err := os.ReadFile(p.Log)
@@ -242,13 +242,13 @@ func TestLockWaitTimeoutRestarts(t *testing.T) {
 	defer cancel()
 	opts := loadgen.Options{Orders: 3000, Batch: 100, SKUs: 40, Windows: 2, StartTS: 1764000000000, Seed: 41}
 	p := e.start() // creates the table
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay running")
+	testenv.Eventually(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay running")
 	holder := e.lockKeyRow(ctx, opts)
 	totals := loadgen.NewTotals()
 	if err := e.produce(ctx, totals, opts); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, func() bool {
+	testenv.Eventually(t, 60*time.Second, func() bool {
 		for _, ev := range logEvents(t, p.Log, "session failed; restarting in-process through recovery") {
 			if s, _ := ev["error"].(string); strings.Contains(s, "1205") && ev["cause"] == "lock_conflict" {
 				return true
@@ -264,7 +264,7 @@ func TestLockWaitTimeoutRestarts(t *testing.T) {
 	if err := holder.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, func() bool {
+	testenv.Eventually(t, 60*time.Second, func() bool {
 		after, _ := led.Since(ctx, failedBefore)
 		subtask := func(n string) func(string) bool {
 			return func(tag string) bool { return strings.HasSuffix(tag, "-"+n) }

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/commit"
+	"github.com/relay-sh/relay/internal/testenv"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestLostBranchRefusedUntilAcknowledged(t *testing.T) {
 	e := ranJob(t, 1, 13)
 	last := e.lastCheckpoint()
-	lost := config.Tag(e.job, last.ID, 9)
+	lost := commit.Tag(e.job, last.ID, 9)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	b, err := xa.NewBranch(ctx, e.db)
@@ -61,7 +62,7 @@ func TestLostBranchRefusedUntilAcknowledged(t *testing.T) {
 		t.Fatalf("acknowledge --yes: exit %d\n%s%s", code, stdout, stderr)
 	}
 	p := e.start()
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay to start after the acknowledgement")
+	testenv.Eventually(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay to start after the acknowledgement")
 	p.exited(t)
 	p.Kill()
 }

@@ -23,12 +23,13 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/testenv"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
@@ -168,9 +169,9 @@ func TestMetricsAfterCrash(t *testing.T) {
 	p := e.start()
 	addr := httpAddr(t, p)
 	// Recovery's counters are final once it logged its outcome.
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "recovery to finish")
+	testenv.Eventually(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "recovery to finish")
 	var first scrape
-	waitFor(t, 90*time.Second, func() bool {
+	testenv.Eventually(t, 90*time.Second, func() bool {
 		first = scrapeMetrics(t, addr)
 		return first.value(t, "relay_records_total", "result", "ok") >= float64(wantOK)
 	}, "relay to commit the orders produced before the crash")
@@ -204,20 +205,20 @@ func TestMetricsAfterCrash(t *testing.T) {
 	}
 	wantOK = good - decided.Records
 	var last scrape
-	waitFor(t, 90*time.Second, func() bool {
+	testenv.Eventually(t, 90*time.Second, func() bool {
 		last = scrapeMetrics(t, addr)
 		return last.value(t, "relay_records_total", "result", "ok") >= float64(wantOK) &&
 			last.value(t, "relay_records_total", "result", "dlq") >= float64(len(bad))
 	}, "relay to commit the second batch")
 	// Settle: once caught up nothing is in flight, so the gauges must be at rest and agree with the ledger.
-	waitFor(t, 10*time.Second, func() bool {
+	testenv.Eventually(t, 10*time.Second, func() bool {
 		last = scrapeMetrics(t, addr)
 		return last.value(t, "relay_xa_pending_transactions") == 0 &&
 			last.value(t, "relay_last_committed_checkpoint_id") == float64(e.maxLedgerID())
 	}, "pending transactions to drain and the last committed id to match the ledger")
 	// The topic ends in transaction markers, some after aborted transactions: a caught-up relay
 	// shows no lag (refreshed every 5 s).
-	waitFor(t, 15*time.Second, func() bool {
+	testenv.Eventually(t, 15*time.Second, func() bool {
 		last = scrapeMetrics(t, addr)
 		for _, part := range []string{"0", "1"} {
 			if v := last.matching("relay_consumer_lag_records", "partition", part); len(v) != 1 || v[0] != 0 {
@@ -263,16 +264,12 @@ func TestMetricsAfterCrash(t *testing.T) {
 	// Threads_connected is sampled every 5 s while the pool gauge is read at each scrape: the
 	// subtasks may have opened their connections after the last sample, so wait for the next one.
 	open, threads := 0.0, 0.0
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testenv.Poll(15*time.Second, func() bool {
 		s := scrapeMetrics(t, addr)
 		open = s.value(t, "relay_mysql_pool_connections", "pool", "sink", "state", "open")
 		threads = s.value(t, "relay_mysql_threads_connected")
-		if (open >= 2 && threads >= open) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return open >= 2 && threads >= open
+	})
 	if open < 2 || threads < open {
 		t.Errorf("sink pool %v open connections (2 subtasks), server Threads_connected %v", open, threads)
 	}
@@ -327,7 +324,7 @@ func TestReadyzDuringRecovery(t *testing.T) {
 	// A branch with the job's tag for a checkpoint that has no ledger row: the verdict is rollback.
 	// MariaDB refuses to resolve it from another session while this connection lives, so relay's
 	// recovery has to wait.
-	tag := config.Tag(e.job, 5, 0)
+	tag := commit.Tag(e.job, 5, 0)
 	conn, err := e.db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -346,7 +343,7 @@ func TestReadyzDuringRecovery(t *testing.T) {
 
 	p := e.start()
 	addr := httpAddr(t, p)
-	waitFor(t, 30*time.Second, func() bool {
+	testenv.Eventually(t, 30*time.Second, func() bool {
 		return len(logEvents(t, p.Log, "branch still attached to a session, waiting")) > 0
 	}, "recovery to find the held branch")
 	code, body := get(t, addr, "/readyz")
@@ -368,7 +365,7 @@ func TestReadyzDuringRecovery(t *testing.T) {
 	_ = conn.Close()
 	closed = true
 
-	waitFor(t, 60*time.Second, func() bool {
+	testenv.Eventually(t, 60*time.Second, func() bool {
 		code, _ := get(t, addr, "/readyz")
 		return code == http.StatusOK
 	}, "/readyz to answer 200 after recovery")
@@ -399,7 +396,7 @@ func TestReadyzDuringRecovery(t *testing.T) {
 		}
 	}
 	// relay_ready follows the readiness rule at every scrape, whether or not anything polls /readyz.
-	waitFor(t, 15*time.Second, func() bool { return scrapeMetrics(t, addr).value(t, "relay_ready") == 1 }, "relay_ready to become 1")
+	testenv.Eventually(t, 15*time.Second, func() bool { return scrapeMetrics(t, addr).value(t, "relay_ready") == 1 }, "relay_ready to become 1")
 	_ = p.Signal(syscall.SIGTERM)
 	if err := p.wait(t, 60*time.Second); err != nil {
 		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.Log, 20))
@@ -415,7 +412,7 @@ func TestReadyzStaleCheckpoint(t *testing.T) {
 	defer cancel()
 	p := e.start()
 	addr := httpAddr(t, p)
-	waitFor(t, 30*time.Second, func() bool { code, _ := get(t, addr, "/readyz"); return code == http.StatusOK }, "/readyz 200 on an idle job")
+	testenv.Eventually(t, 30*time.Second, func() bool { code, _ := get(t, addr, "/readyz"); return code == http.StatusOK }, "/readyz 200 on an idle job")
 
 	// One key only (one sku, one window); an outside transaction locks its row first.
 	opts := loadgen.Options{Orders: 200, Batch: 100, SKUs: 1, Windows: 1, StartTS: 1764000000000, Seed: 31}
@@ -425,7 +422,7 @@ func TestReadyzStaleCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	var body string
-	waitFor(t, 20*time.Second, func() bool {
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		var code int
 		code, body = get(t, addr, "/readyz")
 		return code == http.StatusServiceUnavailable
@@ -438,7 +435,7 @@ func TestReadyzStaleCheckpoint(t *testing.T) {
 	if err := holder.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&holderConn); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, func() bool {
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		for _, ev := range logEvents(t, p.Log, "waiting for a row lock") {
 			if ev["blocker_connection"] == float64(holderConn) && ev["blocker_detached"] == false {
 				return true
@@ -449,7 +446,7 @@ func TestReadyzStaleCheckpoint(t *testing.T) {
 	if err := holder.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, func() bool { code, _ := get(t, addr, "/readyz"); return code == http.StatusOK }, "/readyz 200 after the lock is released")
+	testenv.Eventually(t, 30*time.Second, func() bool { code, _ := get(t, addr, "/readyz"); return code == http.StatusOK }, "/readyz 200 after the lock is released")
 	_ = p.Signal(syscall.SIGTERM)
 	if err := p.wait(t, 60*time.Second); err != nil {
 		t.Fatalf("relay did not stop cleanly: %v\n%s", err, tail(p.Log, 20))
@@ -467,21 +464,21 @@ func TestUpsertedRowsPerCheckpoint(t *testing.T) {
 	totals := loadgen.NewTotals()
 	p := e.start()
 	addr := httpAddr(t, p)
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "recovery to finish")
+	testenv.Eventually(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "recovery to finish")
 	// Paced over about a second, so the orders span several 200 ms checkpoints.
 	if err := e.produce(ctx, totals, loadgen.Options{Orders: 600, Batch: 50, Rate: 600, SKUs: 1, Windows: 1, Seed: 31}); err != nil {
 		t.Fatal(err)
 	}
 	_, _, good := totals.Snapshot()
 	var s scrape
-	waitFor(t, 60*time.Second, func() bool {
+	testenv.Eventually(t, 60*time.Second, func() bool {
 		s = scrapeMetrics(t, addr)
 		return s.value(t, "relay_records_total", "result", "ok") >= float64(good)
 	}, "relay to commit every order")
 	// A scrape is no snapshot: it may fall between the last checkpoint's counter updates. Nothing
 	// commits once every order has, so two scrapes that agree are at rest.
 	var cps, rows float64
-	waitFor(t, 10*time.Second, func() bool {
+	testenv.Eventually(t, 10*time.Second, func() bool {
 		prevCps, prevRows := cps, rows
 		s = scrapeMetrics(t, addr)
 		cps = s.value(t, "relay_checkpoints_total", "result", "committed")

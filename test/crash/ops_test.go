@@ -15,7 +15,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/ops"
@@ -68,7 +68,7 @@ func TestOpsOffsetsReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := e.start()
-	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay running")
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay running")
 	_, stderr, code := e.cli(nil, "offsets", "reset", "--to", "latest")
 	if code != 3 || !strings.Contains(stderr, "running elsewhere") || !strings.Contains(stderr, fmt.Sprintf("pid %d", p.PID())) {
 		t.Fatalf("reset while relay runs: exit %d, want 3 naming pid %d\n%s", code, p.PID(), stderr)
@@ -222,7 +222,7 @@ func TestOpsVerify(t *testing.T) {
 func TestOpsTxns(t *testing.T) {
 	e := ranJob(t, 1, 5)
 	last := e.lastCheckpoint()
-	decided, undecided := config.Tag(e.job, last.ID, 7), config.Tag(e.job, last.ID+50, 0)
+	decided, undecided := commit.Tag(e.job, last.ID, 7), commit.Tag(e.job, last.ID+50, 0)
 	for _, tag := range []string{decided, undecided} {
 		e.prepareBranch(tag)
 	}
@@ -290,11 +290,13 @@ func TestOpsTxns(t *testing.T) {
 		p := e.start("RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s")
 		addr := httpAddr(t, p)
 		if want > 0 {
-			waitFor(t, 30*time.Second, func() bool {
+			testenv.Eventually(t, 30*time.Second, func() bool {
 				return scrapeMetrics(t, addr).value(t, "relay_transactions_total", "action", "rollback", "origin", "manual") == want
 			}, "the manual rollbacks to be counted")
 		} else {
-			time.Sleep(2500 * time.Millisecond) // two resolver passes
+			// The scenario: nothing may be counted over two resolver passes (1 s apart); an
+			// absence has no event to wait for.
+			time.Sleep(2500 * time.Millisecond)
 		}
 		s := scrapeMetrics(t, addr)
 		if got := s.value(t, "relay_transactions_total", "action", "rollback", "origin", "manual"); got != want {
@@ -312,7 +314,7 @@ func TestOpsTxns(t *testing.T) {
 // decided it), preflight does not suggest rolling it back; the job's own configuration resolves it.
 func TestOpsTxnsUnknownJob(t *testing.T) {
 	other := ranJob(t, 1, 7)
-	decided := config.Tag(other.job, other.lastCheckpoint().ID, 5) // the other ledger says: commit
+	decided := commit.Tag(other.job, other.lastCheckpoint().ID, 5) // the other ledger says: commit
 	other.prepareBranch(decided)
 	e := newEnv(t, 1)
 	dsn, err := mysql.ParseDSN(other.dsn)
@@ -562,14 +564,14 @@ func TestOpsHeldAppendSink(t *testing.T) {
 func TestOpsVerifyWhileRunning(t *testing.T) {
 	e := newEnv(t, 2)
 	p := e.start()
-	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay running")
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(logEvents(t, p.Log, "recovered")) > 0 }, "relay running")
 	totals := loadgen.NewTotals()
 	produced := make(chan error, 1)
 	go func() {
 		produced <- e.produceAborting(context.Background(), totals, loadgen.Options{Orders: 6000, Rate: 1500, Batch: 50, AbortRate: 0.1,
 			BadRate: 0.01, SKUs: 30, Windows: 2, Seed: 31})
 	}()
-	waitFor(t, 30*time.Second, func() bool { return len(e.ledgerRows()) > 0 }, "a first checkpoint")
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(e.ledgerRows()) > 0 }, "a first checkpoint")
 	for i := 0; ; i++ {
 		stdout, stderr, code := e.cli(nil, "verify")
 		if code != 0 || !strings.Contains(stdout, "no differences") {

@@ -12,6 +12,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/testenv"
 	"github.com/relay-sh/relay/test/oracle"
 )
 
@@ -38,7 +39,7 @@ func runExample(t *testing.T, ex oracle.Example) {
 	produceRecords(t, e.brokers, e.topic, ex.Records)
 	p := e.start("RELAY_PIPELINE_FILE=" + specPath)
 	led := ledger.New(e.db, e.job)
-	waitFor(t, 60*time.Second, func() bool {
+	testenv.Eventually(t, 60*time.Second, func() bool {
 		select {
 		case <-p.Done():
 			err := p.Err()

@@ -19,6 +19,7 @@ import (
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/ops"
+	"github.com/relay-sh/relay/internal/testenv"
 )
 
 // The first scrape after /readyz turned 200 already has the lag of every partition (and
@@ -35,7 +36,7 @@ func TestMetricsPresentWhenReady(t *testing.T) {
 	// long interval, no idle cut (the stop's drain commits them).
 	p := e.start("RELAY_CHECKPOINT_INTERVAL=30s", "RELAY_CHECKPOINT_IDLE_AFTER=0")
 	addr := httpAddr(t, p)
-	waitFor(t, 60*time.Second, func() bool {
+	testenv.Eventually(t, 60*time.Second, func() bool {
 		code, _ := getQuick(addr, "/readyz")
 		return code == http.StatusOK
 	}, "/readyz 200")
@@ -114,7 +115,7 @@ func TestInDoubtAgeSurvivesRestart(t *testing.T) {
 	prepared := time.Now()
 
 	first := e.start()
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, first.Log, "in-doubt branch left to the resolver")) == 1 }, "the first run's recovery to leave the branch")
+	testenv.Eventually(t, 60*time.Second, func() bool { return len(logEvents(t, first.Log, "in-doubt branch left to the resolver")) == 1 }, "the first run's recovery to leave the branch")
 	left := time.Now() // the first run noted the branch before this
 	first.Kill()
 
@@ -122,7 +123,7 @@ func TestInDoubtAgeSurvivesRestart(t *testing.T) {
 	second := e.start()
 	addr := httpAddr(t, second)
 	var age float64
-	waitFor(t, 60*time.Second, func() bool {
+	testenv.Eventually(t, 60*time.Second, func() bool {
 		at := time.Now()
 		s := scrapeMetrics(t, addr)
 		age = s.value(t, "relay_xa_in_doubt_oldest_age_seconds")
@@ -141,7 +142,7 @@ func TestInDoubtAgeSurvivesRestart(t *testing.T) {
 	t.Logf("in-doubt age %.1fs at the second run's first pass, %.1fs after the prepare", age, time.Since(prepared).Seconds())
 
 	zombie.Close() // now resolvable: the resolver rolls it back (no ledger row) and forgets it
-	waitFor(t, 30*time.Second, func() bool {
+	testenv.Eventually(t, 30*time.Second, func() bool {
 		s := scrapeMetrics(t, addr)
 		return s.value(t, "relay_xa_in_doubt_branches") == 0 && s.value(t, "relay_xa_in_doubt_oldest_age_seconds") == 0
 	}, "the in-doubt gauges back to 0")
@@ -171,7 +172,7 @@ func TestStatusAgreesWithReadyz(t *testing.T) {
 	addr := freeAddr(t)
 	httpEnv := "RELAY_HTTP_ADDR=" + addr
 	p := e.start(httpEnv)
-	waitFor(t, 60*time.Second, func() bool { code, _ := getQuick(addr, "/readyz"); return code == http.StatusOK }, "/readyz 200 on an idle job")
+	testenv.Eventually(t, 60*time.Second, func() bool { code, _ := getQuick(addr, "/readyz"); return code == http.StatusOK }, "/readyz 200 on an idle job")
 	// status reports what /readyz said when status asked; ask /readyz right before and after.
 	agree := func(want bool) {
 		t.Helper()
@@ -208,12 +209,12 @@ func TestStatusAgreesWithReadyz(t *testing.T) {
 	if err := e.produce(ctx, totals, opts); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, func() bool { code, _ := getQuick(addr, "/readyz"); return code == http.StatusServiceUnavailable }, "/readyz 503 while the checkpoint waits for the lock")
+	testenv.Eventually(t, 20*time.Second, func() bool { code, _ := getQuick(addr, "/readyz"); return code == http.StatusServiceUnavailable }, "/readyz 503 while the checkpoint waits for the lock")
 	agree(false)
 	if err := holder.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, func() bool { code, _ := getQuick(addr, "/readyz"); return code == http.StatusOK }, "/readyz 200 after the lock is released")
+	testenv.Eventually(t, 30*time.Second, func() bool { code, _ := getQuick(addr, "/readyz"); return code == http.StatusOK }, "/readyz 200 after the lock is released")
 	agree(true)
 	e.stopAll([]*proc{p})
 	e.finish(totals)
@@ -232,7 +233,7 @@ func TestKafkaClientLogsAreJSON(t *testing.T) {
 	e := newEnv(t, 1)
 	dead := freeAddr(t)
 	p := e.start("RELAY_KAFKA_BROKERS=" + dead)
-	waitFor(t, 60*time.Second, func() bool {
+	testenv.Eventually(t, 60*time.Second, func() bool {
 		for _, ev := range jsonLines(t, p.Log) {
 			if ev["logger"] == "relay.consumer.librdkafka" && ev["level"] == "error" && strings.Contains(ev["msg"].(string), dead) {
 				return true

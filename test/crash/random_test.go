@@ -16,12 +16,14 @@ import (
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/testenv"
 )
 
 // TestRandomKills SIGKILLs relay at random moments while orders keep arriving (in Kafka
 // transactions, some aborted, some records bad), restarts it each time, and finally requires exact
 // totals. RELAY_CRASH_KILLS sets the number of kills (default 20); RELAY_CRASH_KILL_DB=1 also
-// SIGKILLs MariaDB now and then (only a MariaDB that scripts/services.sh started).
+// SIGKILLs MariaDB now and then (only a MariaDB that scripts/services.sh started); RELAY_TEST_SEED
+// replays the load and the kill schedule.
 func TestRandomKills(t *testing.T) {
 	kills := 20
 	if v, err := strconv.Atoi(os.Getenv("RELAY_CRASH_KILLS")); err == nil && v > 0 {
@@ -45,7 +47,7 @@ func TestRandomKills(t *testing.T) {
 func randomKills(t *testing.T, kills int, extra ...string) {
 	killDB := os.Getenv("RELAY_CRASH_KILL_DB") == "1"
 	e := newEnv(t, 3, extra...)
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_SEED", 0), 1))
 	t.Logf("job %s topic %s, %d kills, kill MariaDB: %v", e.job, e.topic, kills, killDB)
 
 	totals := loadgen.NewTotals()
@@ -87,7 +89,7 @@ func randomKills(t *testing.T, kills int, extra ...string) {
 				t.Fatalf("run %d committed nothing in 60s\n%s\n%s", k, tail(p.Log, 30), e.serverState())
 			}
 		}
-		time.Sleep(time.Duration(300+rng.IntN(2200)) * time.Millisecond)
+		time.Sleep(time.Duration(300+rng.IntN(2200)) * time.Millisecond) // the scenario: run a random while, then kill
 		if killDB && k%10 == 0 {
 			restartService(t, "mariadb")
 		}
@@ -155,9 +157,7 @@ func restartService(t *testing.T, name string) {
 		t.Skipf("killing %s needs one started by scripts/services.sh: %v", name, err)
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Poll(10*time.Second, func() bool { return syscall.Kill(pid, 0) != nil })
 	cmd := exec.Command("scripts/services.sh", "up")
 	cmd.Dir = "../.."
 	// Without the RELAY_TEST_* names the script starts its own MariaDB again instead of trusting them.

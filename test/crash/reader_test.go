@@ -38,10 +38,6 @@ import (
 // orders arrive at 2 000/s (RELAY_TEST_READER_ORDERS sets the number, for a longer run).
 // RELAY_TEST_READER_SEED replays a run's kill schedule and load; RELAY_CRASH_MODE=xa4|xa1|held picks one.
 func TestReaderGuarantee(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if v, err := strconv.ParseUint(os.Getenv("RELAY_TEST_READER_SEED"), 10, 64); err == nil {
-		seed = v
-	}
 	for _, run := range []struct {
 		name     string
 		subtasks int
@@ -55,8 +51,7 @@ func TestReaderGuarantee(t *testing.T) {
 			continue
 		}
 		t.Run(run.name, func(t *testing.T) {
-			t.Logf("seed %d (RELAY_TEST_READER_SEED=%d replays it)", seed, seed)
-			readerGuarantee(t, seed, run.subtasks, run.extra...)
+			readerGuarantee(t, testenv.Seed(t, "RELAY_TEST_READER_SEED", 0), run.subtasks, run.extra...)
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/harness/committed"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/testenv"
 )
 
 // MySQL refusing a checkpoint's rows for their values is not retried for ever: relay stops after
@@ -87,7 +88,7 @@ func testRefusedRow(t *testing.T, extra []string, refuse func(ctx context.Contex
 	p := e.start()
 	addr := httpAddr(t, p)
 	want := e.expected(totals)
-	waitFor(t, 60*time.Second, func() bool { return e.diffOracle(want) == "" }, "the first orders to commit")
+	testenv.Eventually(t, 60*time.Second, func() bool { return e.diffOracle(want) == "" }, "the first orders to commit")
 	row, repair := refuse(ctx, e)
 	// The same skus in the same window: the row gets orders again, and its count overflows.
 	opts.Seed, opts.TxnID = 62, "lg2-"+e.topic
@@ -99,7 +100,7 @@ func testRefusedRow(t *testing.T, extra []string, refuse func(ctx context.Contex
 	var counted float64
 	for p.Alive() && time.Since(start) < 90*time.Second {
 		counted = max(counted, refusedRestarts(addr))
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the sampling pace: the exit itself is awaited by the loop's condition
 	}
 	err := p.wait(t, 10*time.Second)
 	var ee *exec.ExitError

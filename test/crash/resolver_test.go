@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/testenv"
 )
 
 // A prepared branch of the job that is still attached to a live session (a zombie) cannot be
@@ -21,27 +22,27 @@ func TestResolverFinishesAttachedBranch(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := e.start()
-	waitFor(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "in-doubt branch left to the resolver")) == 1 }, "recovery to leave the attached branch")
-	waitFor(t, 30*time.Second, func() bool { return e.maxCheckpoint() > 3 }, "checkpoints past the attached branch's id")
+	testenv.Eventually(t, 60*time.Second, func() bool { return len(logEvents(t, p.Log, "in-doubt branch left to the resolver")) == 1 }, "recovery to leave the attached branch")
+	testenv.Eventually(t, 30*time.Second, func() bool { return e.maxCheckpoint() > 3 }, "checkpoints past the attached branch's id")
 	// relay's own branches are in XA RECOVER between their prepare and commit, so this waits for a
 	// moment between checkpoints (relay is idle once it has read the 2000 orders).
-	waitFor(t, 15*time.Second, func() bool {
+	testenv.Eventually(t, 15*time.Second, func() bool {
 		got := e.branches()
 		return len(got) == 1 && got[0].Tag == tag
 	}, "only "+tag+" in doubt")
 	// The resolver sees it on every pass (each second here) and exports it with its age.
 	addr := httpAddr(t, p)
-	waitFor(t, 15*time.Second, func() bool {
+	testenv.Eventually(t, 15*time.Second, func() bool {
 		s := scrapeMetrics(t, addr)
 		return s.value(t, "relay_xa_in_doubt_branches") == 1 && s.value(t, "relay_xa_in_doubt_oldest_age_seconds") >= 1
 	}, "relay_xa_in_doubt_branches 1 with an age of a second or more")
 	zombie.Close() // the session ends; the prepared branch stays, now resolvable
 	// The log line follows the XA ROLLBACK, so wait for it, not for the branch to vanish.
-	waitFor(t, 30*time.Second, func() bool { return len(logEvents(t, p.Log, "in-doubt branch resolved")) > 0 }, "the resolver to roll the branch back")
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(logEvents(t, p.Log, "in-doubt branch resolved")) > 0 }, "the resolver to roll the branch back")
 	if got := e.branches(); len(got) != 0 {
 		t.Fatalf("branches %v left after the resolver's rollback", got)
 	}
-	waitFor(t, 15*time.Second, func() bool {
+	testenv.Eventually(t, 15*time.Second, func() bool {
 		s := scrapeMetrics(t, addr)
 		return s.value(t, "relay_xa_in_doubt_branches") == 0 && s.value(t, "relay_xa_in_doubt_oldest_age_seconds") == 0 &&
 			s.value(t, "relay_transactions_total", "action", "rollback", "origin", "resolver") == 1

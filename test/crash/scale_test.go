@@ -13,10 +13,11 @@ import (
 
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/testenv"
 )
 
-// Three instances of one job, each SIGKILLed on its own at random moments while orders keep
-// arriving; at the end, exact totals and no branch left in doubt.
+// Three instances of one job, each SIGKILLed on its own at random moments (RELAY_TEST_SEED
+// replays them) while orders keep arriving; at the end, exact totals and no branch left in doubt.
 func TestThreeInstancesRandomKills(t *testing.T) {
 	kills := 10
 	if v, err := strconv.Atoi(os.Getenv("RELAY_CRASH_INSTANCE_KILLS")); err == nil && v > 0 {
@@ -31,6 +32,7 @@ func TestThreeInstancesRandomKills(t *testing.T) {
 		produced <- e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 3000, Batch: 40,
 			AbortRate: 0.1, BadRate: 0.005, SKUs: 50, Windows: 5, Seed: 51})
 	}()
+	seed := testenv.Seed(t, "RELAY_TEST_SEED", 0) // instance i draws its kill times from stream i
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	exits := map[string]int{}
@@ -39,7 +41,7 @@ func TestThreeInstancesRandomKills(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(i)))
+			rng := rand.New(rand.NewPCG(seed, uint64(i)))
 			// Runs that stop by themselves do not count: each instance gets its number of real
 			// SIGKILLs (within a bound on the runs). The layout comes from the --instance flag,
 			// against a variable that names instance 0 for all three: a flag that did not override
@@ -101,7 +103,7 @@ func TestRescale(t *testing.T) {
 				t.Fatalf("an instance of another layout started next to a running one: %v\n%s", err, tail(intruder.Log, 3))
 			}
 		}
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // the scenario: the layout runs a while, then stops wherever it got to
 		e.stopAll(ps)
 		if bs := e.branches(); len(bs) != 0 {
 			t.Fatalf("layout %d left branches: %v", m, bs)
@@ -130,13 +132,13 @@ func TestSurvivorResolvesBlockingBranch(t *testing.T) {
 	survivor := e.startLayoutInstance(1, 2)
 	start := time.Now()
 	// The bound: recovery, then the resolver's 1s interval; 30s leaves room for a loaded machine.
-	waitFor(t, 30*time.Second, func() bool { return len(e.branches()) == 0 }, "the survivor to resolve the dead instance's branches")
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(e.branches()) == 0 }, "the survivor to resolve the dead instance's branches")
 	took := time.Since(start)
 	if ev := logEvents(t, survivor.Log, "resolving a stopped instance's branches"); len(ev) != 1 || ev[0]["instance"] != e.job+"/0" {
 		t.Fatalf("survivor log: %v, want one take-over of %s/0", ev, e.job)
 	}
 	// Each resolution is logged just after its XA COMMIT returns: wait for the lines too.
-	waitFor(t, 10*time.Second, func() bool { return len(logEvents(t, survivor.Log, "in-doubt branch resolved")) >= len(blocking) }, "one resolution logged per branch")
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(logEvents(t, survivor.Log, "in-doubt branch resolved")) >= len(blocking) }, "one resolution logged per branch")
 	for _, ev := range logEvents(t, survivor.Log, "in-doubt branch resolved") {
 		if ev["action"] != "commit" || ev["origin"] != "resolver" {
 			t.Fatalf("resolution %v, want a commit by the resolver (the branches were decided)", ev)
@@ -153,6 +155,6 @@ func TestSurvivorResolvesBlockingBranch(t *testing.T) {
 // startLayoutInstance starts instance i of m and waits for its recovery.
 func (e *env) startLayoutInstance(i, m int) *proc {
 	p := e.start(fmt.Sprintf("RELAY_INSTANCE=%d/%d", i, m), "RELAY_SUBTASKS=1")
-	waitFor(e.t, 60*time.Second, func() bool { return len(logEvents(e.t, p.Log, "recovered")) > 0 }, "recovery")
+	testenv.Eventually(e.t, 60*time.Second, func() bool { return len(logEvents(e.t, p.Log, "recovered")) > 0 }, "recovery")
 	return p
 }

@@ -28,7 +28,7 @@ import (
 // mode every snapshot must agree: all of a record's aggregates are written by its partition's
 // subtask, in one local transaction. RELAY_CRASH_KILLS sets the number of kills (default 10, at
 // least two per named crash point: every other run is armed at the next point in turn),
-// RELAY_CRASH_MODE one mode (xa or held).
+// RELAY_CRASH_MODE one mode (xa or held), RELAY_TEST_SEED the seed of the load and the kills.
 func TestSpecRandomKills(t *testing.T) {
 	kills := 10
 	if v, err := strconv.Atoi(os.Getenv("RELAY_CRASH_KILLS")); err == nil && v > 0 {
@@ -51,7 +51,7 @@ func TestSpecRandomKills(t *testing.T) {
 func specRandomKills(t *testing.T, kills int, extra ...string) {
 	cfgPath, plan := salesSpecConfig(t)
 	e := newEnv(t, 3, extra...)
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_SEED", 0), 2))
 	t.Logf("job %s topic %s, %d kills asked for (at least two per crash point)", e.job, e.topic, kills)
 
 	totals := loadgen.NewTotals()

@@ -79,12 +79,8 @@ func newEnv(t *testing.T, partitions int) *env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for db.Ping() != nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("database %s did not reach %s: %v", d.Name, cfg.Addr, db.Ping())
-			}
-			time.Sleep(50 * time.Millisecond)
+		if !testenv.Poll(20*time.Second, func() bool { return db.Ping() == nil }) {
+			t.Fatalf("database %s did not reach %s: %v", d.Name, cfg.Addr, db.Ping())
 		}
 		db.Close()
 	}
@@ -160,20 +156,6 @@ func (e *env) streamOrders(totals *loadgen.Totals, rate float64, seed uint64) (s
 	}
 }
 
-// seed is the run's seed: RELAY_TEST_SEED when set (to replay a run), else the clock.
-func seed(t *testing.T) uint64 {
-	s := uint64(time.Now().UnixNano())
-	if v := os.Getenv("RELAY_TEST_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("RELAY_TEST_SEED: %v", err)
-		}
-		s = n
-	}
-	t.Logf("seed %d (RELAY_TEST_SEED=%d replays it)", s, s)
-	return s
-}
-
 // mismatch compares the aggregate tables with the totals: the keys that differ, the first few of
 // them as MySQL prints them, and the sum over all keys of got - want in the first measure (the
 // order count of the default spec: > 0 doubled, < 0 missing).
@@ -230,16 +212,15 @@ func (e *env) finish(totals *loadgen.Totals) {
 	if _, err := r.WaitLog(func(l harness.LogLine) bool { return l.Msg == "recovered" }, 120*time.Second); err != nil {
 		t.Fatalf("relay on node 3 did not recover: %v\n%s", err, harness.Tail(r.Log, 30))
 	}
-	deadline := time.Now().Add(120 * time.Second)
-	for time.Now().Before(deadline) {
+	testenv.Poll(120*time.Second, func() bool {
 		if n, _, _ := e.mismatch(want); n == 0 {
-			break
+			return true
 		}
 		if !r.Alive() {
 			t.Fatalf("relay exited while finishing: %v\n%s", r.Err(), harness.Tail(r.Log, 30))
 		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return false
+	})
 	if err := r.Stop(60 * time.Second); err != nil {
 		t.Fatalf("relay did not stop cleanly: %v\n%s", err, harness.Tail(r.Log, 30))
 	}
@@ -288,7 +269,7 @@ func (e *env) count(msg string) int {
 func TestTwoNodesOneJob(t *testing.T) {
 	e := newEnv(t, 4)
 	totals := loadgen.NewTotals()
-	stop := e.streamOrders(totals, 3000, seed(t))
+	stop := e.streamOrders(totals, 3000, testenv.Seed(t, "RELAY_TEST_SEED", 0))
 	ss := []*supervised{e.supervise(1), e.supervise(2)}
 	runFor(time.Duration(scaled(25, 8))*time.Second, ss...)
 	if err := stop(); err != nil {
@@ -349,15 +330,13 @@ func (e *env) lastCheckpoint() int64 {
 // waitCheckpointAbove waits until the job committed a checkpoint above id.
 func (e *env) waitCheckpointAbove(r *harness.Relay, id int64, d time.Duration) {
 	e.t.Helper()
-	deadline := time.Now().Add(d)
-	for e.lastCheckpoint() <= id {
+	if !testenv.Poll(d, func() bool {
 		if r != nil && !r.Alive() {
 			e.t.Fatalf("relay exited: %v\n%s", r.Err(), harness.Tail(r.Log, 30))
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("no checkpoint above %d within %s", id, d)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return e.lastCheckpoint() > id
+	}) {
+		e.t.Fatalf("no checkpoint above %d within %s", id, d)
 	}
 }
 
@@ -399,7 +378,7 @@ func TestXARefused(t *testing.T) {
 	}
 
 	totals := loadgen.NewTotals()
-	stop := e.streamOrders(totals, 500, seed(t))
+	stop := e.streamOrders(totals, 500, testenv.Seed(t, "RELAY_TEST_SEED", 0))
 	r = e.start(1, "RELAY_MODE=")
 	if _, err := r.WaitLog(func(l harness.LogLine) bool { return strings.HasPrefix(l.Msg, "mode unset: held") }, 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -445,7 +424,7 @@ func (s *supervised) tick() {
 		return
 	}
 	s.exits[exitCode(s.r.Err())]++
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the scenario: a supervisor's pause before the restart
 	s.r = s.e.start(s.node, s.extra...)
 	s.starts++
 }
@@ -457,7 +436,7 @@ func runFor(d time.Duration, ss ...*supervised) {
 		for _, s := range ss {
 			s.tick()
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the supervisor's pace: runFor lets time pass, it awaits nothing
 	}
 }
 
@@ -467,7 +446,7 @@ func runFor(d time.Duration, ss ...*supervised) {
 func TestHeldThroughKills(t *testing.T) {
 	e := newEnv(t, 4)
 	totals := loadgen.NewTotals()
-	sd := seed(t)
+	sd := testenv.Seed(t, "RELAY_TEST_SEED", 0)
 	stop := e.streamOrders(totals, 1500, sd)
 	s := e.supervise(1, "RELAY_MODE=")
 	kills := scaled(8, 10)
@@ -502,12 +481,11 @@ func TestHeldThroughKills(t *testing.T) {
 func (e *env) startFrozen(node, n int, extra ...string) *harness.Relay {
 	e.t.Helper()
 	r := e.start(node, append([]string{fmt.Sprintf("RELAY_CRASH_AT=held-before-commit:%d", n), "RELAY_CRASH_ACTION=stop"}, extra...)...)
-	deadline := time.Now().Add(90 * time.Second)
-	for !strings.Contains(harness.Tail(r.Log, 50), "crashpoint: stopping at held-before-commit") {
-		if !r.Alive() || time.Now().After(deadline) {
-			e.t.Fatalf("relay never reached the crash point (alive %v)\n%s", r.Alive(), harness.Tail(r.Log, 30))
-		}
-		time.Sleep(20 * time.Millisecond)
+	reached := func() bool {
+		return strings.Contains(harness.Tail(r.Log, 50), "crashpoint: stopping at held-before-commit")
+	}
+	if !testenv.Poll(90*time.Second, func() bool { return reached() || !r.Alive() }) || !reached() {
+		e.t.Fatalf("relay never reached the crash point (alive %v)\n%s", r.Alive(), harness.Tail(r.Log, 30))
 	}
 	return r
 }
@@ -519,7 +497,7 @@ func rounds(t *testing.T, n int, fn func(t *testing.T, e *env, totals *loadgen.T
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
 			e := newEnv(t, 4)
 			totals := loadgen.NewTotals()
-			sd := seed(t)
+			sd := testenv.Seed(t, "RELAY_TEST_SEED", 0)
 			fn(t, e, totals, sd, e.streamOrders(totals, 1500, sd))
 		})
 	}
@@ -535,13 +513,13 @@ func TestNodeKilledDuringCommit(t *testing.T) {
 		n := 5 + int(sd%20)
 		r := e.startFrozen(1, n, "RELAY_JOB_LEASE=3s")
 		// The process stopped itself; make sure it is stopped before racing the node's death.
-		time.Sleep(100 * time.Millisecond)
+		testenv.Eventually(t, 10*time.Second, r.Stopped, "relay to stop itself at the crash point")
 		if err := r.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Duration(sd%3000) * time.Microsecond)
+		time.Sleep(time.Duration(sd%3000) * time.Microsecond) // the scenario: kill the node a drawn instant later
 		testenv.GaleraKill(t, 1)
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // the scenario: relay runs a while against the dead node before its own kill
 		r.Kill()
 		r2 := e.start(2, "RELAY_JOB_LEASE=3s")
 		e.waitCheckpointAbove(r2, e.lastCheckpoint(), 60*time.Second)
@@ -578,11 +556,11 @@ func TestNonPrimaryWaits(t *testing.T) {
 			if c := e.lastCheckpoint(); c != before {
 				before, stable = c, time.Now()
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // the sampling pace: the loop waits for 5 s without a new checkpoint
 		}
 		// Longer than checkpoint.tolerable_failures (10) restarts would last, were they counted.
 		wait := time.Duration(scaled(30, 3)) * time.Second
-		time.Sleep(wait)
+		time.Sleep(wait) // the scenario: nothing may commit for this long, there is no event to wait for
 		if c := e.lastCheckpoint(); c != before {
 			t.Fatalf("checkpoint %d committed while node 1 was outside the primary component (last before: %d)", c, before)
 		}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/bench/internal/kit"
-	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/harness/committed"
 	"github.com/relay-sh/relay/internal/ledger"
@@ -104,7 +104,7 @@ func prepareInDoubt(ctx context.Context, db *sql.DB, job, topic string, n int) (
 	for c := int64(1); c <= int64(checkpoints); c++ {
 		var tags []string
 		for s := 0; s < subtasks && made < n; s++ {
-			tag := config.Tag(job, c, s)
+			tag := commit.Tag(job, c, s)
 			b, err := xa.NewBranch(ctx, db)
 			if err != nil {
 				return 0, err

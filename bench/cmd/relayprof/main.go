@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/database"
@@ -119,7 +120,7 @@ func run(cpuPath, allocPath, tracePath string, limit time.Duration) error {
 			return true
 		}
 	}
-	at, werr := committed.Wait(db, cfg.Job.Name, topic, cfg.Mode == config.ModeHeld, end, 25*time.Millisecond, limit, alive)
+	at, werr := committed.Wait(db, cfg.Job.Name, topic, cfg.Mode == commit.ModeHeld, end, 25*time.Millisecond, limit, alive)
 	cancel()
 	rerr := <-done
 	pprof.StopCPUProfile()

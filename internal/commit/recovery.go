@@ -5,7 +5,7 @@
 // mean "committed"; every COMMIT and ROLLBACK runs under the ledger's epoch guard, so an owner
 // that lost the job (frozen past its lease) cannot touch a branch of the next owner. The next checkpoint id is above every id seen in the ledger and in XA RECOVER,
 // so a tag is never reused while a branch with it may exist.
-package pipeline
+package commit
 
 import (
 	"context"
@@ -17,11 +17,11 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
@@ -40,7 +40,7 @@ func JobBranches(ctx context.Context, db *sql.DB, job string) ([]Branch, error) 
 	}
 	var out []Branch
 	for _, r := range all {
-		if c, s, ok := config.ParseTag(job, r.GTRID); ok && r.BQual == "" {
+		if c, s, ok := ParseTag(job, r.GTRID); ok && r.BQual == "" {
 			out = append(out, Branch{Tag: r.GTRID, Checkpoint: c, Subtask: s})
 		}
 	}
@@ -74,6 +74,42 @@ var resolveOnce = fault.Policy{Attempts: 1}
 // errAttached: the branch is still attached to a live session (a zombie of an earlier run, or a
 // process outside relay's fence); only that session, or its end, can release it.
 var errAttached = errors.New("branch still attached to a live session")
+
+// mode is what recovering differs in between the modes.
+type mode interface {
+	// settle finishes what earlier sessions left in doubt.
+	settle(ctx context.Context, fence *ledger.Fence) (Recovered, error)
+	// resume reads where a new session starts, after settle: every partition's committed offset
+	// and the highest checkpoint id among them.
+	resume(ctx context.Context, fence *ledger.Fence) (partition.Offsets, int64, error)
+}
+
+// recoverSession finishes what earlier runs left (what is in doubt is m's to say) and returns
+// where to resume: the offsets the ledger holds.
+func recoverSession(ctx context.Context, d Deps, m mode, fence *ledger.Fence) (Recovered, partition.Offsets, error) {
+	rec, err := m.settle(ctx, fence)
+	if err != nil {
+		return rec, nil, err
+	}
+	// A checkpoint whose rows the server lost stops the job until an operator acknowledges it:
+	// resuming after it would carry on as if its records were counted.
+	lost, err := d.Ledger.Lost(ctx)
+	if err != nil {
+		return rec, nil, err
+	}
+	if len(lost) > 0 {
+		return rec, nil, ledger.Refusal(lost)
+	}
+	offs, maxID, err := m.resume(ctx, fence)
+	if err != nil {
+		return rec, nil, err
+	}
+	if maxID > 0 {
+		d.Metrics.LastCommittedID.Set(float64(maxID))
+	}
+	rec.NextID = max(rec.NextID, maxID+1)
+	return rec, offs, nil
+}
 
 // Recover resolves every prepared branch of the job below maxID (all of them when maxID is 0),
 // marks decided checkpoints committed, and returns where to resume.

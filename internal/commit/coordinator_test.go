@@ -1,4 +1,4 @@
-package pipeline
+package commit
 
 import (
 	"context"
@@ -95,7 +95,7 @@ var testMetrics = metrics.New("coordinator_test")
 type checkpointCase struct {
 	name    string
 	id      int64
-	replies []prepared // sent before the coordinator runs; fewer than the participants: a timeout
+	replies []Reply // sent before the coordinator runs; fewer than the participants: a timeout
 	parts   func([]*fakePart)
 	decider func(*fakeDecider)
 	stagger bool
@@ -113,7 +113,7 @@ type checkpointCase struct {
 func wantCheckpointError(cause string) func(*testing.T, error) {
 	return func(t *testing.T, err error) {
 		t.Helper()
-		var ce *checkpointError
+		var ce *CheckpointError
 		if !errors.As(err, &ce) {
 			t.Fatalf("error %v is not a checkpoint error", err)
 		}
@@ -134,41 +134,41 @@ func noError(t *testing.T, err error) {
 }
 
 func TestCoordinator(t *testing.T) {
-	ok := func(i int, tag string) prepared { return prepared{subtask: i, tag: tag} }
+	ok := func(i int, tag string) Reply { return Reply{subtask: i, tag: tag} }
 	connLost := fmt.Errorf("xa prepare: %w", mysql.ErrInvalidConn)
 	for _, c := range []checkpointCase{{
 		name:    "all prepared: decide, commit all, mark",
-		replies: []prepared{ok(1, "b"), ok(0, "a"), ok(2, "c")},
+		replies: []Reply{ok(1, "b"), ok(0, "a"), ok(2, "c")},
 		err:     noError, decisions: 1, commits: []int{1, 1, 1}, marked: true, committed: true,
 		wantTags: []string{"b", "a", "c"},
 	}, {
 		name:    "a participant with nothing to write is not committed",
-		replies: []prepared{ok(0, "a"), ok(1, ""), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, ""), ok(2, "c")},
 		err:     noError, decisions: 1, commits: []int{1, 0, 1}, marked: true, committed: true,
 		wantTags: []string{"a", "c"},
 	}, {
 		name:    "nothing written: the offsets are still decided",
-		replies: []prepared{ok(0, ""), ok(1, ""), ok(2, "")},
+		replies: []Reply{ok(0, ""), ok(1, ""), ok(2, "")},
 		err:     noError, decisions: 1, commits: []int{0, 0, 0}, marked: true, committed: true,
 	}, {
 		name:    "prepare error: no decision",
-		replies: []prepared{ok(0, "a"), {subtask: 1, err: connLost}, ok(2, "c")},
+		replies: []Reply{ok(0, "a"), {subtask: 1, err: connLost}, ok(2, "c")},
 		err:     wantCheckpointError("mysql_connection"), commits: []int{0, 0, 0},
 	}, {
 		name:    "prepare times out: no decision",
-		replies: []prepared{ok(0, "a"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(2, "c")},
 		err:     wantCheckpointError("timeout"), commits: []int{0, 0, 0},
 	}, {
 		name:    "lease deadline passed: no decision",
-		replies: []prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		decider: func(d *fakeDecider) { d.deadline = time.Now().Add(-time.Millisecond) },
 		err:     wantCheckpointError("fence_lost"), commits: []int{0, 0, 0},
 	}, {
 		name:    "fenced at the decision: returned as it is, fatal",
-		replies: []prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		decider: func(d *fakeDecider) { d.decideErr = fmt.Errorf("decide 7: %w: owner epoch is 3", ledger.ErrFenced) },
 		err: func(t *testing.T, err error) {
-			var ce *checkpointError
+			var ce *CheckpointError
 			if !errors.Is(err, ledger.ErrFenced) || !fault.IsFatal(err) || errors.As(err, &ce) {
 				t.Fatalf("error %v: want ledger.ErrFenced, fatal, not a checkpoint error", err)
 			}
@@ -176,52 +176,52 @@ func TestCoordinator(t *testing.T) {
 		commits: []int{0, 0, 0},
 	}, {
 		name:    "decision fails: checkpoint error, nothing committed",
-		replies: []prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		decider: func(d *fakeDecider) { d.decideErr = fmt.Errorf("decide 7: commit: %w", mysql.ErrInvalidConn) },
 		err:     wantCheckpointError("mysql_connection"), commits: []int{0, 0, 0},
 	}, {
 		name:    "commit fails after the decision: checkpoint error, the decision stands",
-		replies: []prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		parts:   func(ps []*fakePart) { ps[1].err = fmt.Errorf("xa commit: %w", mysql.ErrInvalidConn) },
 		err:     wantCheckpointError("mysql_connection"), decisions: 1, commits: []int{1, 1, 1},
 		wantTags: []string{"a", "b", "c"},
 	}, {
 		name:    "commit hangs: the commit phase's deadline fails it",
-		replies: []prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		parts:   func(ps []*fakePart) { ps[2].hang = true },
 		err:     wantCheckpointError("timeout"), decisions: 1, commits: []int{1, 1, 1},
 		wantTags: []string{"a", "b", "c"},
 	}, {
 		name:    "marking committed fails: checkpoint error",
-		replies: []prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		decider: func(d *fakeDecider) { d.markErr = fmt.Errorf("mark 7 committed: %w", mysql.ErrInvalidConn) },
 		err:     wantCheckpointError("mysql_connection"), decisions: 1, commits: []int{1, 1, 1},
 		wantTags: []string{"a", "b", "c"},
 	}, {
 		name:    "production commits every branch at once",
-		replies: []prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		parts:   gateAll,
 		err:     noError, decisions: 1, commits: []int{1, 1, 1}, marked: true, committed: true,
 		wantTags: []string{"a", "b", "c"},
 	}, {
 		name:    "crash-point builds commit the first branch alone",
-		replies: []prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		parts:   gateAll, stagger: true,
 		err: wantCheckpointError("timeout"), decisions: 1, commits: []int{1, 0, 0},
 		wantTags: []string{"a", "b", "c"},
 	}, {
 		name:    "every hundredth checkpoint prunes the ledger",
 		id:      300,
-		replies: []prepared{ok(0, "a"), ok(1, "b"), ok(2, "c")},
+		replies: []Reply{ok(0, "a"), ok(1, "b"), ok(2, "c")},
 		err:     noError, decisions: 1, commits: []int{1, 1, 1}, marked: true, committed: true,
 		wantTags: []string{"a", "b", "c"}, wantPruned: true,
 	}, {
 		name:    "held: the barrier replies were the commits, no decision",
-		replies: []prepared{ok(0, "a"), ok(1, ""), ok(2, "c")}, held: true,
+		replies: []Reply{ok(0, "a"), ok(1, ""), ok(2, "c")}, held: true,
 		err: noError, commits: []int{0, 0, 0}, committed: true, wantTags: []string{"a", "c"},
 	}, {
 		name:    "held: a failed COMMIT fails the checkpoint",
-		replies: []prepared{ok(0, "a"), {subtask: 1, err: connLost}, ok(2, "c")}, held: true,
+		replies: []Reply{ok(0, "a"), {subtask: 1, err: connLost}, ok(2, "c")}, held: true,
 		err: wantCheckpointError("mysql_connection"), commits: []int{0, 0, 0},
 	}} {
 		t.Run(c.name, func(t *testing.T) { runCheckpointCase(t, c) })
@@ -258,24 +258,24 @@ func runCheckpointCase(t *testing.T, c checkpointCase) {
 			}
 		}
 	}
-	parts := make([]participant, len(fakes))
+	parts := make([]voter, len(fakes))
 	for i, f := range fakes {
 		parts[i] = f
 	}
 	var gotTags []string
 	committed := false
-	co := &coordinator{parts: parts, decider: d, timeout: 200 * time.Millisecond, stagger: c.stagger,
-		m: testMetrics, log: zap.NewNop(), committed: func(_ *pending, tags []string, _ *zap.Logger) {
-			committed, gotTags = true, tags
-		}}
+	co := &Coordinator{parts: parts, decider: d, timeout: 200 * time.Millisecond, stagger: c.stagger,
+		m: testMetrics, log: zap.NewNop()}
 	id := c.id
 	if id == 0 {
 		id = 7
 	}
-	cp := &pending{e: &epoch{id: id, records: 42}, offsets: partition.Offsets{"orders": {0: 10}},
-		cutAt: time.Now(), replies: make(chan prepared, len(fakes))}
+	cp := &Pending{ID: id, Records: 42, Offsets: partition.Offsets{"orders": {0: 10}}, Replies: make(chan Reply, len(fakes)),
+		Committed: func(tags []string, _ *zap.Logger) {
+			committed, gotTags = true, tags
+		}}
 	for _, r := range c.replies {
-		cp.replies <- r
+		cp.Replies <- r
 	}
 	var err error
 	if c.held {
@@ -289,8 +289,8 @@ func runCheckpointCase(t *testing.T, c checkpointCase) {
 	}
 	if len(d.decided) == 1 {
 		dc := d.decided[0]
-		if dc.ID != id || dc.Records != 42 || fmt.Sprint(dc.Tags) != fmt.Sprint(c.wantTags) || fmt.Sprint(dc.Offsets) != fmt.Sprint(cp.offsets) {
-			t.Errorf("decision %+v, want id %d, 42 records, tags %v, offsets %v", dc, id, c.wantTags, cp.offsets)
+		if dc.ID != id || dc.Records != 42 || fmt.Sprint(dc.Tags) != fmt.Sprint(c.wantTags) || fmt.Sprint(dc.Offsets) != fmt.Sprint(cp.Offsets) {
+			t.Errorf("decision %+v, want id %d, 42 records, tags %v, offsets %v", dc, id, c.wantTags, cp.Offsets)
 		}
 	}
 	for i, f := range fakes {
@@ -327,11 +327,11 @@ func TestBarrierOffsets(t *testing.T) {
 		"map[orders:map[2:10]]",
 		"map[orders:map[1:8 5:3] refunds:map[1:1]]",
 	} {
-		if got := fmt.Sprint(heldProtocol{}.barrierOffsets(decided, cut, i, 2)); got != want {
+		if got := fmt.Sprint(heldProtocol{}.BarrierOffsets(decided, cut, i, 2)); got != want {
 			t.Errorf("held subtask %d of 2 writes %s, want %s", i, got, want)
 		}
 	}
-	if got := (xaProtocol{}).barrierOffsets(decided, cut, 0, 2); got != nil {
+	if got := (xaProtocol{}).BarrierOffsets(decided, cut, 0, 2); got != nil {
 		t.Errorf("xa subtask writes offsets %v at the barrier, want none", got)
 	}
 }

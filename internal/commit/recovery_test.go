@@ -1,4 +1,4 @@
-package pipeline
+package commit
 
 import (
 	"context"
@@ -10,12 +10,10 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/testenv"
-	"github.com/relay-sh/relay/internal/xa"
 )
 
 // decidedJob is a new job's ledger with its fence held, on a fresh database.
@@ -45,14 +43,16 @@ func emptyBranch(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Ledg
 // emptyDecided is emptyBranch deciding c.
 func emptyDecided(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Ledger, f *ledger.Fence, tag string, c ledger.Checkpoint) {
 	t.Helper()
-	b, err := xa.NewBranch(ctx, db)
+	// The branch is prepared as a subtask prepares it (xa.go's participant), and its connection
+	// discarded, as when the process died.
+	b, err := xaProtocol{}.NewParticipant(ctx, db)
+	if err == nil {
+		err = b.Begin(ctx, tag)
+	}
+	if err == nil {
+		_, err = b.Vote(ctx, Ballot{})
+	}
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(ctx, tag); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	b.Close()
@@ -70,13 +70,13 @@ func TestRecoverBranchRolledBackByServer(t *testing.T) {
 	job := led.Job()
 	m := metrics.New("recovery_test")
 	// Checkpoint 1's decision lists subtask 0 only; subtask 1's branch is not one relay prepared.
-	emptyBranch(t, ctx, db, led, f, config.Tag(job, 1, 1), 1, config.Tag(job, 1, 0))
+	emptyBranch(t, ctx, db, led, f, Tag(job, 1, 1), 1, Tag(job, 1, 0))
 	r, err := Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery)
 	if err != nil || r.Committed != 1 {
 		t.Fatalf("recovering an unlisted empty branch of a decided checkpoint: %+v, %v; want it committed (nothing lost)", r, err)
 	}
 	// Checkpoint 2's decision lists its branch: relay prepared it after writing rows.
-	lost := config.Tag(job, 2, 0)
+	lost := Tag(job, 2, 0)
 	emptyBranch(t, ctx, db, led, f, lost, 2, lost)
 	r, err = Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery)
 	if !errors.Is(err, ledger.ErrBranchLost) || !strings.Contains(err.Error(), lost) {
@@ -89,19 +89,14 @@ func TestRecoverBranchRolledBackByServer(t *testing.T) {
 // RECOVER after that one answer, so logging it and going on would leave no trace but a log line.
 func TestResolverStopsOnLostBranch(t *testing.T) {
 	db, ctx, led, f := decidedJob(t)
-	lost := config.Tag(led.Job(), 2, 0)
+	lost := Tag(led.Job(), 2, 0)
 	emptyBranch(t, ctx, db, led, f, lost, 2, lost)
-	var cfg config.Config
-	cfg.Job.Name = led.Job()
-	cfg.Checkpoint.ResolveInterval = 100 * time.Millisecond
-	cfg.Checkpoint.InDoubtAlertAge = time.Hour
-	p := &Pipeline{Deps: Deps{Config: cfg, Sink: db, Ledger: led, Metrics: metrics.New("resolver_test"), Log: zap.NewNop()}}
-	p.fence.Store(f)
-	p.sessionFirstID.Store(1000)
-	p.recovered.Store(true)
+	r := &Resolver{Deps: Deps{Sink: db, Ledger: led, Metrics: metrics.New("resolver_test"), Log: zap.NewNop()},
+		Settings:  Settings{Job: led.Job(), ResolveInterval: 100 * time.Millisecond, InDoubtAlertAge: time.Hour},
+		Recovered: func() bool { return true }, FirstID: func() int64 { return 1000 }, Fence: func() *ledger.Fence { return f }}
 	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if err := p.ResolveLoop(rctx); !errors.Is(err, ledger.ErrBranchLost) || !strings.Contains(err.Error(), lost) {
+	if err := r.Loop(rctx); !errors.Is(err, ledger.ErrBranchLost) || !strings.Contains(err.Error(), lost) {
 		t.Fatalf("resolver on a lost branch returned %v, want ErrBranchLost naming %s", err, lost)
 	}
 }
@@ -118,7 +113,7 @@ func TestLostCheckpointSurvivesRestart(t *testing.T) {
 	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: 1, Offsets: before}); err != nil {
 		t.Fatal(err)
 	}
-	lost := config.Tag(job, 2, 0)
+	lost := Tag(job, 2, 0)
 	after := partition.Offsets{}
 	after.Set("orders", 0, 50)
 	emptyDecided(t, ctx, db, led, f, lost, ledger.Checkpoint{ID: 2, Tags: []string{lost}, Offsets: after, Records: 10})
@@ -136,10 +131,8 @@ func TestLostCheckpointSurvivesRestart(t *testing.T) {
 	if st := cs[2].State; st != ledger.Lost {
 		t.Fatalf("after a restart the lost checkpoint is %s, want %s", st, ledger.Lost)
 	}
-	var cfg config.Config
-	cfg.Job.Name = job
-	p := &Pipeline{Deps: Deps{Config: cfg, Sink: db, Ledger: led, Metrics: m, Log: zap.NewNop()}, proto: xaProtocol{}}
-	_, _, err = p.recover(ctx, f)
+	p := New(ModeXA, Deps{Sink: db, Ledger: led, Metrics: m, Log: zap.NewNop()})
+	_, _, err = p.Recover(ctx, f)
 	if !errors.Is(err, ledger.ErrLossUnacknowledged) || !strings.Contains(err.Error(), lost) || !strings.Contains(err.Error(), "orders[0] 40-49") ||
 		!strings.Contains(err.Error(), "--acknowledge-lost") {
 		t.Fatalf("start with a lost checkpoint: %v; want ErrLossUnacknowledged naming %s, orders[0] 40-49 and --acknowledge-lost", err, lost)
@@ -148,7 +141,7 @@ func TestLostCheckpointSurvivesRestart(t *testing.T) {
 	if err := led.AcknowledgeLost(ctx, 2, lost, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := p.recover(ctx, f); err != nil {
+	if _, _, err := p.Recover(ctx, f); err != nil {
 		t.Fatalf("start after the loss was acknowledged: %v", err)
 	}
 }

@@ -3,7 +3,7 @@
 // Invariant: the resolver never touches a branch of the live session (checkpoint id at or above the
 // session's first id); older branches of the job are resolved from the ledger verdict, like recovery.
 // MySQL has no XA timeout, so this pass is what keeps a forgotten branch from holding locks forever.
-package pipeline
+package commit
 
 import (
 	"context"
@@ -17,12 +17,24 @@ import (
 	"github.com/relay-sh/relay/internal/metrics"
 )
 
-// ResolveLoop runs the resolver as soon as recovery finished and then every interval until ctx
+// Resolver resolves, every interval, the branches this job left behind.
+type Resolver struct {
+	Deps
+	Settings
+	// Recovered reports whether the live session's recovery finished: until then the resolver waits.
+	Recovered func() bool
+	// FirstID is the first checkpoint id of the live session: ids at or above it are left alone.
+	FirstID func() int64
+	// Fence is the fence held now (nil between two), for the resolver's epoch.
+	Fence func() *ledger.Fence
+}
+
+// Loop runs the resolver as soon as recovery finished and then every interval until ctx
 // ends. Errors are logged and retried at the next tick: a resolver that cannot reach MySQL is no
 // reason to stop the pipeline. A decided branch the server rolled back is: it is gone after that
 // one answer, and the process stops on it as recovery does (ledger.ErrBranchLost). (The first pass does not wait an interval: until it runs, the
 // in-doubt gauges know nothing of the branches recovery left behind.)
-func (p *Pipeline) ResolveLoop(ctx context.Context) error {
+func (p *Resolver) Loop(ctx context.Context) error {
 	log := p.Log.Named("resolver")
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -32,7 +44,7 @@ func (p *Pipeline) ResolveLoop(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		if !p.recovered.Load() {
+		if !p.Recovered() {
 			t.Reset(100 * time.Millisecond)
 			continue
 		}
@@ -43,11 +55,11 @@ func (p *Pipeline) ResolveLoop(ctx context.Context) error {
 		if err != nil && ctx.Err() == nil {
 			log.Warn("resolver pass failed", zap.Error(err))
 		}
-		t.Reset(p.Config.Checkpoint.ResolveInterval)
+		t.Reset(p.ResolveInterval)
 	}
 }
 
-func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger) error {
+func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) error {
 	// Operators' `relay txns resolve` runs in another process: it leaves an audit row, counted here once.
 	if n, err := p.Ledger.ClaimManualResolves(ctx); err != nil {
 		log.Warn("counting manual resolutions failed", zap.Error(err))
@@ -55,7 +67,7 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger) error {
 		p.Metrics.Transactions.WithLabelValues("commit", metrics.OriginManual).Add(float64(n[ledger.AuditCommit]))
 		p.Metrics.Transactions.WithLabelValues("rollback", metrics.OriginManual).Add(float64(n[ledger.AuditRollback]))
 	}
-	branches, err := JobBranches(ctx, p.Sink, p.Config.Job.Name)
+	branches, err := JobBranches(ctx, p.Sink, p.Job)
 	if err != nil {
 		return err
 	}
@@ -67,7 +79,7 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger) error {
 	for _, b := range mine {
 		isMine[b.Tag] = true
 	}
-	live := p.sessionFirstID.Load()
+	live := p.FirstID()
 	byOwner := map[string][]Branch{} // branches to resolve, under the ledger of the instance that owns them
 	var doubt []Branch               // left behind: resolvable now or waiting for an operator
 	for _, b := range branches {
@@ -98,7 +110,7 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger) error {
 	p.exportDoubt(ctx, log, doubt, branches)
 	for key, bs := range byOwner {
 		if key == p.Ledger.Key() {
-			fence := p.fence.Load()
+			fence := p.Fence()
 			if fence == nil {
 				continue // between two fences: the next recovery answers for them
 			}
@@ -117,7 +129,7 @@ func (p *Pipeline) resolvePass(ctx context.Context, log *zap.Logger) error {
 // ledger's in-doubt record (see ledger.InDoubtAges): since its checkpoint's decision, or since a
 // relay process first listed it. An in-memory "first seen" restarted at zero with every process
 // and with every pass that found it anew, so a branch in doubt for minutes read 0.
-func (p *Pipeline) exportDoubt(ctx context.Context, log *zap.Logger, doubt, listed []Branch) {
+func (p *Resolver) exportDoubt(ctx context.Context, log *zap.Logger, doubt, listed []Branch) {
 	ids := map[string]int64{}
 	for _, b := range doubt {
 		ids[b.Tag] = b.Checkpoint
@@ -141,14 +153,14 @@ func (p *Pipeline) exportDoubt(ctx context.Context, log *zap.Logger, doubt, list
 	// order, so this narrows the window; it does not make a scrape a snapshot.)
 	p.Metrics.InDoubtOldestAge.Set(oldest.Seconds())
 	p.Metrics.InDoubtBranches.Set(float64(len(doubt)))
-	if oldest > p.Config.Checkpoint.InDoubtAlertAge {
+	if oldest > p.InDoubtAlertAge {
 		log.Warn("in-doubt branch older than the alert age", zap.Duration("age", oldest), zap.Int("branches", len(doubt)))
 	}
 }
 
 // takeOver resolves the branches of a stopped instance: it takes that instance's fence first (so a
 // zombie of it can no longer write a decision), applies the ledger's verdicts, and lets go.
-func (p *Pipeline) takeOver(ctx context.Context, key string, bs []Branch, log *zap.Logger) error {
+func (p *Resolver) takeOver(ctx context.Context, key string, bs []Branch, log *zap.Logger) error {
 	other := p.Ledger.ForKey(key)
 	f, err := ledger.Acquire(ctx, other, ledger.FenceConfig{Owner: "resolver of " + p.Ledger.Key()})
 	if errors.Is(err, ledger.ErrFenced) {
@@ -165,7 +177,7 @@ func (p *Pipeline) takeOver(ctx context.Context, key string, bs []Branch, log *z
 
 // resolveAll applies the ledger's verdict to each branch, then marks the checkpoints done whose
 // branches are all resolved.
-func (p *Pipeline) resolveAll(ctx context.Context, led *ledger.Ledger, epoch int64, bs []Branch, below int64, log *zap.Logger) error {
+func (p *Resolver) resolveAll(ctx context.Context, led *ledger.Ledger, epoch int64, bs []Branch, below int64, log *zap.Logger) error {
 	pending := map[int64]bool{}
 	for _, b := range bs {
 		commit, err := resolveBranch(ctx, led, epoch, p.Sink, b, resolveRetry, log, metrics.OriginResolver)

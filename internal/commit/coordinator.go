@@ -8,7 +8,7 @@
 // a reader's snapshot without a COMMITTING row is a checkpoint boundary (docs/PIPELINES.md, "What a
 // reader sees"). Every phase runs under a deadline. The coordinator knows the subtasks only as
 // participants and the ledger only as a decider, so it is tested without Kafka or MySQL.
-package pipeline
+package commit
 
 import (
 	"context"
@@ -19,22 +19,26 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relay-sh/relay/internal/crashpoint"
+	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/partition"
 )
 
-// pending is a checkpoint past its barrier.
-type pending struct {
-	e       *epoch
-	offsets partition.Offsets
-	cutAt   time.Time
-	replies chan prepared // one per participant, sent once its part of the epoch is prepared
+// Pending is a checkpoint past its barrier.
+type Pending struct {
+	ID      int64
+	Records int64 // records folded into the checkpoint
+	Offsets partition.Offsets
+	Replies chan Reply // one per participant, sent once its part of the epoch is prepared
+	// Committed records the checkpoint once its data is durable (the session's bookkeeping).
+	Committed func(tags []string, log *zap.Logger)
 }
 
-// participant is a subtask as the coordinator sees it: its barrier reply arrives on the
-// checkpoint's replies, naming it by index; once the decision is durable it is told to commit.
-type participant interface {
+// voter is a subtask as the coordinator sees it: its barrier reply arrives on the checkpoint's
+// replies, naming it by index; once the decision is durable it is told to commit, and applies it
+// to its Participant on the subtask's own goroutine, the only one that uses its connection.
+type voter interface {
 	// commit orders the prepared branch committed on its own connection within deadline (zero:
 	// none); the outcome is sent to done.
 	commit(deadline time.Time, done chan<- error)
@@ -69,9 +73,9 @@ func (f fencedLedger) Prune(ctx context.Context, newest int64) error {
 	return f.led.Prune(ctx, newest, 1000)
 }
 
-// coordinator completes the checkpoints of one session.
-type coordinator struct {
-	parts   []participant // indexed by prepared.subtask
+// Coordinator completes the checkpoints of one session.
+type Coordinator struct {
+	parts   []voter // indexed by Reply.subtask
 	decider decider
 	timeout time.Duration // of the barrier phase (with the decision), and of the commit phase
 	// stagger commits the first branch alone and the rest together, so that a death in between
@@ -80,26 +84,34 @@ type coordinator struct {
 	stagger bool
 	m       *metrics.Metrics
 	log     *zap.Logger
-	// committed records a checkpoint whose data is durable (the session's bookkeeping).
-	committed func(cp *pending, tags []string, log *zap.Logger)
+}
+
+// NewCoordinator completes the checkpoints of subs, deciding in led as the owner of fence, each
+// phase within timeout.
+func NewCoordinator(subs []*Subtask, led *ledger.Ledger, fence *ledger.Fence, timeout time.Duration, m *metrics.Metrics, log *zap.Logger) *Coordinator {
+	parts := make([]voter, len(subs))
+	for i, s := range subs {
+		parts[i] = s
+	}
+	return &Coordinator{parts: parts, decider: fencedLedger{led, fence}, timeout: timeout, stagger: crashpoint.Enabled, m: m, log: log}
 }
 
 // votes are a checkpoint's barrier replies.
 type votes struct {
-	tags    []string      // of the participants that wrote, in reply order
-	wrote   []participant // those participants
+	tags    []string // of the participants that wrote, in reply order
+	wrote   []voter  // those participants
 	maxPrep time.Duration
 }
 
 // collect waits for every participant's barrier reply, until ctx ends.
-func (c *coordinator) collect(ctx context.Context, cp *pending) (votes, error) {
+func (c *Coordinator) collect(ctx context.Context, cp *Pending) (votes, error) {
 	var v votes
 	var flushMax time.Duration
 	for range c.parts {
 		select {
-		case r := <-cp.replies:
+		case r := <-cp.Replies:
 			if r.err != nil {
-				return v, &checkpointError{fmt.Errorf("checkpoint %d: prepare: %w", cp.e.id, r.err)}
+				return v, &CheckpointError{fmt.Errorf("checkpoint %d: prepare: %w", cp.ID, r.err)}
 			}
 			flushMax, v.maxPrep = max(flushMax, r.flush), max(v.maxPrep, r.prep)
 			if r.tag != "" {
@@ -107,7 +119,7 @@ func (c *coordinator) collect(ctx context.Context, cp *pending) (votes, error) {
 				v.wrote = append(v.wrote, c.parts[r.subtask])
 			}
 		case <-ctx.Done():
-			return v, &checkpointError{fmt.Errorf("checkpoint %d: prepare: %w", cp.e.id, context.Cause(ctx))}
+			return v, &CheckpointError{fmt.Errorf("checkpoint %d: prepare: %w", cp.ID, context.Cause(ctx))}
 		}
 	}
 	c.m.PhaseDuration.WithLabelValues("flush").Observe(flushMax.Seconds())
@@ -115,7 +127,7 @@ func (c *coordinator) collect(ctx context.Context, cp *pending) (votes, error) {
 }
 
 // onePhase completes a checkpoint whose barrier replies were the participants' own commits.
-func (c *coordinator) onePhase(ctx context.Context, cp *pending) error {
+func (c *Coordinator) onePhase(ctx context.Context, cp *Pending) error {
 	tctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	v, err := c.collect(tctx, cp)
@@ -123,14 +135,14 @@ func (c *coordinator) onePhase(ctx context.Context, cp *pending) error {
 		return err
 	}
 	crashpoint.Hit(crashpoint.AfterCommit)
-	c.committed(cp, v.tags, c.log.With(zap.Int64("checkpoint", cp.e.id)))
+	cp.Committed(v.tags, c.log.With(zap.Int64("checkpoint", cp.ID)))
 	return nil
 }
 
 // twoPhase runs prepare → decide → commit. Every error but ledger.ErrFenced (which ends the
-// process, and is returned as it is) is a checkpointError.
-func (c *coordinator) twoPhase(ctx context.Context, cp *pending) error {
-	log := c.log.With(zap.Int64("checkpoint", cp.e.id))
+// process, and is returned as it is) is a CheckpointError.
+func (c *Coordinator) twoPhase(ctx context.Context, cp *Pending) error {
+	log := c.log.With(zap.Int64("checkpoint", cp.ID))
 	tctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	v, err := c.collect(tctx, cp)
@@ -145,20 +157,20 @@ func (c *coordinator) twoPhase(ctx context.Context, cp *pending) error {
 	// the job over (its epoch bump would fail this write anyway; this keeps the old owner quiet).
 	deadline := c.decider.Deadline()
 	if !t.Before(deadline) {
-		return &checkpointError{fmt.Errorf("checkpoint %d: decide: %w: lease not renewed since %s", cp.e.id, errFenceLost, deadline.Format(time.RFC3339Nano))}
+		return &CheckpointError{fmt.Errorf("checkpoint %d: decide: %w: lease not renewed since %s", cp.ID, ErrFenceLost, deadline.Format(time.RFC3339Nano))}
 	}
 	dctx, dcancel := context.WithDeadline(tctx, deadline)
-	err = c.decider.Decide(dctx, ledger.Checkpoint{ID: cp.e.id, Tags: v.tags, Offsets: cp.offsets, Records: cp.e.records})
+	err = c.decider.Decide(dctx, ledger.Checkpoint{ID: cp.ID, Tags: v.tags, Offsets: cp.Offsets, Records: cp.Records})
 	dcancel()
 	if errors.Is(err, ledger.ErrFenced) {
 		return err
 	}
 	if err != nil {
 		// The decision may or may not have committed: recovery reads the verdict and acts on it.
-		return &checkpointError{err}
+		return &CheckpointError{err}
 	}
 	c.m.PhaseDuration.WithLabelValues("decide").Observe(time.Since(t).Seconds())
-	log.Debug("decided", zap.Strings("tags", v.tags), zap.Int64("records", cp.e.records))
+	log.Debug("decided", zap.Strings("tags", v.tags), zap.Int64("records", cp.Records))
 	crashpoint.Hit(crashpoint.AfterDecide)
 
 	// From here the checkpoint is committed; failures only delay it. The commit phase gets a
@@ -166,26 +178,26 @@ func (c *coordinator) twoPhase(ctx context.Context, cp *pending) error {
 	cctx, ccancel := context.WithTimeout(ctx, c.timeout)
 	defer ccancel()
 	t = time.Now()
-	groups := [][]participant{v.wrote}
+	groups := [][]voter{v.wrote}
 	if c.stagger && len(v.wrote) > 1 {
-		groups = [][]participant{v.wrote[:1], v.wrote[1:]}
+		groups = [][]voter{v.wrote[:1], v.wrote[1:]}
 	}
 	for i, g := range groups {
 		if err := commitAll(cctx, g); err != nil {
-			return &checkpointError{fmt.Errorf("checkpoint %d: commit: %w", cp.e.id, err)}
+			return &CheckpointError{fmt.Errorf("checkpoint %d: commit: %w", cp.ID, err)}
 		}
 		if i < len(groups)-1 {
 			crashpoint.Hit(crashpoint.BetweenCommits)
 		}
 	}
 	crashpoint.Hit(crashpoint.AfterCommit)
-	if err := c.decider.MarkCommitted(cctx, cp.e.id); err != nil {
-		return &checkpointError{err}
+	if err := c.decider.MarkCommitted(cctx, cp.ID); err != nil {
+		return &CheckpointError{err}
 	}
 	c.m.PhaseDuration.WithLabelValues("commit").Observe(time.Since(t).Seconds())
-	c.committed(cp, v.tags, log)
-	if cp.e.id%100 == 0 {
-		if err := c.decider.Prune(cctx, cp.e.id); err != nil {
+	cp.Committed(v.tags, log)
+	if cp.ID%100 == 0 {
+		if err := c.decider.Prune(cctx, cp.ID); err != nil {
 			log.Warn("ledger prune failed", zap.Error(err))
 		}
 	}
@@ -194,7 +206,7 @@ func (c *coordinator) twoPhase(ctx context.Context, cp *pending) error {
 
 // commitAll commits the prepared branches of parts in parallel, each on its own connection,
 // within ctx's deadline.
-func commitAll(ctx context.Context, parts []participant) error {
+func commitAll(ctx context.Context, parts []voter) error {
 	done := make(chan error, len(parts))
 	deadline, _ := ctx.Deadline()
 	for _, p := range parts {
@@ -212,3 +224,16 @@ func commitAll(ctx context.Context, parts []participant) error {
 	}
 	return nil
 }
+
+// CheckpointError marks the failure of a checkpoint (counted as relay_checkpoints_total{result=
+// "failed"}), as opposed to one of recovery or of the fence; both restart the session alike. It is
+// a marker for that metric only and carries no class: fault.Cause, fault.IsFatal and
+// fault.IsPermanent see through it (Unwrap), so internal/fault stays the one classifier.
+type CheckpointError struct{ Err error }
+
+func (e *CheckpointError) Error() string { return e.Err.Error() }
+func (e *CheckpointError) Unwrap() error { return e.Err }
+
+// ErrFenceLost: the lease could not be renewed (the lock session died or hung). The fence is
+// taken again before the next session, by the lease rule when the server still holds the old one.
+var ErrFenceLost = fault.Classed("fence_lost", "fence lock session lost")

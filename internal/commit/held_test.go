@@ -1,4 +1,4 @@
-package pipeline
+package commit
 
 import (
 	"errors"
@@ -6,7 +6,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/partition"
@@ -17,27 +16,25 @@ import (
 // refused, even though the fence it reads is the live one.
 func TestHeldOldSessionRefused(t *testing.T) {
 	db, ctx, led, f := decidedJob(t)
-	var cfg config.Config
-	cfg.Job.Name = led.Job()
-	p := &Pipeline{Deps: Deps{Config: cfg, Sink: db, Ledger: led, Metrics: metrics.New("held_test"), Log: zap.NewNop()}}
-	h := heldProtocol{led}
-	p.proto = h
-	if _, _, err := h.resume(ctx, p, f); err != nil {
+	d := Deps{Sink: db, Ledger: led, Metrics: metrics.New("held_test"), Log: zap.NewNop()}
+	h := heldProtocol{d}
+	env := &Env{Deps: d, Settings: Settings{Job: led.Job()}, Proto: h}
+	if _, _, err := h.resume(ctx, f); err != nil {
 		t.Fatal(err)
 	}
-	old := newSubtask(p, 0, 0, f)
+	old := NewSubtask(env, 0, 0, f)
 	defer func() {
 		if old.branch != nil {
 			old.branch.Close()
 		}
 	}()
-	if _, _, err := h.resume(ctx, p, f); err != nil { // the next session of the same process
+	if _, _, err := h.resume(ctx, f); err != nil { // the next session of the same process
 		t.Fatal(err)
 	}
 	offs := partition.Offsets{}
 	offs.Set("t", 0, 10)
-	var r prepared
-	_, err := h.barrier(ctx, old, batch{epoch: 5, offsets: offs}, &r)
+	var r Reply
+	_, err := old.barrier(ctx, Batch{Epoch: 5, Offsets: offs}, &r)
 	if !errors.Is(err, ledger.ErrFenced) {
 		t.Fatalf("the old session's held COMMIT after a new session: %v (tag %q); want ErrFenced", err, r.tag)
 	}
