@@ -18,9 +18,9 @@ import (
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/metrics"
-	"github.com/relay-sh/relay/internal/ops"
 )
 
 func cmdVersion(_ context.Context, args []string) error {
@@ -149,7 +149,7 @@ func notReadByAJob(ctx context.Context, cfg config.Config, dsn, brokers, topic s
 		if err != nil {
 			return fmt.Errorf("loadgen: ledger check: %w", err)
 		}
-		readers, err := ops.TopicReaders(ctx, db, topic)
+		readers, err := ledger.TopicReaders(ctx, db, topic)
 		db.Close()
 		if err != nil {
 			return fmt.Errorf("loadgen: cannot check that no job reads %s (%w); --i-know-this-is-live produces without the check", topic, err)

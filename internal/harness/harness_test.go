@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/harness/committed"
 	"github.com/relay-sh/relay/internal/testenv"
 )
 
@@ -78,12 +79,12 @@ func TestLedgerBeforeRelayRan(t *testing.T) {
 	db := testenv.Open(t, d.DSN)
 	ctx := testenv.Context(t, time.Minute)
 	for _, held := range []bool{false, true} {
-		got, err := harness.CommittedOffsets(ctx, db, "j", "topic", held)
+		got, err := committed.Offsets(ctx, db, "j", "topic", held)
 		if err != nil || len(got) != 0 {
 			t.Fatalf("held %v: committed offsets %v, %v: want none and no error", held, got, err)
 		}
 	}
-	if _, _, ok, err := harness.FirstCommitted(ctx, db, "j", 0); ok || err == nil {
+	if _, _, ok, err := committed.First(ctx, db, "j", 0); ok || err == nil {
 		t.Fatalf("first committed checkpoint without a ledger: ok %v, err %v: want the missing table's error", ok, err)
 	}
 	if err := d.Drop(); err != nil {

@@ -115,20 +115,14 @@ func (l *Ledger) Lookup(ctx context.Context, ids []int64) (map[int64]Checkpoint,
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	rows, err := l.db.QueryContext(ctx, `SELECT `+checkpointCols+` FROM relay_checkpoints
-		WHERE job = ? AND checkpoint_id IN (`+placeholders(len(ids))+`)`, args...)
+	cs, err := l.checkpoints(ctx, `WHERE job = ? AND checkpoint_id IN (`+placeholders(len(ids))+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("lookup checkpoints: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		c, err := scanCheckpoint(rows)
-		if err != nil {
-			return nil, err
-		}
+	for _, c := range cs {
 		out[c.ID] = c
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // OffsetsCommittedAt is when a partition offset of the job last committed; zero when none did.
@@ -155,4 +149,62 @@ func placeholders(n int) string { return repeatJoin("?", n) }
 // repeatJoin is n copies of s separated by commas (the VALUES of a multi-row insert).
 func repeatJoin(s string, n int) string {
 	return strings.TrimSuffix(strings.Repeat(s+",", n), ",")
+}
+
+// States is checkpoint id → state of every row of the job.
+func (l *Ledger) States(ctx context.Context) (map[int64]State, error) {
+	cs, err := l.checkpoints(ctx, `WHERE job = ?`, l.job)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint states: %w", err)
+	}
+	out := make(map[int64]State, len(cs))
+	for _, c := range cs {
+		out[c.ID] = c.State
+	}
+	return out, nil
+}
+
+// Since lists the job's rows with ids above after, oldest first, in any state.
+func (l *Ledger) Since(ctx context.Context, after int64) ([]Checkpoint, error) {
+	cs, err := l.checkpoints(ctx, `WHERE job = ? AND checkpoint_id > ? ORDER BY checkpoint_id`, l.job, after)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoints since %d: %w", after, err)
+	}
+	return cs, nil
+}
+
+// CommittedCheckpoints lists the job's COMMITTED rows, oldest first.
+func (l *Ledger) CommittedCheckpoints(ctx context.Context) ([]Checkpoint, error) {
+	cs, err := l.checkpoints(ctx, `WHERE job = ? AND state = ? ORDER BY checkpoint_id`, l.job, Committed)
+	if err != nil {
+		return nil, fmt.Errorf("committed checkpoints: %w", err)
+	}
+	return cs, nil
+}
+
+// LastCommitted is the job's newest COMMITTED row (XA mode's committed offsets); nil when there is
+// none.
+func (l *Ledger) LastCommitted(ctx context.Context) (*Checkpoint, error) {
+	cs, err := l.checkpoints(ctx, `WHERE job = ? AND state = ? ORDER BY checkpoint_id DESC LIMIT 1`, l.job, Committed)
+	if err != nil {
+		return nil, fmt.Errorf("last committed checkpoint: %w", err)
+	}
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	return &cs[0], nil
+}
+
+// FirstCommittedAfter is the job's first COMMITTED row with records and an id above after; nil
+// when there is none. One indexed row: polling it does not slow a start being timed.
+func (l *Ledger) FirstCommittedAfter(ctx context.Context, after int64) (*Checkpoint, error) {
+	cs, err := l.checkpoints(ctx, `WHERE job = ? AND checkpoint_id > ? AND state = ? AND records > 0
+		ORDER BY checkpoint_id LIMIT 1`, l.job, after, Committed)
+	if err != nil {
+		return nil, fmt.Errorf("first committed checkpoint: %w", err)
+	}
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	return &cs[0], nil
 }

@@ -350,29 +350,27 @@ func (l *Ledger) LastDecided(ctx context.Context) (*Checkpoint, error) {
 
 // Committing lists rows still in COMMITTING, oldest first.
 func (l *Ledger) Committing(ctx context.Context) ([]Checkpoint, error) {
-	rows, err := l.db.QueryContext(ctx, `SELECT `+checkpointCols+` FROM relay_checkpoints
-		WHERE job = ? AND state = ? ORDER BY checkpoint_id`, l.job, Committing)
+	out, err := l.checkpoints(ctx, `WHERE job = ? AND state = ? ORDER BY checkpoint_id`, l.job, Committing)
 	if err != nil {
 		return nil, fmt.Errorf("committing checkpoints: %w", err)
 	}
-	defer rows.Close()
-	var out []Checkpoint
-	for rows.Next() {
-		c, err := scanCheckpoint(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Recent lists the newest n rows, newest first.
 func (l *Ledger) Recent(ctx context.Context, n int) ([]Checkpoint, error) {
-	rows, err := l.db.QueryContext(ctx, `SELECT `+checkpointCols+` FROM relay_checkpoints
-		WHERE job = ? ORDER BY checkpoint_id DESC LIMIT ?`, l.job, n)
+	out, err := l.checkpoints(ctx, `WHERE job = ? ORDER BY checkpoint_id DESC LIMIT ?`, l.job, n)
 	if err != nil {
 		return nil, fmt.Errorf("recent checkpoints: %w", err)
+	}
+	return out, nil
+}
+
+// checkpoints reads the checkpoint rows that where (a WHERE clause, with its order and limit) selects.
+func (l *Ledger) checkpoints(ctx context.Context, where string, args ...any) ([]Checkpoint, error) {
+	rows, err := l.db.QueryContext(ctx, `SELECT `+checkpointCols+` FROM relay_checkpoints `+where, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var out []Checkpoint

@@ -290,3 +290,51 @@ func TestRolledBackClassification(t *testing.T) {
 		t.Fatalf("unlisted (empty) branch rolled back: %v, want nil", err)
 	}
 }
+
+// The queries tests and benchmarks read the ledger through (harness/committed): every row's state,
+// the rows after an id, the COMMITTED rows oldest first, the newest of them, and the first with
+// records after an id.
+func TestCommittedQueries(t *testing.T) {
+	l, ctx := newLedger(t)
+	if last, err := l.LastCommitted(ctx); err != nil || last != nil {
+		t.Fatalf("new job: last committed %v, %v: want none", last, err)
+	}
+	f, err := Acquire(ctx, l, FenceConfig{Owner: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release()
+	records := map[int64]int64{1: 5, 2: 0, 3: 7, 4: 9}
+	for id := int64(1); id <= 4; id++ {
+		offs := partition.Offsets{"orders": {0: 10 * id}}
+		if err := l.Decide(ctx, f.Epoch(), Checkpoint{ID: id, Tags: []string{"a-1-0"}, Offsets: offs, Records: records[id]}); err != nil {
+			t.Fatal(err)
+		}
+		if id < 4 {
+			if err := l.MarkCommitted(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	states, err := l.States(ctx)
+	if err != nil || len(states) != 4 || states[1] != Committed || states[3] != Committed || states[4] != Committing {
+		t.Fatalf("states = %v, %v", states, err)
+	}
+	cs, err := l.CommittedCheckpoints(ctx)
+	if err != nil || len(cs) != 3 || cs[0].ID != 1 || cs[2].ID != 3 || cs[2].CommittedAt == nil || cs[2].Records != 7 {
+		t.Fatalf("committed = %+v, %v: want 1..3 oldest first", cs, err)
+	}
+	last, err := l.LastCommitted(ctx)
+	if err != nil || last == nil || last.ID != 3 || last.Offsets["orders"][0] != 30 {
+		t.Fatalf("last committed = %+v, %v: want checkpoint 3 at offset 30", last, err)
+	}
+	if since, err := l.Since(ctx, 2); err != nil || len(since) != 2 || since[0].ID != 3 || since[1].State != Committing {
+		t.Fatalf("since 2 = %+v, %v: want 3 and the COMMITTING 4", since, err)
+	}
+	for after, want := range map[int64]int64{0: 1, 1: 3, 3: 0} { // 2 has no records, 4 is not committed
+		first, err := l.FirstCommittedAfter(ctx, after)
+		if err != nil || (want == 0) != (first == nil) || (first != nil && first.ID != want) {
+			t.Fatalf("first committed after %d = %+v, %v: want %d (0: none)", after, first, err, want)
+		}
+	}
+}

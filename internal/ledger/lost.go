@@ -63,23 +63,13 @@ func (l *Ledger) MarkLost(ctx context.Context, c Checkpoint, tag, origin, operat
 // Lost lists the job's LOST rows (not yet acknowledged), oldest first, each with the tag the
 // server rolled back (from relay_audit).
 func (l *Ledger) Lost(ctx context.Context) ([]LostCheckpoint, error) {
-	rows, err := l.db.QueryContext(ctx, `SELECT `+checkpointCols+` FROM relay_checkpoints
-		WHERE job = ? AND state = ? ORDER BY checkpoint_id`, l.job, Lost)
+	cs, err := l.checkpoints(ctx, `WHERE job = ? AND state = ? ORDER BY checkpoint_id`, l.job, Lost)
 	if err != nil {
 		return nil, fmt.Errorf("lost checkpoints: %w", err)
 	}
-	var out []LostCheckpoint
-	for rows.Next() {
-		c, err := scanCheckpoint(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out = append(out, LostCheckpoint{Checkpoint: c})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("lost checkpoints: %w", err)
+	out := make([]LostCheckpoint, len(cs))
+	for i, c := range cs {
+		out[i] = LostCheckpoint{Checkpoint: c}
 	}
 	for i := range out {
 		if err := l.describeLoss(ctx, &out[i]); err != nil {

@@ -209,13 +209,9 @@ func (l *Ledger) nothingCommitted(ctx context.Context, tx *sql.Tx) (bool, error)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return false, err
 	}
-	for j := 0; j < layout; j++ {
-		key := InstanceKey(l.job, j, layout)
-		if key == l.key {
-			continue
-		}
-		var holder sql.NullInt64
-		if err := tx.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(key)).Scan(&holder); err != nil {
+	for _, key := range l.siblings(layout) {
+		holder, err := lockHolder(ctx, tx, key)
+		if err != nil {
 			return false, err
 		}
 		if holder.Valid {

@@ -305,7 +305,7 @@ func AcknowledgeLost(ctx context.Context, e *Env, tag string, confirm Confirm) (
 
 // ledgersOf says where job's ledger is, as far as the sink server shows, for a refusal's message.
 func (e *Env) ledgersOf(ctx context.Context, job string) string {
-	dbs, err := JobLedgers(ctx, e.Sink, job)
+	dbs, err := ledger.JobLedgers(ctx, e.Sink, job)
 	switch {
 	case err != nil:
 		return fmt.Sprintf(" (looking for its ledger: %v)", err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/harness"
@@ -197,8 +198,14 @@ func TestSpecDriftPipeline(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "spec accepted; new tables start from offsets "+start) {
 		t.Fatalf("spec accept --yes: exit %d\n%s%s", code, out, stderr)
 	}
+	entries, err := ledger.New(e.db, e.job).AuditLog(context.Background(), 1000)
 	var audit string
-	if err := e.db.QueryRow("SELECT detail FROM relay_audit WHERE job = ? AND action = 'spec_accept'", e.job).Scan(&audit); err != nil || !strings.Contains(audit, "+orders_hour") {
+	for i := len(entries) - 1; i >= 0 && audit == ""; i-- { // oldest first, as the row read was
+		if entries[i].Action == ledger.AuditSpecAccept {
+			audit = entries[i].Detail
+		}
+	}
+	if err != nil || !strings.Contains(audit, "+orders_hour") {
 		t.Fatalf("audit row: %q, %v", audit, err)
 	}
 	if out, stderr, code := e.cli(nil, "spec", "diff", two); code != 0 || !lineHas(out, "orders_hour", "unchanged") {
@@ -254,21 +261,17 @@ func TestSpecDriftFenced(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
 		t.Fatalf("relay with another spec next to the running one: %v, want exit status 3\n%s", err, tail(b.Log, 10))
 	}
-	rows, err := e.db.Query("SELECT table_name, meaning FROM relay_table_specs WHERE job = ?", e.job)
+	sinkDSN, err := mysql.ParseDSN(e.dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for rows.Next() {
-		var table, meaning string
-		if err := rows.Scan(&table, &meaning); err != nil {
-			t.Fatal(err)
-		}
-		if n++; !strings.Contains(meaning, `"window_seconds":300`) {
+	meanings, err := ledger.New(e.db, e.job).Meanings(context.Background(), sinkDSN.DBName)
+	for table, meaning := range meanings {
+		if !strings.Contains(meaning, `"window_seconds":300`) {
 			t.Errorf("the fenced relay recorded its meaning for %s: %s", table, meaning)
 		}
 	}
-	if err := rows.Err(); err != nil || n == 0 {
+	if n := len(meanings); err != nil || n == 0 {
 		t.Fatalf("recorded meanings: %d, %v", n, err)
 	}
 	cfg := config.Default()

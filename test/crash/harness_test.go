@@ -26,6 +26,7 @@ import (
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/harness/committed"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/spec"
@@ -287,7 +288,7 @@ func (e *env) serverState() string {
 // ledgerRows returns checkpoint id → state.
 func (e *env) ledgerRows() map[int64]string {
 	e.t.Helper()
-	rows, err := harness.CheckpointStates(context.Background(), e.db, e.job)
+	rows, err := committed.States(context.Background(), e.db, e.job)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/testenv"
 )
@@ -254,15 +256,25 @@ func TestLockWaitTimeoutRestarts(t *testing.T) {
 		}
 		return false
 	}, "a checkpoint to fail with a lock wait timeout (cause lock_conflict)")
+	led := ledger.New(e.db, e.job)
 	var failedBefore int64
-	_ = e.db.QueryRowContext(ctx, "SELECT COALESCE(MAX(checkpoint_id), 0) FROM relay_checkpoints WHERE job = ?", e.job).Scan(&failedBefore)
+	if last, _ := led.LastDecided(ctx); last != nil {
+		failedBefore = last.ID
+	}
 	if err := holder.Rollback(); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 60*time.Second, func() bool {
-		var n int
-		_ = e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM relay_checkpoints WHERE job = ? AND checkpoint_id > ? AND CONCAT(tags, ',') LIKE '%-0,%' AND CONCAT(tags, ',') LIKE '%-1,%'", e.job, failedBefore).Scan(&n)
-		return n > 0
+		after, _ := led.Since(ctx, failedBefore)
+		subtask := func(n string) func(string) bool {
+			return func(tag string) bool { return strings.HasSuffix(tag, "-"+n) }
+		}
+		for _, c := range after {
+			if slices.ContainsFunc(c.Tags, subtask("0")) && slices.ContainsFunc(c.Tags, subtask("1")) {
+				return true
+			}
+		}
+		return false
 	}, "a checkpoint after the release with branches of both subtasks")
 	p.Kill()
 	e.finish(totals)

@@ -121,11 +121,14 @@ func (s scrape) matching(name string, want ...string) []float64 {
 
 func (e *env) maxLedgerID() int64 {
 	e.t.Helper()
-	var id int64
-	if err := e.db.QueryRow(`SELECT COALESCE(MAX(checkpoint_id), 0) FROM relay_checkpoints WHERE job = ?`, e.job).Scan(&id); err != nil {
+	last, err := ledger.New(e.db, e.job).LastDecided(context.Background())
+	if err != nil {
 		e.t.Fatal(err)
 	}
-	return id
+	if last == nil {
+		return 0
+	}
+	return last.ID
 }
 
 func (e *env) committedOrders() int64 {

@@ -257,9 +257,8 @@ func TestOpsTxns(t *testing.T) {
 	if bs := e.branches(); len(bs) != 2 {
 		t.Fatalf("resolve without --yes touched the branches: %v left, want both", bs)
 	}
-	var audited int
-	if err := e.db.QueryRow(`SELECT COUNT(*) FROM relay_audit WHERE job = ?`, e.job).Scan(&audited); err != nil || audited != 0 {
-		t.Fatalf("resolve without --yes left %d audit rows (%v)", audited, err)
+	if audited, err := ledger.New(e.db, e.job).AuditLog(context.Background(), 1000); err != nil || len(audited) != 0 {
+		t.Fatalf("resolve without --yes left %d audit rows (%v)", len(audited), err)
 	}
 	stdout, stderr, code := e.cli(nil, "txns", "resolve", undecided, "--rollback", "--yes")
 	if code != 0 || !strings.Contains(stdout, "rolled back "+undecided) || !strings.Contains(stderr, `"origin":"manual"`) {
@@ -272,8 +271,17 @@ func TestOpsTxns(t *testing.T) {
 	if bs := e.branches(); len(bs) != 0 {
 		t.Fatalf("branches left: %v", bs)
 	}
+	audit, err := ledger.New(e.db, e.job).AuditLog(context.Background(), 1000)
 	var n, forced int
-	if err := e.db.QueryRow(`SELECT COUNT(*), SUM(forced) FROM relay_audit WHERE job = ? AND origin = 'manual'`, e.job).Scan(&n, &forced); err != nil || n != 2 || forced != 1 {
+	for _, a := range audit {
+		if a.Origin == "manual" {
+			n++
+			if a.Forced {
+				forced++
+			}
+		}
+	}
+	if err != nil || n != 2 || forced != 1 {
 		t.Fatalf("audit rows: %d (%d forced), %v; want 2, 1 forced", n, forced, err)
 	}
 	// The next relay counts the two manual rollbacks, done while it was stopped, once; the one

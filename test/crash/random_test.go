@@ -14,6 +14,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/testenv"
 )
@@ -144,8 +145,7 @@ func randomKills(t *testing.T, kills int, extra ...string) {
 }
 
 func (e *env) maxCheckpoint() int64 {
-	var id int64
-	_ = e.db.QueryRow(`SELECT COALESCE(MAX(checkpoint_id), 0) FROM relay_offsets WHERE job = ?`, e.job).Scan(&id)
+	_, id, _ := ledger.New(e.db, e.job).PartitionOffsets(context.Background())
 	return id
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/harness/committed"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/testenv"
 )
@@ -122,7 +123,7 @@ func testRefusedRow(t *testing.T, extra []string, refuse func(ctx context.Contex
 		t.Fatalf("the error does not name the row (%s):\n%s", row, msg)
 	}
 	// The records named are those after the ledger's offsets, up to at most the topic's end.
-	committed, err := harness.CommittedOffsets(ctx, e.db, e.job, e.topic, e.held)
+	offs, err := committed.Offsets(ctx, e.db, e.job, e.topic, e.held)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,8 +139,8 @@ func testRefusedRow(t *testing.T, extra []string, refuse func(ctx context.Contex
 		part, _ := strconv.Atoi(r[1])
 		first, _ := strconv.ParseInt(r[2], 10, 64)
 		last, _ := strconv.ParseInt(r[3], 10, 64)
-		if first != committed[int32(part)] || last < first || last >= end[int32(part)] {
-			t.Fatalf("records %s: want from the committed offset %d to before the end %d", r[0], committed[int32(part)], end[int32(part)])
+		if first != offs[int32(part)] || last < first || last >= end[int32(part)] {
+			t.Fatalf("records %s: want from the committed offset %d to before the end %d", r[0], offs[int32(part)], end[int32(part)])
 		}
 	}
 	var refused int

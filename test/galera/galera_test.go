@@ -23,6 +23,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/spec"
 	"github.com/relay-sh/relay/internal/testenv"
@@ -225,7 +226,10 @@ func (e *env) finish(totals *loadgen.Totals) {
 	}
 	if n, first, delta := e.mismatch(want); n != 0 {
 		var read int64
-		_ = e.check.QueryRow(`SELECT COALESCE(SUM(next_offset), 0) FROM relay_offsets WHERE job = ?`, e.job).Scan(&read)
+		offs, _, _ := ledger.New(e.check, e.job).PartitionOffsets(context.Background())
+		for _, parts := range offs {
+			read += harness.Total(parts)
+		}
 		end, _ := harness.EndOffsets(e.brokers, e.topic)
 		t.Fatalf("totals differ from what Kafka committed in %d keys, %+.0f in the first measure (%d good records committed to Kafka; the ledger's offsets reach %d of the topic's %d):\n%s",
 			n, delta, totals.Good, read, harness.Total(end), strings.Join(first, "\n"))
@@ -315,13 +319,12 @@ func admin(t *testing.T, node int, q string) {
 
 // lastCheckpoint is the highest checkpoint id among the job's offset rows (0: none yet).
 func (e *env) lastCheckpoint() int64 {
-	var id sql.NullInt64
-	err := e.check.QueryRow(`SELECT MAX(checkpoint_id) FROM relay_offsets WHERE job = ?`, e.job).Scan(&id)
+	_, id, err := ledger.New(e.check, e.job).PartitionOffsets(context.Background())
 	var me *mysql.MySQLError
 	if err != nil && !(errors.As(err, &me) && me.Number == 1146) {
 		e.t.Fatal(err)
 	}
-	return id.Int64
+	return id
 }
 
 // waitCheckpointAbove waits until the job committed a checkpoint above id.

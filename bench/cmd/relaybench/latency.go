@@ -11,6 +11,7 @@ import (
 
 	"github.com/relay-sh/relay/bench/internal/kit"
 	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/harness/committed"
 )
 
 // LatencyResult is checkpoint phase and visibility latency under steady load, per interval.
@@ -233,7 +234,7 @@ func latencyRun(e *kit.Env, rate float64, interval, dur time.Duration) (LatencyR
 	if harness.Total(end) != run.Orders {
 		return run, fmt.Errorf("topic holds %d records, want %d", harness.Total(end), run.Orders)
 	}
-	done, err := harness.WaitCommitted(db, job, topic, false, end, 50*time.Millisecond, 2*time.Minute+2*interval, p.Alive)
+	done, err := committed.Wait(db, job, topic, false, end, 50*time.Millisecond, 2*time.Minute+2*interval, p.Alive)
 	if err != nil {
 		return run, err
 	}
@@ -273,7 +274,7 @@ func latencyRun(e *kit.Env, rate float64, interval, dur time.Duration) (LatencyR
 	run.LogPhases, run.Checkpoints = logPhases(lines)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ledger, err := harness.Checkpoints(ctx, db, job, topic)
+	ledger, err := committed.Checkpoints(ctx, db, job, topic)
 	if err != nil {
 		return run, err
 	}

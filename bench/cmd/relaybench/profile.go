@@ -12,6 +12,7 @@ import (
 
 	"github.com/relay-sh/relay/bench/internal/kit"
 	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/harness/committed"
 )
 
 // ProfileResult is where relay's CPU and allocations go in the end-to-end XA run.
@@ -140,7 +141,7 @@ func perfRun(e *kit.Env, r *ProfileResult, topic string, end map[int32]int64) er
 	}
 	defer p.Kill()
 	r.PerfCommand = fmt.Sprintf("perf record -F 499 -g -- bin/relay run  (relay: %s)", strings.Join(o.Vars(), " "))
-	_, werr := harness.WaitCommitted(db, job, topic, false, end, 25*time.Millisecond, 10*time.Minute, p.Alive)
+	_, werr := committed.Wait(db, job, topic, false, end, 25*time.Millisecond, 10*time.Minute, p.Alive)
 	child, err := p.Child(time.Second)
 	if err != nil {
 		return err

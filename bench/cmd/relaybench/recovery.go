@@ -10,6 +10,7 @@ import (
 	"github.com/relay-sh/relay/bench/internal/kit"
 	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/harness/committed"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/xa"
@@ -205,7 +206,7 @@ func recoveryRun(e *kit.Env, topic string, n, history, rep int) (RecoveryRun, er
 	defer p.Kill()
 	var firstAt time.Time
 	for deadline := time.Now().Add(2 * time.Minute); ; {
-		_, at, ok, err := harness.FirstCommitted(ctx, db, job, maxID)
+		_, at, ok, err := committed.First(ctx, db, job, maxID)
 		if err == nil && ok {
 			firstAt = at
 			break

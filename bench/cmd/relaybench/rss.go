@@ -9,6 +9,7 @@ import (
 
 	"github.com/relay-sh/relay/bench/internal/kit"
 	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/harness/committed"
 )
 
 // RSSResult is relay's memory with about a million distinct (window, sku) keys in one epoch.
@@ -141,11 +142,11 @@ func rssRun(e *kit.Env, res *RSSResult, topic string, end map[int32]int64, rep i
 	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM relay_checkpoints WHERE job = ?`, job).Scan(&r.Checkpoints); err != nil {
 		return r, err
 	}
-	got, err := harness.CommittedOffsets(ctx, db, job, topic, false)
+	got, err := committed.Offsets(ctx, db, job, topic, false)
 	if err != nil {
 		return r, err
 	}
-	if !harness.Reached(got, end) {
+	if !committed.Reached(got, end) {
 		return r, fmt.Errorf("the final checkpoint did not cover the topic: %v, end %v", got, end)
 	}
 	peak := r.PeakHWMKB

@@ -12,6 +12,7 @@ import (
 
 	"github.com/relay-sh/relay/bench/internal/kit"
 	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/harness/committed"
 )
 
 // TPResult is the throughput comparison: bare consumer vs relay in three configurations.
@@ -352,7 +353,7 @@ func runRelayThroughput(e *kit.Env, r *TPResult, topic string, end map[int32]int
 		return run, "", err
 	}
 	defer p.Kill()
-	doneAt, err := harness.WaitCommitted(db, job, topic, o.Mode == "held", end, 25*time.Millisecond, 10*time.Minute, p.Alive)
+	doneAt, err := committed.Wait(db, job, topic, o.Mode == "held", end, 25*time.Millisecond, 10*time.Minute, p.Alive)
 	if err != nil {
 		return run, "", err
 	}
@@ -371,7 +372,7 @@ func runRelayThroughput(e *kit.Env, r *TPResult, topic string, end map[int32]int
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if o.Mode == "xa" {
-		cps, err := harness.Checkpoints(ctx, db, job, topic)
+		cps, err := committed.Checkpoints(ctx, db, job, topic)
 		if err != nil {
 			return run, "", err
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/harness/committed"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/pipeline"
@@ -119,7 +120,7 @@ func run(cpuPath, allocPath, tracePath string, limit time.Duration) error {
 			return true
 		}
 	}
-	at, werr := harness.WaitCommitted(db, cfg.Job.Name, topic, cfg.Mode == commit.ModeHeld, end, 25*time.Millisecond, limit, alive)
+	at, werr := committed.Wait(db, cfg.Job.Name, topic, cfg.Mode == commit.ModeHeld, end, 25*time.Millisecond, limit, alive)
 	cancel()
 	rerr := <-done
 	pprof.StopCPUProfile()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/harness/committed"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
@@ -76,7 +77,7 @@ func ServerVersion(db *sql.DB) string {
 
 // VisibilityPerRecord maps every record to the commit time of the checkpoint that covers it and
 // returns committed_at − producer timestamp per record, in seconds.
-func VisibilityPerRecord(cps []harness.Checkpoint, times map[int32][]time.Time) []float64 {
+func VisibilityPerRecord(cps []committed.Checkpoint, times map[int32][]time.Time) []float64 {
 	sort.Slice(cps, func(i, j int) bool { return cps[i].ID < cps[j].ID })
 	var out []float64
 	prev := map[int32]int64{}

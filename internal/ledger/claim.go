@@ -1,0 +1,83 @@
+// The claim: the owner epoch bump and the layout rule, under the job row's lock.
+//
+// Invariant: the epoch, the owner row and the lease move together in one transaction that holds
+// the job row exclusively from its first statement; a new layout is recorded only when no
+// instance of the old one holds its lock and claim.
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// claim bumps the owner epoch and records the layout, under the job row's lock.
+func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error {
+	tx, err := f.conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("fence %s: %w", l.key, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	// Lock the job row exclusively from the first statement: a shared lock taken first (as INSERT
+	// IGNORE's duplicate check does) and upgraded later deadlocks against a sibling doing the same.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout)
+		VALUES (?, 0, '', UTC_TIMESTAMP(6), ?) ON DUPLICATE KEY UPDATE layout = layout`, l.job, m); err != nil {
+		return fmt.Errorf("fence %s: %w", l.key, err)
+	}
+	var layout int
+	if err := tx.QueryRowContext(ctx, `SELECT layout FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&layout); err != nil {
+		return fmt.Errorf("fence %s: %w", l.key, err)
+	}
+	if layout != m {
+		// A partition must never have two owners: no instance of the last layout may still run.
+		// Claims queue on the job row, so an instance holding its lock but not yet claimed (its
+		// owner row does not name its connection) checks after this one, against this layout.
+		for _, old := range l.siblings(layout) {
+			holder, err := lockHolder(ctx, tx, old)
+			if err != nil {
+				return fmt.Errorf("fence %s: %w", l.key, err)
+			}
+			var claimedBy int64
+			var claimedLayout int
+			err = tx.QueryRowContext(ctx, `SELECT conn_id, layout FROM relay_jobs WHERE job = ?`, old).Scan(&claimedBy, &claimedLayout)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("fence %s: %w", l.key, err)
+			}
+			if holder.Valid && err == nil && holder.Int64 == claimedBy && claimedLayout != m {
+				return fmt.Errorf("%w: job %s runs as %d instances (%s is up); stop them all before running it as %d",
+					ErrFenced, l.job, claimedLayout, old, m)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE relay_jobs SET layout = ? WHERE job = ?`, m, l.job); err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout, conn_id)
+		VALUES (?, 1, ?, UTC_TIMESTAMP(6), ?, CONNECTION_ID())
+		ON DUPLICATE KEY UPDATE owner_epoch = owner_epoch + 1, owner = VALUES(owner), acquired_at = VALUES(acquired_at),
+			layout = VALUES(layout), conn_id = VALUES(conn_id)`,
+		l.key, owner, m); err != nil {
+		return fmt.Errorf("fence %s: bump epoch: %w", l.key, err)
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, l.key).Scan(&f.epoch); err != nil {
+		return fmt.Errorf("fence %s: read epoch: %w", l.key, err)
+	}
+	if err := l.claimOwner(ctx, tx, f.epoch); err != nil {
+		return fmt.Errorf("fence %s: %w", l.key, err)
+	}
+	sent := time.Now()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_leases (job, owner_epoch, owner, conn_id, lease_until, sessions)
+		VALUES (?, ?, ?, CONNECTION_ID(), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?)
+		ON DUPLICATE KEY UPDATE owner_epoch = VALUES(owner_epoch), owner = VALUES(owner), conn_id = VALUES(conn_id),
+			lease_until = VALUES(lease_until), sessions = VALUES(sessions)`,
+		l.key, f.epoch, owner, f.cfg.EffectiveLease().Microseconds(), f.sessions()); err != nil {
+		return fmt.Errorf("fence %s: lease: %w", l.key, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("fence %s: %w", l.key, err)
+	}
+	f.renewed(sent)
+	return nil
+}

@@ -1,0 +1,107 @@
+// The holder: what the ledger and the server say about who holds a job's fence.
+//
+// Invariant: these are reads only; they change neither the lock, the epoch nor the lease.
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// holderRow is what the ledger and the server say about the lock's holder.
+type holderRow struct {
+	holder    sql.NullInt64 // IS_USED_LOCK: the session holding the lock now
+	claimed   bool          // the job row exists
+	connID    int64         // the session the last claim recorded
+	owner     string
+	epoch     int64
+	lease     sql.NullTime
+	remaining time.Duration // until the lease runs out, by the server's clock (negative: expired)
+	sessions  recorded
+}
+
+func readHolder(ctx context.Context, l *Ledger) (holderRow, error) {
+	var h holderRow
+	var err error
+	if h.holder, err = lockHolder(ctx, l.db, l.key); err != nil {
+		return h, err
+	}
+	var us sql.NullInt64
+	var js string
+	err = l.db.QueryRowContext(ctx, `SELECT j.conn_id, j.owner, j.owner_epoch, l.lease_until,
+		TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.lease_until), COALESCE(l.sessions, '')
+		FROM relay_jobs j LEFT JOIN relay_leases l ON l.job = j.job AND l.owner_epoch = j.owner_epoch WHERE j.job = ?`,
+		l.key).Scan(&h.connID, &h.owner, &h.epoch, &h.lease, &us, &js)
+	if errors.Is(err, sql.ErrNoRows) {
+		return h, nil
+	}
+	if err != nil {
+		return h, err
+	}
+	h.claimed = true
+	h.remaining = time.Duration(us.Int64) * time.Microsecond
+	if js != "" {
+		if err := json.Unmarshal([]byte(js), &h.sessions); err != nil {
+			return h, fmt.Errorf("recorded sessions: %w", err)
+		}
+	}
+	return h, nil
+}
+
+// LeaseExpired reports whether the instance's owner has stopped renewing past its lease (or never
+// had one). The resolver acts for another instance only then: an instance whose lock session just
+// dropped is restarting in-process and takes its fence back within its lease.
+func LeaseExpired(ctx context.Context, l *Ledger) (bool, error) {
+	h, err := readHolder(ctx, l)
+	if err != nil {
+		return false, err
+	}
+	return !h.lease.Valid || h.remaining <= 0, nil
+}
+
+// Holder describes who holds the job's lock, for error messages and `relay status`.
+func Holder(ctx context.Context, l *Ledger) string {
+	connID, _ := lockHolder(ctx, l.db, l.key)
+	var owner string
+	var epoch int64
+	var at time.Time
+	err := l.db.QueryRowContext(ctx, `SELECT owner, owner_epoch, acquired_at FROM relay_jobs WHERE job = ?`, l.key).Scan(&owner, &epoch, &at)
+	switch {
+	case !connID.Valid:
+		return "nobody holds the lock"
+	case errors.Is(err, sql.ErrNoRows) || err != nil:
+		return fmt.Sprintf("lock held by MySQL connection %d", connID.Int64)
+	default:
+		return fmt.Sprintf("owner %s (epoch %d, since %s UTC, MySQL connection %d)", owner, epoch, at.Format(time.RFC3339), connID.Int64)
+	}
+}
+
+// IsHeld reports whether some process holds the job's lock (used by offline commands).
+func IsHeld(ctx context.Context, l *Ledger) (bool, error) {
+	connID, err := lockHolder(ctx, l.db, l.key)
+	return connID.Valid, err
+}
+
+// lockHolder is the server session holding the fence lock of instance key (IS_USED_LOCK), NULL
+// when none does. Every read of a lock's holder goes through it, on the caller's connection or
+// transaction.
+func lockHolder(ctx context.Context, q Execer, key string) (sql.NullInt64, error) {
+	var holder sql.NullInt64
+	err := q.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, LockName(key)).Scan(&holder)
+	return holder, err
+}
+
+// siblings are the instance keys of layout (a number of instances) other than key.
+func (l *Ledger) siblings(layout int) []string {
+	var keys []string
+	for j := 0; j < layout; j++ {
+		if k := InstanceKey(l.job, j, layout); k != l.key {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
