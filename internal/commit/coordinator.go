@@ -1,13 +1,14 @@
 // Checkpoint coordinator: collect the barrier replies, decide, commit, for one checkpoint.
 //
-// Invariants: the decision is written only after every participant answered the barrier without
-// error, and only before the fence's lease deadline; a participant is told to commit only after
+// Invariants: the decision is written only after every subtask answered the barrier without
+// error, and only before the fence's lease deadline; a subtask is told to commit only after
 // the decision is durable; past the decision a failure fails the checkpoint but never undoes it
 // (recovery finishes the commit from XA RECOVER and the ledger, never by retrying a COMMIT whose
 // reply was lost); the decision is marked COMMITTED only after every branch's commit answered, so
 // a reader's snapshot without a COMMITTING row is a checkpoint boundary (docs/PIPELINES.md, "What a
 // reader sees"). Every phase runs under a deadline. The coordinator knows the subtasks only as
-// participants and the ledger only as a decider, so it is tested without Kafka or MySQL.
+// voters (it never touches a Participant: each subtask's goroutine alone uses its connection) and
+// the ledger only as a decider, so it is tested without Kafka or MySQL.
 package commit
 
 import (
@@ -30,7 +31,7 @@ type Pending struct {
 	ID      int64
 	Records int64 // records folded into the checkpoint
 	Offsets partition.Offsets
-	Replies chan Reply // one per participant, sent once its part of the epoch is prepared
+	Replies chan Reply // one per subtask, sent once its part of the epoch is prepared
 	// Committed records the checkpoint once its data is durable (the session's bookkeeping).
 	Committed func(tags []string, log *zap.Logger)
 }
@@ -98,12 +99,12 @@ func NewCoordinator(subs []*Subtask, led *ledger.Ledger, fence *ledger.Fence, ti
 
 // votes are a checkpoint's barrier replies.
 type votes struct {
-	tags    []string // of the participants that wrote, in reply order
-	wrote   []voter  // those participants
+	tags    []string // of the subtasks that wrote, in reply order
+	wrote   []voter  // those subtasks
 	maxPrep time.Duration
 }
 
-// collect waits for every participant's barrier reply, until ctx ends.
+// collect waits for every subtask's barrier reply, until ctx ends.
 func (c *Coordinator) collect(ctx context.Context, cp *Pending) (votes, error) {
 	var v votes
 	var flushMax time.Duration
@@ -126,7 +127,7 @@ func (c *Coordinator) collect(ctx context.Context, cp *Pending) (votes, error) {
 	return v, nil
 }
 
-// onePhase completes a checkpoint whose barrier replies were the participants' own commits.
+// onePhase completes a checkpoint whose barrier replies were the subtasks' own commits.
 func (c *Coordinator) onePhase(ctx context.Context, cp *Pending) error {
 	tctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()

@@ -49,7 +49,7 @@ func (heldProtocol) Decided(_, from partition.Offsets) partition.Offsets { retur
 
 func (heldProtocol) PartitionAffine() bool { return true }
 
-func (h heldProtocol) NewParticipant(ctx context.Context, db *sql.DB) (Participant, error) {
+func (h heldProtocol) newParticipant(ctx context.Context, db *sql.DB) (Participant, error) {
 	return newHeldTxn(ctx, db, h.d.Ledger)
 }
 

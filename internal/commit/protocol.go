@@ -48,10 +48,13 @@ type Protocol interface {
 	// aggregate keys: the fold gives each record only its owner's tables and flushes them only at
 	// the barrier.
 	PartitionAffine() bool
-	// NewParticipant opens a subtask's transaction on a connection of its own.
-	NewParticipant(ctx context.Context, db *sql.DB) (Participant, error)
+	// newParticipant opens a subtask's transaction on a connection of its own. Unexported: only a
+	// Subtask opens one, and only its goroutine uses it.
+	newParticipant(ctx context.Context, db *sql.DB) (Participant, error)
 	// BarrierOffsets are the offsets subtask i (of n) writes with its rows at the barrier of a
-	// checkpoint cut at cut, decided being the offsets of the last decision.
+	// checkpoint cut at cut, decided being the offsets of the last decision. A subtask given
+	// offsets opens a transaction for them even when it wrote no rows, and its vote commits them;
+	// XA mode returns none, since its decision row carries every partition's offsets.
 	BarrierOffsets(decided, cut partition.Offsets, i, n int) partition.Offsets
 	// Complete finishes a checkpoint past its barrier through c.
 	Complete(ctx context.Context, c *Coordinator, cp *Pending) error

@@ -45,7 +45,7 @@ func emptyDecided(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Led
 	t.Helper()
 	// The branch is prepared as a subtask prepares it (xa.go's participant), and its connection
 	// discarded, as when the process died.
-	b, err := xaProtocol{}.NewParticipant(ctx, db)
+	b, err := xaProtocol{}.newParticipant(ctx, db)
 	if err == nil {
 		err = b.Begin(ctx, tag)
 	}

@@ -155,10 +155,11 @@ func (s *Subtask) Run(ctx context.Context) error {
 // filling r's tag (empty: nothing to commit) and vote time. It reports whether s now holds a
 // prepared branch that waits for the coordinator's commit.
 func (s *Subtask) barrier(ctx context.Context, b Batch, r *Reply) (bool, error) {
-	if s.branch == nil || s.branch.State() != Active {
-		if len(b.Offsets) == 0 {
-			return false, nil // nothing written, no offsets of its own to commit
-		}
+	if len(b.Offsets) == 0 && (s.branch == nil || s.branch.State() != Active) {
+		return false, nil // nothing written, no offsets of its own to commit
+	}
+	if len(b.Offsets) > 0 {
+		// Opens the transaction for offsets alone, and refuses one still open under another epoch.
 		if err := s.begin(ctx, b.Epoch); err != nil {
 			return false, err
 		}
@@ -205,7 +206,7 @@ func (s *Subtask) begin(ctx context.Context, epoch int64) error {
 		return fmt.Errorf("subtask %d: branch %s still active at epoch %d", s.global, s.branch.Tag(), epoch)
 	}
 	if s.branch == nil || s.branch.State() == Broken {
-		b, err := s.env.Proto.NewParticipant(ctx, s.env.Sink)
+		b, err := s.env.Proto.newParticipant(ctx, s.env.Sink)
 		if err != nil {
 			return fmt.Errorf("subtask %d: connect: %w", s.global, err)
 		}

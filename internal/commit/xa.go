@@ -39,7 +39,7 @@ func (xaProtocol) Decided(start, _ partition.Offsets) partition.Offsets { return
 
 func (xaProtocol) PartitionAffine() bool { return false }
 
-func (xaProtocol) NewParticipant(ctx context.Context, db *sql.DB) (Participant, error) {
+func (xaProtocol) newParticipant(ctx context.Context, db *sql.DB) (Participant, error) {
 	b, err := xa.NewBranch(ctx, db)
 	if err != nil {
 		return nil, err
