@@ -13,6 +13,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR="$ROOT/.cache/galera"
 SQL_BASE=${RELAY_SVC_GALERA_PORT:-13316}
 NODES=3
+# shellcheck source=lib.sh
+. "$ROOT/scripts/lib.sh"
 PROVIDER=${RELAY_SVC_GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
 
 log() { printf 'galera: %s\n' "$*" >&2; }
@@ -140,15 +142,7 @@ kill_node() { # SIGKILL, as a crashed host
 }
 
 stop_node() {
-  local f; f=$(pid_file "$1")
-  if alive "$1"; then
-    local pid; pid=$(cat "$f")
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    kill -9 "$pid" 2>/dev/null || true
-    log "node $1 stopped"
-  fi
-  rm -f "$f"
+  if [ -n "$(stop_pidfile "$(pid_file "$1")" 60)" ]; then log "node $1 stopped"; fi
 }
 
 print_env() {

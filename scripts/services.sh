@@ -7,6 +7,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=lib.sh
+. "$ROOT/scripts/lib.sh"
 CACHE="$ROOT/.cache"
 STATE="$CACHE/services"
 KAFKA_PORT=${RELAY_SVC_KAFKA_PORT:-19092}
@@ -188,15 +190,8 @@ EOF
 }
 
 stop_pid() { # stop_pid NAME
-  local f="$STATE/$1.pid"
-  if alive "$f"; then
-    local pid; pid=$(cat "$f")
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    kill -9 "$pid" 2>/dev/null || true
-    log "stopped $1 (pid $pid)"
-  fi
-  rm -f "$f"
+  local pid; pid=$(stop_pidfile "$STATE/$1.pid" 30)
+  if [ -n "$pid" ]; then log "stopped $1 (pid $pid)"; fi
 }
 
 print_env() {

@@ -79,20 +79,27 @@ func refDecode(t *testing.T, p []byte, f Fields, l Limits) refResult {
 		return res
 	}
 
-	raw, ok := m[f.Amount]
-	var lit string
-	switch {
-	case !ok || string(raw) == "null":
-		res.r = ReasonMissingField
-		return res
-	case raw[0] == '"':
-		if err := json.Unmarshal(raw, &lit); err != nil {
-			t.Fatal(err)
+	// scalar reads a field that is a string or a number: its text (a string's unescaped) and
+	// whether it was quoted, or why it is neither.
+	scalar := func(name string) (lit string, quoted bool, r Reason) {
+		raw, ok := m[name]
+		switch {
+		case !ok || string(raw) == "null":
+			return "", false, ReasonMissingField
+		case raw[0] == '"':
+			if err := json.Unmarshal(raw, &lit); err != nil {
+				t.Fatal(err)
+			}
+			return lit, true, OK
+		case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
+			return string(raw), false, OK
 		}
-	case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
-		lit = string(raw)
-	default:
-		res.r = ReasonWrongType
+		return "", false, ReasonWrongType
+	}
+
+	lit, _, r := scalar(f.Amount)
+	if r != OK {
+		res.r = r
 		return res
 	}
 	u, err := money.Parse([]byte(lit))
@@ -111,30 +118,16 @@ func refDecode(t *testing.T, p []byte, f Fields, l Limits) refResult {
 	}
 	res.amount = u
 
-	raw, ok = m[f.TS]
+	var quoted bool
+	lit, quoted, r = scalar(f.TS)
 	switch {
-	case !ok || string(raw) == "null":
-		res.r = ReasonMissingField
+	case r != OK:
+		res.r = r
 		return res
-	case raw[0] == '"':
-		if err := json.Unmarshal(raw, &lit); err != nil {
-			t.Fatal(err)
-		}
-		if !refIntString.MatchString(lit) {
-			res.r = ReasonBadTS
-			return res
-		}
-	case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
-		var n json.Number
-		if err := json.Unmarshal(raw, &n); err != nil {
-			t.Fatal(err)
-		}
-		if strings.ContainsAny(string(n), ".eE") {
-			res.r = ReasonWrongType
-			return res
-		}
-		lit = string(n)
-	default:
+	case quoted && !refIntString.MatchString(lit):
+		res.r = ReasonBadTS
+		return res
+	case !quoted && strings.ContainsAny(lit, ".eE"):
 		res.r = ReasonWrongType
 		return res
 	}
