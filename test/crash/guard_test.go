@@ -3,8 +3,10 @@ package crash
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/relay-sh/relay/internal/harness/committed"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/testenv"
 )
@@ -122,6 +125,36 @@ func (e *env) recreateTopic(partitions int) {
 	}
 }
 
+// beyondEnd lists the partitions whose resume offset in the ledger lies beyond the partition's high
+// watermark, read from the broker by a client of the test's own (not relay's status).
+func (e *env) beyondEnd() []int32 {
+	t := e.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resume, err := committed.Offsets(ctx, e.db, e.job, e.topic, e.held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": e.brokers, "group.id": "beyond-end-" + e.job})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var out []int32
+	for p, off := range resume {
+		_, high, err := c.QueryWatermarkOffsets(e.topic, p, 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if off > high {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // A topic deleted and recreated under relay's feet: status shows the partitions OUT OF RANGE
 // (not lag 0), preflight fails its topics check, relay run refuses to start and says what to do,
 // and verify fails within seconds with the reason instead of waiting forever. The runbook's
@@ -140,15 +173,31 @@ func TestRecreatedTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Which partitions resume beyond the new topic's end depends on how the producer spread the
+	// records (its sticky partitioner may fill one partition), so the expectation is computed from
+	// the ledger and the broker, not assumed: the first phase wrote far more offsets than the second,
+	// so at least one partition is out of range.
+	beyond := e.beyondEnd()
+	if len(beyond) == 0 {
+		t.Fatal("no partition resumes beyond the recreated topic's end: the scenario did not happen")
+	}
 	stdout, stderr, code := e.cli(nil, "status")
 	if code != 0 || !strings.Contains(stdout, "OUT OF RANGE") || !strings.Contains(stdout, "beyond the high watermark") {
 		t.Fatalf("status after the topic was recreated: exit %d\n%s%s", code, stdout, stderr)
 	}
 	stdout, stderr, code = e.cli(nil, "preflight")
-	if code != 1 || !lineHas(stdout, "FAIL topics", "partition 0: the ledger resumes at offset", "beyond the high watermark") {
-		t.Fatalf("preflight after the topic was recreated: exit %d\n%s%s", code, stdout, stderr)
+	if code != 1 || !lineHas(stdout, "FAIL topics", "resume offset outside the partition") {
+		t.Fatalf("preflight after the topic was recreated: exit %d, want 1 and a failed topics check\n%s%s", code, stdout, stderr)
 	}
-	e.refused("partition 0: the ledger resumes at offset", "beyond the high watermark", "relay offsets reset --to "+e.topic+":0=0")
+	for p := int32(0); p < 2; p++ {
+		line := fmt.Sprintf("partition %d: the ledger resumes at offset", p)
+		if got := lineHas(stdout, line, "beyond the high watermark"); got != slices.Contains(beyond, p) {
+			t.Fatalf("preflight after the topic was recreated: partition %d reported %v, want %v (out of range: %v)\n%s%s",
+				p, got, !got, beyond, stdout, stderr)
+		}
+	}
+	e.refused(fmt.Sprintf("partition %d: the ledger resumes at offset", beyond[0]), "beyond the high watermark",
+		fmt.Sprintf("relay offsets reset --to %s:%d=0", e.topic, beyond[0]))
 	begin := time.Now()
 	_, stderr, code = e.cli(nil, "verify", "--timeout", "90s")
 	if code != 1 || !strings.Contains(stderr, "the range to recount is not in the topic") || !strings.Contains(stderr, "beyond the high watermark") ||
