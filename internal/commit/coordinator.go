@@ -65,7 +65,7 @@ type fencedLedger struct {
 
 func (f fencedLedger) Deadline() time.Time { return f.fence.Deadline() }
 func (f fencedLedger) Decide(ctx context.Context, c ledger.Checkpoint) error {
-	return f.led.Decide(ctx, f.fence.Epoch(), c)
+	return f.led.Decide(ctx, f.fence.Epoch(), f.fence.Claims(), c)
 }
 func (f fencedLedger) MarkCommitted(ctx context.Context, id int64) error {
 	return f.led.MarkCommitted(ctx, id)

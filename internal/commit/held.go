@@ -137,7 +137,7 @@ func (h *heldTxn) Vote(ctx context.Context, b Ballot) (bool, error) {
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	if err := h.led.WriteHeldOffsets(ctx, h.conn, b.Owner, b.Epoch, b.Offsets); err != nil {
+	if err := h.led.WriteHeldOffsets(ctx, h.conn, b.Owner, b.Fence.Claims(), b.Epoch, b.Offsets); err != nil {
 		h.fail()
 		return false, fmt.Errorf("subtask %d: %w", b.Subtask, err)
 	}

@@ -56,7 +56,7 @@ func emptyDecided(t *testing.T, ctx context.Context, db *sql.DB, led *ledger.Led
 		t.Fatal(err)
 	}
 	b.Close()
-	if err := led.Decide(ctx, f.Epoch(), c); err != nil {
+	if err := led.Decide(ctx, f.Epoch(), nil, c); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -110,7 +110,7 @@ func TestLostCheckpointSurvivesRestart(t *testing.T) {
 	m := metrics.New("lost_test")
 	before := partition.Offsets{}
 	before.Set("orders", 0, 40)
-	if err := led.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: 1, Offsets: before}); err != nil {
+	if err := led.Decide(ctx, f.Epoch(), nil, ledger.Checkpoint{ID: 1, Offsets: before}); err != nil {
 		t.Fatal(err)
 	}
 	lost := Tag(job, 2, 0)

@@ -90,6 +90,7 @@ type Config struct {
 	HTTPPprof    bool   `yaml:"http_pprof"`
 	LogLevel     string `yaml:"log_level"`
 	Instance     string `yaml:"instance"`
+	Membership   string `yaml:"membership"`
 	GCFloorMiB   int    `yaml:"gc_heap_floor_mib"`
 }
 
@@ -104,6 +105,7 @@ type Kafka struct {
 	Brokers            string            `yaml:"brokers"`
 	Topics             []string          `yaml:"topics"`
 	GroupID            string            `yaml:"group_id"`
+	GroupInstanceID    string            `yaml:"group_instance_id"`
 	StartOffset        string            `yaml:"start_offset"`
 	CommitGroupOffsets bool              `yaml:"commit_group_offsets"`
 	DiscoveryInterval  time.Duration     `yaml:"discovery_interval"`
@@ -204,6 +206,7 @@ func Default() Config {
 		LogLevel:   "info",
 		GCFloorMiB: 128,
 		Instance:   "0/1",
+		Membership: MembershipInstances,
 	}
 }
 
@@ -240,6 +243,21 @@ func (c *Config) Validate() error {
 	_, m, err := ParseInstance(c.Instance)
 	if err != nil {
 		return bad("instance", "%v", err)
+	}
+	switch c.Membership {
+	case MembershipInstances:
+		if c.Kafka.GroupInstanceID != "" {
+			return bad("kafka.group_instance_id", "is for membership group (%s=group); with instances the partitions are fixed by instance", envOf("membership"))
+		}
+	case MembershipGroup:
+		if m > 1 {
+			return bad("membership", "group shares the partitions among the running processes itself: instance (%s) must stay 0/1, not %s", envOf("instance"), c.Instance)
+		}
+		if c.Subtasks > 1 {
+			return bad("subtasks", "%d with membership group: members share rows, and several branches per member could wait on each other across members: set subtasks to 1 (%s=1) and scale with more members", c.Subtasks, envOf("subtasks"))
+		}
+	default:
+		return bad("membership", "%q is not instances or group", c.Membership)
 	}
 	// Instances own partitions, not keys, so they write the same rows. With one branch per instance
 	// a prepared branch never waits, and every wait ends; with several, instance A's branch can wait
@@ -431,6 +449,15 @@ func (c *Config) Plan() (*spec.Plan, error) {
 	}
 	return c.Pipeline.Compile(spec.Limits{MaxPayloadBytes: lim.MaxPayloadBytes, MinTS: lim.MinTS, MaxTS: lim.MaxTS, MaxUnits: lim.MaxAmountUnits})
 }
+
+// Membership values: how the processes of a job share its partitions.
+const (
+	MembershipInstances = "instances" // fixed: instance i of M reads p mod M == i
+	MembershipGroup     = "group"     // Kafka's consumer group assigns them among whoever runs
+)
+
+// Group reports whether the job's processes share its partitions through the consumer group.
+func (c *Config) Group() bool { return c.Membership == MembershipGroup }
 
 // ParseInstance reads "i/M": this process is instance i of M, owning partitions p with p mod M == i.
 func ParseInstance(s string) (i, m int, err error) {

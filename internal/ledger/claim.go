@@ -34,7 +34,11 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		// A partition must never have two owners: no instance of the last layout may still run.
 		// Claims queue on the job row, so an instance holding its lock but not yet claimed (its
 		// owner row does not name its connection) checks after this one, against this layout.
-		for _, old := range l.siblings(layout) {
+		olds, err := l.siblings(ctx, tx, layout)
+		if err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
+		}
+		for _, old := range olds {
 			holder, err := lockHolder(ctx, tx, old)
 			if err != nil {
 				return fmt.Errorf("fence %s: %w", l.key, err)
@@ -46,8 +50,8 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 				return fmt.Errorf("fence %s: %w", l.key, err)
 			}
 			if holder.Valid && err == nil && holder.Int64 == claimedBy && claimedLayout != m {
-				return fmt.Errorf("%w: job %s runs as %d instances (%s is up); stop them all before running it as %d",
-					ErrFenced, l.job, claimedLayout, old, m)
+				return fmt.Errorf("%w: job %s runs as %s (%s is up); stop them all before running it as %s",
+					ErrFenced, l.job, layoutName(claimedLayout), old, layoutName(m))
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE relay_jobs SET layout = ? WHERE job = ?`, m, l.job); err != nil {
@@ -80,4 +84,12 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 	}
 	f.renewed(sent)
 	return nil
+}
+
+// layoutName says how a job runs under layout, for messages.
+func layoutName(layout int) string {
+	if layout == LayoutGroup {
+		return "a consumer group (membership group)"
+	}
+	return fmt.Sprintf("%d instances", layout)
 }

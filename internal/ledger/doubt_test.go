@@ -18,7 +18,7 @@ func TestInDoubtAges(t *testing.T) {
 	}
 	defer f.Release()
 	undecided, decided := l.job+"-7-0", l.job+"-5-0"
-	if err := l.Decide(ctx, f.Epoch(), Checkpoint{ID: 5, Tags: []string{decided}, Offsets: partition.Offsets{}}); err != nil {
+	if err := l.Decide(ctx, f.Epoch(), nil, Checkpoint{ID: 5, Tags: []string{decided}, Offsets: partition.Offsets{}}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond) // the decision is older than any sighting below

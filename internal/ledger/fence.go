@@ -16,9 +16,11 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // Fence is the ownership of one job.
@@ -41,6 +43,22 @@ type Fence struct {
 	tasks   sync.WaitGroup  // the renewing and pruning goroutines, which Release waits for
 	// TookOver is set when Acquire ended an earlier owner's sessions to get the fence.
 	TookOver *Takeover
+	// claims are the partitions a member of a group holds, at the epochs it took them at in the
+	// live session (TakePartitions); nil for an instance, whose partitions are fixed.
+	claims atomic.Pointer[partition.Epochs]
+}
+
+// SetClaims records the partitions a group member took for its new session: every decision of the
+// session writes their owner rows, conditional on these epochs. Sessions of one process never
+// overlap, so the session that set them is the one deciding under them.
+func (f *Fence) SetClaims(e partition.Epochs) { f.claims.Store(&e) }
+
+// Claims are the partitions the live session holds (nil: an instance, no per-partition owners).
+func (f *Fence) Claims() partition.Epochs {
+	if c := f.claims.Load(); c != nil {
+		return *c
+	}
+	return nil
 }
 
 // FenceConfig says who asks for the fence and what it may do to get it.

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -95,13 +96,37 @@ func lockHolder(ctx context.Context, q Execer, key string) (sql.NullInt64, error
 	return holder, err
 }
 
-// siblings are the instance keys of layout (a number of instances) other than key.
-func (l *Ledger) siblings(layout int) []string {
+// siblings are the keys of the job's processes under layout other than key: the instances of
+// layout M, or, under LayoutGroup, every member the ledger has seen (read through q, inside the
+// caller's transaction).
+func (l *Ledger) siblings(ctx context.Context, q *sql.Tx, layout int) ([]string, error) {
 	var keys []string
+	if layout == LayoutGroup {
+		rows, err := q.QueryContext(ctx, `SELECT job FROM relay_jobs WHERE job LIKE ?`, likePrefix(MemberKey(l.job, "")))
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				return nil, err
+			}
+			if k != l.key {
+				keys = append(keys, k)
+			}
+		}
+		return keys, rows.Err()
+	}
 	for j := 0; j < layout; j++ {
 		if k := InstanceKey(l.job, j, layout); k != l.key {
 			keys = append(keys, k)
 		}
 	}
-	return keys
+	return keys, nil
+}
+
+// likePrefix is a LIKE pattern matching the strings that start with s (a job name may hold _).
+func likePrefix(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s) + "%"
 }

@@ -108,10 +108,10 @@ func TestLeaseTakeover(t *testing.T) {
 	if newer.Epoch() != old.Epoch()+1 {
 		t.Fatalf("epoch %d after takeover, want %d", newer.Epoch(), old.Epoch()+1)
 	}
-	if err := l.Decide(ctx, old.Epoch(), Checkpoint{ID: 1, Offsets: partition.Offsets{}}); !errors.Is(err, ErrFenced) {
+	if err := l.Decide(ctx, old.Epoch(), nil, Checkpoint{ID: 1, Offsets: partition.Offsets{}}); !errors.Is(err, ErrFenced) {
 		t.Fatalf("old owner's decision after the takeover: %v, want ErrFenced", err)
 	}
-	if err := l.Decide(ctx, newer.Epoch(), Checkpoint{ID: 1, Offsets: partition.Offsets{}}); err != nil {
+	if err := l.Decide(ctx, newer.Epoch(), nil, Checkpoint{ID: 1, Offsets: partition.Offsets{}}); err != nil {
 		t.Fatalf("new owner's decision: %v", err)
 	}
 }
@@ -135,7 +135,7 @@ func TestLiveOwnerKeepsLease(t *testing.T) {
 	if !alive(ctx, t, l, owner.connID) {
 		t.Fatal("the live owner's lock session was ended")
 	}
-	if err := l.Decide(ctx, owner.Epoch(), Checkpoint{ID: 1, Offsets: partition.Offsets{}}); err != nil {
+	if err := l.Decide(ctx, owner.Epoch(), nil, Checkpoint{ID: 1, Offsets: partition.Offsets{}}); err != nil {
 		t.Fatalf("live owner's decision: %v", err)
 	}
 }

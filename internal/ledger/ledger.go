@@ -90,6 +90,22 @@ func InstanceKey(job string, i, m int) string {
 	return job + "/" + strconv.Itoa(i)
 }
 
+// LayoutGroup is the layout of a job whose processes share its partitions through the consumer
+// group: any number of members, each with a key of its own (MemberKey).
+const LayoutGroup = 0
+
+// NewMember binds a ledger to member id of a job run as a group (docs/PROTOCOL.md, "Group
+// membership"): its own fence, lease and owner row, and per-partition owner rows for what it reads.
+func NewMember(db *sql.DB, job, id string) *Ledger {
+	return &Ledger{db: db, job: job, key: MemberKey(job, id), layout: LayoutGroup}
+}
+
+// MemberKey names member id of a job run as a group.
+func MemberKey(job, id string) string { return job + "/g/" + id }
+
+// Group reports whether this ledger serves a member of a group.
+func (l *Ledger) Group() bool { return l.layout == LayoutGroup }
+
 // ForKey is the ledger of another instance of the same job (the resolver acts for dead instances).
 func (l *Ledger) ForKey(key string) *Ledger {
 	return &Ledger{db: l.db, job: l.job, key: key, layout: l.layout}
@@ -168,6 +184,7 @@ var schema = []string{
 	inDoubtTable,
 	tablesTable,
 	ownersTable,
+	partitionOwnersTable,
 	meaningsTable,
 }
 
@@ -199,10 +216,11 @@ func EnsureSchema(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// Decide writes the decision row for c, conditional on epoch still owning the job. Its COMMIT is
+// Decide writes the decision row for c, conditional on epoch still owning the job (and, for a
+// member of a group, on claims still holding each partition of c, partowner.go). Its COMMIT is
 // the commit point of the checkpoint. An error from the COMMIT itself leaves the outcome unknown:
 // the caller must go through recovery, which reads the verdict with a locking read.
-func (l *Ledger) Decide(ctx context.Context, epoch int64, c Checkpoint) error {
+func (l *Ledger) Decide(ctx context.Context, epoch int64, claims partition.Epochs, c Checkpoint) error {
 	offs, err := json.Marshal(c.Offsets)
 	if err != nil {
 		return err
@@ -219,6 +237,9 @@ func (l *Ledger) Decide(ctx context.Context, epoch int64, c Checkpoint) error {
 		(job, checkpoint_id, state, owner_epoch, tags, offsets, records, instance, decided_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))`,
 		l.job, c.ID, Committing, epoch, strings.Join(c.Tags, ","), string(offs), c.Records, l.key); err != nil {
+		return fmt.Errorf("decide %d: %w", c.ID, err)
+	}
+	if err := l.stampPartitions(ctx, tx, claims, c.Offsets); err != nil {
 		return fmt.Errorf("decide %d: %w", c.ID, err)
 	}
 	if err := l.writeOffsets(ctx, tx, c.ID, c.Offsets); err != nil {

@@ -33,7 +33,7 @@ func TestFencing(t *testing.T) {
 	if _, err := Acquire(ctx, l, FenceConfig{Owner: "host-b pid 2"}); !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "host-a pid 1") {
 		t.Fatalf("second owner: got %v, want ErrFenced naming host-a pid 1", err)
 	}
-	if err := l.Decide(ctx, f1.Epoch(), Checkpoint{ID: 1, Tags: []string{"x-1-0"}, Offsets: partition.Offsets{"t": {0: 5}}}); err != nil {
+	if err := l.Decide(ctx, f1.Epoch(), nil, Checkpoint{ID: 1, Tags: []string{"x-1-0"}, Offsets: partition.Offsets{"t": {0: 5}}}); err != nil {
 		t.Fatalf("owner's decision: %v", err)
 	}
 	// The owner's lock connection dies (as in a network partition); a new owner takes over.
@@ -56,7 +56,7 @@ func TestFencing(t *testing.T) {
 	if f2.Epoch() != f1.Epoch()+1 {
 		t.Fatalf("new epoch %d, want %d", f2.Epoch(), f1.Epoch()+1)
 	}
-	err = l.Decide(ctx, f1.Epoch(), Checkpoint{ID: 2, Offsets: partition.Offsets{}})
+	err = l.Decide(ctx, f1.Epoch(), nil, Checkpoint{ID: 2, Offsets: partition.Offsets{}})
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("stale owner's decision: got %v, want ErrFenced", err)
 	}
@@ -68,7 +68,7 @@ func TestFencing(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("stale owner was not told it lost the fence")
 	}
-	if err := l.Decide(ctx, f2.Epoch(), Checkpoint{ID: 2, Offsets: partition.Offsets{}}); err != nil {
+	if err := l.Decide(ctx, f2.Epoch(), nil, Checkpoint{ID: 2, Offsets: partition.Offsets{}}); err != nil {
 		t.Fatalf("new owner's decision: %v", err)
 	}
 }
@@ -86,11 +86,11 @@ func TestCheckpointRows(t *testing.T) {
 	}
 	offs := partition.Offsets{"orders": {0: 10, 3: 99}}
 	for id := int64(1); id <= 3; id++ {
-		if err := l.Decide(ctx, f.Epoch(), Checkpoint{ID: id, Tags: []string{"a-1-0", "a-1-1"}, Offsets: offs, Records: 7}); err != nil {
+		if err := l.Decide(ctx, f.Epoch(), nil, Checkpoint{ID: id, Tags: []string{"a-1-0", "a-1-1"}, Offsets: offs, Records: 7}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := l.Decide(ctx, f.Epoch(), Checkpoint{ID: 3, Offsets: offs}); err == nil {
+	if err := l.Decide(ctx, f.Epoch(), nil, Checkpoint{ID: 3, Offsets: offs}); err == nil {
 		t.Fatal("a second decision for the same checkpoint was accepted")
 	}
 	if err := l.MarkCommitted(ctx, 1); err != nil {
@@ -307,7 +307,7 @@ func TestCommittedQueries(t *testing.T) {
 	records := map[int64]int64{1: 5, 2: 0, 3: 7, 4: 9}
 	for id := int64(1); id <= 4; id++ {
 		offs := partition.Offsets{"orders": {0: 10 * id}}
-		if err := l.Decide(ctx, f.Epoch(), Checkpoint{ID: id, Tags: []string{"a-1-0"}, Offsets: offs, Records: records[id]}); err != nil {
+		if err := l.Decide(ctx, f.Epoch(), nil, Checkpoint{ID: id, Tags: []string{"a-1-0"}, Offsets: offs, Records: records[id]}); err != nil {
 			t.Fatal(err)
 		}
 		if id < 4 {

@@ -86,13 +86,16 @@ func (l *Ledger) writeOffsets(ctx context.Context, conn Execer, id int64, offs p
 // WriteHeldOffsets checks the fence and records offs for checkpoint id inside the caller's open
 // held-mode transaction on conn, then writes the owner row (owner.go); the caller's COMMIT makes
 // them durable with the data.
-func (l *Ledger) WriteHeldOffsets(ctx context.Context, conn Execer, epoch, id int64, offs partition.Offsets) error {
+func (l *Ledger) WriteHeldOffsets(ctx context.Context, conn Execer, epoch int64, claims partition.Epochs, id int64, offs partition.Offsets) error {
 	var cur int64
 	if err := conn.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ? LOCK IN SHARE MODE`, l.key).Scan(&cur); err != nil {
 		return fmt.Errorf("held fence check: %w", err)
 	}
 	if cur != epoch {
 		return fmt.Errorf("%w: owner epoch is %d, this process holds %d", ErrFenced, cur, epoch)
+	}
+	if err := l.stampPartitions(ctx, conn, claims, offs); err != nil {
+		return err
 	}
 	if err := l.writeOffsets(ctx, conn, id, offs); err != nil {
 		return err

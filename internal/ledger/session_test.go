@@ -29,7 +29,7 @@ func TestNewSessionReadsUnderFence(t *testing.T) {
 		}
 		offs := partition.Offsets{}
 		offs.Set("orders", 0, next)
-		return tx, l.WriteHeldOffsets(ctx, tx, epoch, id, offs)
+		return tx, l.WriteHeldOffsets(ctx, tx, epoch, nil, id, offs)
 	}
 	first, err := held(old, 1, 50)
 	if err != nil {

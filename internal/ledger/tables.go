@@ -209,7 +209,11 @@ func (l *Ledger) nothingCommitted(ctx context.Context, tx *sql.Tx) (bool, error)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return false, err
 	}
-	for _, key := range l.siblings(layout) {
+	keys, err := l.siblings(ctx, tx, layout)
+	if err != nil {
+		return false, err
+	}
+	for _, key := range keys {
 		holder, err := lockHolder(ctx, tx, key)
 		if err != nil {
 			return false, err

@@ -48,6 +48,12 @@ type Metrics struct {
 	Takeovers           prometheus.Counter
 	Restarts            *prometheus.CounterVec
 	FenceTakeovers      *prometheus.CounterVec
+	// Membership (docs/PROTOCOL.md, "Group membership").
+	AssignedPartitions prometheus.Gauge
+	TopicPartitions    prometheus.Gauge
+	Rebalances         *prometheus.CounterVec
+	RevokeDrain        prometheus.Histogram
+	FencedDecisions    prometheus.Counter
 }
 
 // New builds and registers every collector; job becomes the relay_job constant label.
@@ -96,6 +102,20 @@ func New(job string) *Metrics {
 			"In-process restarts of the pipeline (session torn down, recovered, started again) by cause: mysql_connection, timeout, lock_conflict, fence_lost, kafka, mysql, other.", "cause"),
 		FenceTakeovers: f.counterVec("relay_fence_takeovers_total",
 			"Times this process ended an owner's sessions to take the job's fence: from an owner whose lease ran out (expired_lease) or from its own lock session cut off by the network (own).", "from"),
+		AssignedPartitions: f.gauge("relay_assigned_partitions",
+			"Partitions this process reads now: its consumer-group assignment (membership group) or its share p mod M == i (instances)."),
+		TopicPartitions: f.gauge("relay_topic_partitions",
+			"Partitions of the job's topics: with relay_assigned_partitions summed over the job's processes, a partition nobody reads shows."),
+		Rebalances: f.counterVec("relay_rebalances_total",
+			"Consumer-group rebalance events this member handled, by kind: assigned (partitions granted), revoked (handed back after a drain), lost (taken away without a drain: the session expired).", "kind"),
+		RevokeDrain: f.histogramBuckets("relay_revoke_drain_seconds",
+			"Per cooperative revocation, time from the group's revoke to handing the partitions back: the open epoch decided (or aborted) and the session ended.",
+			prometheus.ExponentialBuckets(0.01, 2, 14)),
+		FencedDecisions: f.counter("relay_fenced_decisions_total",
+			"Checkpoints refused because another member took one of their partitions (its owner epoch moved): nothing of them was committed."),
+	}
+	for _, k := range []string{"assigned", "revoked", "lost"} {
+		m.Rebalances.WithLabelValues(k)
 	}
 	// Evaluated at each scrape, so relay_ready never disagrees with /readyz (a sampled gauge read 0
 	// for up to its sampling period after /readyz turned 200).

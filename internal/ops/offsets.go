@@ -159,7 +159,7 @@ func ResetOffsets(ctx context.Context, e *Env, target ResetTarget, confirm Confi
 // Decide + MarkCommitted), in held mode directly.
 func writeResume(ctx context.Context, led *ledger.Ledger, held bool, epoch, id int64, offs partition.Offsets) error {
 	if !held {
-		if err := led.Decide(ctx, epoch, ledger.Checkpoint{ID: id, Offsets: offs}); err != nil {
+		if err := led.Decide(ctx, epoch, nil, ledger.Checkpoint{ID: id, Offsets: offs}); err != nil {
 			return err
 		}
 		return led.MarkCommitted(ctx, id)
@@ -169,7 +169,7 @@ func writeResume(ctx context.Context, led *ledger.Ledger, held bool, epoch, id i
 		return fmt.Errorf("offsets reset: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if err := led.WriteHeldOffsets(ctx, tx, epoch, id, offs); err != nil {
+	if err := led.WriteHeldOffsets(ctx, tx, epoch, nil, id, offs); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {

@@ -135,7 +135,7 @@ func decide(t *testing.T, ctx context.Context, e *Env, id int64, offs partition.
 		t.Fatal(err)
 	}
 	defer f.Release()
-	if err := e.Ledger.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: id, Tags: tags, Offsets: offs}); err != nil {
+	if err := e.Ledger.Decide(ctx, f.Epoch(), nil, ledger.Checkpoint{ID: id, Tags: tags, Offsets: offs}); err != nil {
 		t.Fatal(err)
 	}
 }

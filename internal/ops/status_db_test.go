@@ -99,7 +99,7 @@ func TestStatusAgesWhileDeciding(t *testing.T) {
 				return
 			default:
 			}
-			if err := e.Ledger.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: id, Offsets: partition.Offsets{topic: {0: 0}}}); err != nil {
+			if err := e.Ledger.Decide(ctx, f.Epoch(), nil, ledger.Checkpoint{ID: id, Offsets: partition.Offsets{topic: {0: 0}}}); err != nil {
 				t.Error(err)
 				return
 			}

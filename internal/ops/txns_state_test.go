@@ -33,7 +33,7 @@ func TestTxnStates(t *testing.T) {
 	for _, tg := range []string{inFlight, decided, leftBehind, unknown} {
 		prepare(t, ctx, e, tg)
 	}
-	if err := e.Ledger.Decide(ctx, f.Epoch(), ledger.Checkpoint{ID: cur + 1, Tags: []string{decided}, Offsets: partition.Offsets{}}); err != nil {
+	if err := e.Ledger.Decide(ctx, f.Epoch(), nil, ledger.Checkpoint{ID: cur + 1, Tags: []string{decided}, Offsets: partition.Offsets{}}); err != nil {
 		t.Fatal(err)
 	}
 	check := func(want map[string]string, text ...string) {

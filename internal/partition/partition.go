@@ -8,6 +8,10 @@ package partition
 // Offsets maps topic → partition → next offset to read.
 type Offsets map[string]map[int32]int64
 
+// Epochs maps topic → partition → the owner epoch a member took it at (ledger.TakePartitions):
+// the shape of Offsets, another meaning.
+type Epochs = Offsets
+
 // Clone returns a deep copy.
 func (o Offsets) Clone() Offsets {
 	c := make(Offsets, len(o))
