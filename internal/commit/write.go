@@ -15,10 +15,11 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/spec"
-	"go.uber.org/zap"
 )
 
 // write flushes one batch into the epoch's transaction, opening it on first use.

@@ -90,7 +90,7 @@ var allowedLabels = map[string]bool{
 	"relay_job": true, "result": true, "phase": true, "action": true, "origin": true, "reason": true,
 	"topic": true, "partition": true, "pool": true, "state": true, "version": true, "goversion": true,
 	"cause": true, "from": true,
-	"kind": true, // rebalance kinds: assigned, revoked, lost
+	"kind":  true, // rebalance kinds: assigned, revoked, lost
 	"table": true, // the spec's aggregate tables, fixed at start
 }
 
