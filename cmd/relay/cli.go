@@ -45,6 +45,8 @@ Usage:
                                              ledger unless --force
   relay offsets reset --to earliest|latest|<time>|<topic:partition=offset,...> [--yes]
                                              move a stopped job's resume offsets
+  relay membership switch [--yes]            move a stopped job between instances (i/M) and a
+                                             consumer group (membership: group)
   relay spec diff [--json]                   the spec against the table meanings the ledger records
   relay spec accept [--yes]                  record tables the spec adds or removes (a changed table
                                              is refused by relay run and here)
@@ -62,7 +64,7 @@ your own is a pipeline: block in the file or a file named by RELAY_PIPELINE_FILE
 
 Run 'relay <command> --help' for a command's flags, examples and exit codes.
 
-Commands that change state (txns resolve, offsets reset, spec accept) print their plan first and
+Commands that change state (txns resolve, offsets reset, membership switch, spec accept) print their plan first and
 act only with --yes or after "yes" typed at a terminal; without, nothing changes.
 
 `
@@ -80,6 +82,7 @@ func commands() []command {
 		{"status", cmdStatus},
 		{"txns", cmdTxns},
 		{"offsets", cmdOffsets},
+		{"membership", cmdMembership},
 		{"spec", cmdSpec},
 		{"verify", cmdVerify},
 		{"version", cmdVersion},
