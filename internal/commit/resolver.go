@@ -162,7 +162,7 @@ func (p *Resolver) exportDoubt(ctx context.Context, log *zap.Logger, doubt, list
 // zombie of it can no longer write a decision), applies the ledger's verdicts, and lets go.
 func (p *Resolver) takeOver(ctx context.Context, key string, bs []Branch, log *zap.Logger) error {
 	other := p.Ledger.ForKey(key)
-	f, err := ledger.Acquire(ctx, other, ledger.FenceConfig{Owner: "resolver of " + p.Ledger.Key()})
+	f, err := ledger.Acquire(ctx, other, ledger.FenceConfig{Operator: true, Owner: "resolver of " + p.Ledger.Key()})
 	if errors.Is(err, ledger.ErrFenced) {
 		return nil // it came back: its own recovery answers for its branches
 	}

@@ -51,7 +51,7 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		}
 		// Operator commands and the resolver act within the recorded layout; only relay run moves it,
 		// and between instances and a group only after `relay membership switch` recorded it.
-		if f.cfg.TakeOver {
+		if !f.cfg.Operator {
 			if (layout == LayoutGroup) != (m == LayoutGroup) {
 				return fmt.Errorf("%w: job %s runs as %s (recorded in the ledger), this process as %s: stop every process of the job, "+
 					"then run `relay membership switch` with this process's configuration (it prints its plan; --yes applies it) (docs/RUNBOOK.md, \"Switching membership\")",
@@ -63,7 +63,7 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		}
 	}
 	own := m
-	if !f.cfg.TakeOver && l.key == l.job {
+	if f.cfg.Operator && l.key == l.job {
 		own = layout // the job row itself: an operator command keeps the recorded layout
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout, conn_id)
