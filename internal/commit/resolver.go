@@ -48,18 +48,22 @@ func (p *Resolver) Loop(ctx context.Context) error {
 			t.Reset(100 * time.Millisecond)
 			continue
 		}
-		err := p.resolvePass(ctx, log)
+		next, err := p.resolvePass(ctx, log)
 		if errors.Is(err, ledger.ErrBranchLost) {
 			return err
 		}
 		if err != nil && ctx.Err() == nil {
 			log.Warn("resolver pass failed", zap.Error(err))
 		}
-		t.Reset(p.ResolveInterval)
+		t.Reset(min(p.ResolveInterval, next))
 	}
 }
 
-func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) error {
+// resolvePass resolves what it can now and says when to look again: at the interval, or sooner when
+// a stopped process's lease runs out before it (a dead member's branches hold row locks that the
+// others' checkpoints wait on: they are resolved as soon as the lease allows, not an interval later).
+func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) (next time.Duration, err error) {
+	next = p.ResolveInterval
 	// Operators' `relay txns resolve` runs in another process: it leaves an audit row, counted here once.
 	if n, err := p.Ledger.ClaimManualResolves(ctx); err != nil {
 		log.Warn("counting manual resolutions failed", zap.Error(err))
@@ -69,11 +73,11 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) error {
 	}
 	branches, err := JobBranches(ctx, p.Sink, p.Job)
 	if err != nil {
-		return err
+		return next, err
 	}
 	mine, err := owned(ctx, p.Ledger, branches)
 	if err != nil {
-		return err
+		return next, err
 	}
 	isMine := map[string]bool{}
 	for _, b := range mine {
@@ -91,7 +95,7 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) error {
 		} else {
 			var ok bool
 			if key, ok, err = p.Ledger.BlockOwner(ctx, b.Checkpoint); err != nil {
-				return err
+				return next, err
 			}
 			if !ok {
 				doubt = append(doubt, b) // no block says whose: only an operator can tell
@@ -100,8 +104,15 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) error {
 			if running, err := ledger.IsHeld(ctx, p.Ledger.ForKey(key)); err != nil || running {
 				continue // its instance is up and answers for it
 			}
-			if expired, err := ledger.LeaseExpired(ctx, p.Ledger.ForKey(key)); err != nil || !expired {
-				continue // its instance is restarting in-process and takes its fence back within its lease
+			left, err := ledger.LeaseLeft(ctx, p.Ledger.ForKey(key))
+			if err != nil {
+				continue
+			}
+			if left > 0 {
+				// Its instance is restarting in-process and takes its fence back within its lease; or
+				// it died, and its branches are resolved once the lease ran out.
+				next = min(next, left+100*time.Millisecond)
+				continue
 			}
 		}
 		doubt = append(doubt, b)
@@ -119,10 +130,10 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) error {
 			err = p.takeOver(ctx, key, bs, log)
 		}
 		if err != nil {
-			return err
+			return next, err
 		}
 	}
-	return nil
+	return next, nil
 }
 
 // exportDoubt publishes how many branches are left behind and the oldest one's age, from the

@@ -53,15 +53,16 @@ func readHolder(ctx context.Context, l *Ledger) (holderRow, error) {
 	return h, nil
 }
 
-// LeaseExpired reports whether the instance's owner has stopped renewing past its lease (or never
-// had one). The resolver acts for another instance only then: an instance whose lock session just
-// dropped is restarting in-process and takes its fence back within its lease.
-func LeaseExpired(ctx context.Context, l *Ledger) (bool, error) {
+// LeaseLeft is how long the instance's lease still runs by the server's clock: 0 when its owner
+// stopped renewing past it (or never had one). The resolver acts for another instance only then:
+// an instance whose lock session just dropped is restarting in-process and takes its fence back
+// within its lease.
+func LeaseLeft(ctx context.Context, l *Ledger) (time.Duration, error) {
 	h, err := readHolder(ctx, l)
-	if err != nil {
-		return false, err
+	if err != nil || !h.lease.Valid {
+		return 0, err
 	}
-	return !h.lease.Valid || h.remaining <= 0, nil
+	return max(h.remaining, 0), nil
 }
 
 // Holder describes who holds the job's lock, for error messages and `relay status`.

@@ -113,9 +113,10 @@ func TestRescale(t *testing.T) {
 }
 
 // An instance dies holding prepared, decided branches whose row locks another instance needs; the
-// survivor's resolver takes the dead instance's fence and commits them, and the survivor goes on.
+// survivor's resolver takes the dead instance's fence and commits them as soon as its lease ran
+// out (not a resolve interval later: the interval is the default 30s here), and the survivor goes on.
 func TestSurvivorResolvesBlockingBranch(t *testing.T) {
-	e := newEnv(t, 2, "RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s", "RELAY_MYSQL_LOCK_WAIT_TIMEOUT=5s")
+	e := newEnv(t, 2, "RELAY_MYSQL_LOCK_WAIT_TIMEOUT=5s")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	totals := loadgen.NewTotals()
@@ -131,8 +132,9 @@ func TestSurvivorResolvesBlockingBranch(t *testing.T) {
 	}
 	survivor := e.startLayoutInstance(1, 2)
 	start := time.Now()
-	// The bound: recovery, then the resolver's 1s interval; 30s leaves room for a loaded machine.
-	testenv.Eventually(t, 30*time.Second, func() bool { return len(e.branches()) == 0 }, "the survivor to resolve the dead instance's branches")
+	// The bound: recovery, then the dead instance's lease (10s); 25s, below the 30s resolve
+	// interval, leaves room for a loaded machine.
+	testenv.Eventually(t, 25*time.Second, func() bool { return len(e.branches()) == 0 }, "the survivor to resolve the dead instance's branches")
 	took := time.Since(start)
 	if ev := logEvents(t, survivor.Log, "resolving a stopped instance's branches"); len(ev) != 1 || ev[0]["instance"] != e.job+"/0" {
 		t.Fatalf("survivor log: %v, want one take-over of %s/0", ev, e.job)
