@@ -266,32 +266,34 @@ func localReadyz(recorded string) string {
 
 // askReadiness fills in f's readiness from f.ReadyzURL, only while some process holds its fence.
 func askReadiness(ctx context.Context, f *InstanceFence) {
-	readyz := f.ReadyzURL
 	switch {
 	case !f.Held:
 		f.Readiness = "not running"
 		f.ReadyzURL = ""
-		return
-	case readyz == "":
+	case f.ReadyzURL == "":
 		f.Readiness = "not asked: its owner recorded no /readyz address (an operator command, or a relay older than this one) and this configuration names none; pass --readyz"
-		return
+	default:
+		f.Ready, f.Readiness = askReadyz(ctx, f.ReadyzURL)
 	}
+}
+
+// askReadyz asks readyz: ready is null when it did not answer, and why says what it answered (its
+// body) or why not.
+func askReadyz(ctx context.Context, readyz string) (ready *bool, why string) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, readyz, nil)
 	if err != nil {
-		f.Readiness = err.Error()
-		return
+		return nil, err.Error()
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		f.Readiness = fmt.Sprintf("no answer from %s: %v", readyz, err)
-		return
+		return nil, fmt.Sprintf("no answer from %s: %v", readyz, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	ready := resp.StatusCode == http.StatusOK
-	f.Ready, f.Readiness = &ready, strings.TrimSpace(string(body))
+	ok := resp.StatusCode == http.StatusOK
+	return &ok, strings.TrimSpace(string(body))
 }
 
 // lastCommit fills in the last checkpoint and returns the offsets the job resumes from (each

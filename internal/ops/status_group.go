@@ -41,10 +41,15 @@ type GroupStatus struct {
 
 // GroupMember is one member of the group, as the ledger records it.
 type GroupMember struct {
-	ID         string    `json:"id"`
-	Key        string    `json:"key"`  // its ledger key, <job>/g/<id>: its lock, lease and owner row
-	Host       string    `json:"host"` // the process that took its fence last (host, pid)
-	Live       bool      `json:"live"` // its lock is held now
+	ID   string `json:"id"`
+	Key  string `json:"key"`  // its ledger key, <job>/g/<id>: its lock, lease and owner row
+	Host string `json:"host"` // the process that took its fence last (host, pid)
+	Live bool   `json:"live"` // its lock is held now
+	// Ready is the answer of its /readyz (recorded with its lease; true: 200), asked while it is
+	// live: null when not asked or no answer, with Readiness saying why.
+	Ready      *bool     `json:"ready"`
+	Readiness  string    `json:"readiness"`
+	ReadyzURL  string    `json:"readyz_url"`
 	OwnerEpoch int64     `json:"owner_epoch"`
 	AcquiredAt time.Time `json:"acquired_at"`
 	// LeaseRemainingSeconds is how long its lease still runs (0 once expired; null: it has none).
@@ -104,6 +109,17 @@ func (e *Env) group(ctx context.Context, lags []PartitionLag) (*GroupStatus, err
 		if m.Lease != nil {
 			left := max(m.Lease.Remaining.Seconds(), 0)
 			gm.LeaseRemainingSeconds = &left
+			if m.Held {
+				gm.ReadyzURL = localReadyz(m.Lease.Readyz)
+			}
+		}
+		switch {
+		case !m.Held:
+			gm.Readiness = "not running"
+		case gm.ReadyzURL == "":
+			gm.Readiness = "not asked: it recorded no /readyz address"
+		default:
+			gm.Ready, gm.Readiness = askReadyz(ctx, gm.ReadyzURL)
 		}
 		gm.Partitions, gm.Lag = withLag(m.Partitions)
 		if m.Last != nil {

@@ -67,13 +67,15 @@ func TestStatusGroupMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	fc.Release()
-	// Two running members: a reads partitions 0 and 1, b partition 2; each decided half way.
+	// Two running members: a reads partitions 0 and 1, b partition 2; each decided half way. a
+	// recorded where it answers /readyz, b nowhere.
 	want := map[string][]int32{"a": {0, 1}, "b": {2}}
+	readyz := map[string]string{"a": readyzServer(t, "ready A")}
 	wantLag := map[string]int64{}
 	id := int64(0)
 	for _, name := range []string{"a", "b"} {
 		m := ledger.NewMember(db, job, name)
-		f, err := ledger.Acquire(ctx, m, ledger.FenceConfig{Owner: "host-" + name + " pid 1"})
+		f, err := ledger.Acquire(ctx, m, ledger.FenceConfig{Owner: "host-" + name + " pid 1", Readyz: readyz[name]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,14 +123,18 @@ func TestStatusGroupMembers(t *testing.T) {
 	if len(g.Members) != 3 {
 		t.Fatalf("members %+v; want a, b and c", g.Members)
 	}
-	if m := g.Members[2]; m.ID != "c" || m.Live || m.LeaseRemainingSeconds == nil || *m.LeaseRemainingSeconds <= 0 || m.LastCheckpoint != nil || m.Lag != nil {
-		t.Fatalf("member c, stopped within its lease: %+v; want listed, not live, its lease running, no checkpoint, no lag", m)
+	if m := g.Members[2]; m.ID != "c" || m.Live || m.LeaseRemainingSeconds == nil || *m.LeaseRemainingSeconds <= 0 || m.LastCheckpoint != nil || m.Lag != nil ||
+		m.Readiness != "not running" || m.Ready != nil {
+		t.Fatalf("member c, stopped within its lease: %+v; want listed, not running (not asked), its lease running, no checkpoint, no lag", m)
 	}
 	for i, name := range []string{"a", "b"} {
 		m := g.Members[i]
 		if m.ID != name || m.Host != "host-"+name+" pid 1" || !m.Live || m.OwnerEpoch != 1 || m.LastCheckpoint == nil ||
 			m.LastCheckpoint.ID != int64(i+1) || m.Lag == nil || *m.Lag != wantLag[name] || len(m.Partitions) != len(want[name]) {
 			t.Fatalf("member %s: %+v (lag %s); want host-%s, live, checkpoint %d, lag %d, partitions %v", name, m, lagText(m.Lag), name, i+1, wantLag[name], want[name])
+		}
+		if (name == "a") != (m.Ready != nil && *m.Ready) || m.ReadyzURL != readyz[name] {
+			t.Fatalf("member %s: ready %v (%s) asked at %q; want ready only for a, asked at %q", name, m.Ready, m.Readiness, m.ReadyzURL, readyz[name])
 		}
 		for j, p := range want[name] {
 			if got := m.Partitions[j]; got.Partition != p || got.OwnerEpoch != 1 || got.Decisions != 1 || got.Lag == nil {
@@ -149,10 +155,10 @@ func TestStatusGroupMembers(t *testing.T) {
 	}
 	for _, line := range []string{
 		fmt.Sprintf("consumer group %s: Stable in Kafka, members 1, assignor cooperative-sticky", g.GroupID),
-		fmt.Sprintf("a host-a pid 1 yes 1 %[1]s[0]@1 %[1]s[1]@1 1, ", topic),
-		fmt.Sprintf("b host-b pid 1 yes 1 %s[2]@1 2, ", topic),
+		fmt.Sprintf("a host-a pid 1 running, ready 1 %[1]s[0]@1 %[1]s[1]@1 1, ", topic),
+		fmt.Sprintf("b host-b pid 1 lock held, readiness unknown (not asked: it recorded no /readyz address) 1 %s[2]@1 2, ", topic),
 		fmt.Sprintf("UNOWNED partitions (their last owner does not run; the group hands them to a live member): %s[3]@1 of %s", topic, ledger.MemberKey(job, "old6")),
-		"c host-c pid 1 no (lock free; lease runs ",
+		"c host-c pid 1 not running (lock free; lease runs ",
 		"stale members (lock free, lease run out): 7, the newest 5: old6 host-old pid 6 owner epoch 1",
 	} {
 		if !strings.Contains(strings.Join(strings.Fields(text.String()), " "), strings.Join(strings.Fields(line), " ")) {

@@ -97,16 +97,20 @@ func (f InstanceFence) leaseState(now time.Time) string {
 }
 
 // runState says "running" only when /readyz said 200, as a readiness probe would.
-func (f InstanceFence) runState() string {
+func (f InstanceFence) runState() string { return runState(f.Held, f.Ready, "fence held", f.Readiness) }
+
+// runState says how a process holding its lock (held; what it holds) is, by its /readyz answer
+// (ready, why).
+func runState(held bool, ready *bool, what, why string) string {
 	switch {
-	case !f.Held:
+	case !held:
 		return "not running"
-	case f.Ready == nil:
-		return "fence held, readiness unknown (" + f.Readiness + ")"
-	case *f.Ready:
+	case ready == nil:
+		return what + ", readiness unknown (" + why + ")"
+	case *ready:
 		return "running, ready"
 	}
-	return "NOT READY (" + f.Readiness + ")"
+	return "NOT READY (" + why + ")"
 }
 
 func ageString(seconds float64) string {
@@ -150,15 +154,12 @@ func (g *GroupStatus) writeText(w io.Writer) {
 	if len(g.Members) == 0 {
 		fmt.Fprintln(w, "no member running")
 	} else {
-		fmt.Fprintln(w, "MEMBER\tHOST\tLIVE\tOWNER EPOCH\tPARTITIONS (OWNER EPOCH)\tLAST CHECKPOINT\tLAG")
+		fmt.Fprintln(w, "MEMBER\tHOST\tSTATE\tOWNER EPOCH\tPARTITIONS (OWNER EPOCH)\tLAST CHECKPOINT\tLAG")
 	}
 	for _, m := range g.Members {
-		live := "yes"
-		switch {
-		case !m.Live && m.LeaseRemainingSeconds != nil:
-			live = "no (lock free; lease runs " + ageString(*m.LeaseRemainingSeconds) + " more)"
-		case !m.Live:
-			live = "no"
+		live := runState(m.Live, m.Ready, "lock held", m.Readiness)
+		if !m.Live && m.LeaseRemainingSeconds != nil {
+			live += " (lock free; lease runs " + ageString(*m.LeaseRemainingSeconds) + " more)"
 		}
 		last, lag := "none", "-"
 		if c := m.LastCheckpoint; c != nil {
