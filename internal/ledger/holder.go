@@ -20,6 +20,7 @@ type holderRow struct {
 	connID    int64         // the session the last claim recorded
 	owner     string
 	epoch     int64
+	acquired  time.Time
 	lease     sql.NullTime
 	remaining time.Duration // until the lease runs out, by the server's clock (negative: expired)
 	sessions  recorded
@@ -33,10 +34,10 @@ func readHolder(ctx context.Context, l *Ledger) (holderRow, error) {
 	}
 	var us sql.NullInt64
 	var js string
-	err = l.db.QueryRowContext(ctx, `SELECT j.conn_id, j.owner, j.owner_epoch, l.lease_until,
+	err = l.db.QueryRowContext(ctx, `SELECT j.conn_id, j.owner, j.owner_epoch, j.acquired_at, l.lease_until,
 		TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.lease_until), COALESCE(l.sessions, '')
 		FROM relay_jobs j LEFT JOIN relay_leases l ON l.job = j.job AND l.owner_epoch = j.owner_epoch WHERE j.job = ?`,
-		l.key).Scan(&h.connID, &h.owner, &h.epoch, &h.lease, &us, &js)
+		l.key).Scan(&h.connID, &h.owner, &h.epoch, &h.acquired, &h.lease, &us, &js)
 	if errors.Is(err, sql.ErrNoRows) {
 		return h, nil
 	}
@@ -129,21 +130,16 @@ func lockHolder(ctx context.Context, q Execer, key string) (sql.NullInt64, error
 func (l *Ledger) siblings(ctx context.Context, q *sql.Tx, layout int) ([]string, error) {
 	var keys []string
 	if layout == LayoutGroup {
-		rows, err := q.QueryContext(ctx, `SELECT job FROM relay_jobs WHERE job LIKE ?`, likePrefix(MemberKey(l.job, "")))
+		all, err := l.memberKeys(ctx, q)
 		if err != nil {
 			return nil, err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var k string
-			if err := rows.Scan(&k); err != nil {
-				return nil, err
-			}
+		for _, k := range all {
 			if k != l.key {
 				keys = append(keys, k)
 			}
 		}
-		return keys, rows.Err()
+		return keys, nil
 	}
 	for j := 0; j < layout; j++ {
 		if k := InstanceKey(l.job, j, layout); k != l.key {
