@@ -13,7 +13,7 @@ import (
 
 // Static membership (kafka.group_instance_id, a StatefulSet's pod names): a member SIGKILLed and
 // started again under the same id within the group's session timeout gets its partitions back
-// without a rebalance of the others (no revoke, no lost on the survivor), takes its own fence
+// without waiting for the session timeout and without a rebalance of the others, takes its own fence
 // again (same ledger key) and the totals are exact.
 func TestStaticMemberRestart(t *testing.T) {
 	e := newEnv(t, 8)
@@ -21,7 +21,7 @@ func TestStaticMemberRestart(t *testing.T) {
 	totals := loadgen.NewTotals()
 	member := func(id string) []string {
 		return []string{"RELAY_MEMBERSHIP=group", "RELAY_SUBTASKS=1", "RELAY_KAFKA_GROUP_INSTANCE_ID=" + id,
-			"RELAY_KAFKA_PROPERTIES=session.timeout.ms=30000,heartbeat.interval.ms=1000"}
+			"RELAY_KAFKA_PROPERTIES=session.timeout.ms=45000,heartbeat.interval.ms=1000"}
 	}
 	produce := func(seed uint64) {
 		t.Helper()
@@ -46,8 +46,10 @@ func TestStaticMemberRestart(t *testing.T) {
 	b = e.start(member("m1")...)
 	produce(92)
 	x := e.expected(totals)
-	if !testenv.Poll(90*time.Second, func() bool { a.exited(t); b.exited(t); return e.diffOracle(x) == "" }) {
-		t.Fatalf("totals differ:\n%s", e.diffOracle(x))
+	// Not a speed claim: a dynamic member's partitions would wait out the 45s session timeout of
+	// the dead one before anyone read them; a static one's come back with the restart.
+	if !testenv.Poll(20*time.Second, func() bool { a.exited(t); b.exited(t); return e.diffOracle(x) == "" }) {
+		t.Fatalf("totals not caught up 20s after the static member's restart (its partitions waited for the session timeout?):\n%s", e.diffOracle(x))
 	}
 	t.Logf("restarted static member caught up %s after the kill", time.Since(killed).Round(time.Millisecond))
 	if n := len(logEvents(t, a.Log, "rebalance")); n != before {
