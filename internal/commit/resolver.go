@@ -115,7 +115,7 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) (next time.
 	for k := range stalled {
 		byOwner[k] = nil
 	}
-	var doubt []Branch               // left behind: resolvable now or waiting for an operator
+	var doubt []Branch // left behind: resolvable now or waiting for an operator
 	for _, b := range branches {
 		key := p.Ledger.Key()
 		if isMine[b.Tag] {
