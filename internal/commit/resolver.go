@@ -21,7 +21,8 @@ import (
 type Resolver struct {
 	Deps
 	Settings
-	// Recovered reports whether the live session's recovery finished: until then the resolver waits.
+	// Recovered reports whether the live session's recovery finished: until then the resolver leaves this
+	// process's own branches to it.
 	Recovered func() bool
 	// FirstID is the first checkpoint id of the live session: ids at or above it are left alone.
 	FirstID func() int64
@@ -35,11 +36,12 @@ type Resolver struct {
 	Watch time.Duration
 }
 
-// Loop runs the resolver as soon as recovery finished and then every interval until ctx
-// ends. Errors are logged and retried at the next tick: a resolver that cannot reach MySQL is no
-// reason to stop the pipeline. A decided branch the server rolled back is: it is gone after that
-// one answer, and the process stops on it as recovery does (ledger.ErrBranchLost). (The first pass does not wait an interval: until it runs, the
-// in-doubt gauges know nothing of the branches recovery left behind.)
+// Loop runs the resolver at once, then every interval (every second until this process's
+// recovery finished, sooner when a stopped process's lease runs out first, or when a stalled
+// process shows up) until ctx ends. Errors are logged and retried at the next tick: a resolver that
+// cannot reach MySQL is no reason to stop the pipeline. A decided branch the server rolled back is:
+// it is gone after that one answer, and the process stops on it as recovery does
+// (ledger.ErrBranchLost).
 func (p *Resolver) Loop(ctx context.Context) error {
 	log := p.Log.Named("resolver")
 	t := time.NewTimer(0)
@@ -56,15 +58,17 @@ func (p *Resolver) Loop(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		case <-watch:
-			if keys, err := ledger.Stalled(ctx, p.Ledger); err != nil || len(keys) == 0 || !p.Recovered() {
+			if keys, err := ledger.Stalled(ctx, p.Ledger); err != nil || len(keys) == 0 {
 				continue
 			}
 		}
-		if !p.Recovered() {
-			t.Reset(100 * time.Millisecond)
-			continue
+		// Until this process's recovery finished, its own branches are recovery's; another
+		// process's (stalled or dead) are resolved meanwhile: this recovery may be waiting on them.
+		recovered := p.Recovered()
+		next, err := p.resolvePass(ctx, log, recovered)
+		if !recovered {
+			next = min(next, time.Second)
 		}
-		next, err := p.resolvePass(ctx, log)
 		if errors.Is(err, ledger.ErrBranchLost) {
 			return err
 		}
@@ -78,7 +82,7 @@ func (p *Resolver) Loop(ctx context.Context) error {
 // resolvePass resolves what it can now and says when to look again: at the interval, or sooner when
 // a stopped process's lease runs out before it (a dead member's branches hold row locks that the
 // others' checkpoints wait on: they are resolved as soon as the lease allows, not an interval later).
-func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) (next time.Duration, err error) {
+func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger, own bool) (next time.Duration, err error) {
 	next = p.ResolveInterval
 	// Operators' `relay txns resolve` runs in another process: it leaves an audit row, counted here once.
 	if n, err := p.Ledger.ClaimManualResolves(ctx); err != nil {
@@ -119,8 +123,8 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) (next time.
 	for _, b := range branches {
 		key := p.Ledger.Key()
 		if isMine[b.Tag] {
-			if b.Checkpoint >= live {
-				continue // the live session's own, in flight
+			if !own || b.Checkpoint >= live {
+				continue // recovery's, or the live session's own, in flight
 			}
 		} else {
 			var ok bool
@@ -205,7 +209,7 @@ func (p *Resolver) exportDoubt(ctx context.Context, log *zap.Logger, doubt, list
 // newcomer taking its job over would.
 func (p *Resolver) takeOver(ctx context.Context, key string, bs []Branch, stalled bool, log *zap.Logger) error {
 	other := p.Ledger.ForKey(key)
-	cfg := ledger.FenceConfig{Operator: true, Owner: "resolver of " + p.Ledger.Key()}
+	cfg := ledger.FenceConfig{Operator: true, Owner: ledger.ResolverOwner + p.Ledger.Key()}
 	if stalled {
 		cfg.TakeOver, cfg.End = true, p.Pools
 	}

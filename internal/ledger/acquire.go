@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/relay-sh/relay/internal/database"
@@ -96,6 +97,10 @@ func (f *Fence) claimRow(ctx context.Context, l *Ledger) error {
 	}
 }
 
+// ResolverOwner starts the owner name of a resolver's fence on another process's key (see
+// commit.Resolver): a process taking its own key back waits for it instead of standing down.
+const ResolverOwner = "resolver of "
+
 // endStaleOwner waits until the recorded owner's lease ran out (it cannot renew: this process
 // holds the lock) and ends its recorded sessions.
 func (f *Fence) endStaleOwner(ctx context.Context, l *Ledger) error {
@@ -148,6 +153,13 @@ func (f *Fence) lock(ctx context.Context, l *Ledger) error {
 		switch {
 		case !h.holder.Valid:
 			continue // released meanwhile
+		case f.cfg.TakeOver && h.claimed && strings.HasPrefix(h.owner, ResolverOwner) && h.remaining > 0:
+			// Another process's resolver settling this instance's branches (it was stalled or
+			// restarting): it lets go once done, within seconds.
+			if err := fault.SleepContext(ctx, 200*time.Millisecond); err != nil {
+				return fmt.Errorf("fence %s: %w", l.key, err)
+			}
+			continue
 		case !h.claimed || h.holder.Int64 != h.connID || !database.SameBoot(h.sessions.Lock.Boot, f.boot):
 			// Not the recorded owner's lock session (an operator command, an older relay, or a
 			// session of a later server lifetime that happens to carry the recorded id).

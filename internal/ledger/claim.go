@@ -32,8 +32,20 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		return fmt.Errorf("fence %s: %w", l.key, err)
 	}
 	var layout int
-	if err := tx.QueryRowContext(ctx, `SELECT layout FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&layout); err != nil {
+	var jobConn int64
+	if err := tx.QueryRowContext(ctx, `SELECT layout, conn_id FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&layout, &jobConn); err != nil {
 		return fmt.Errorf("fence %s: %w", l.key, err)
+	}
+	if !f.cfg.Operator && l.key != l.job {
+		// An operator command (offsets reset, txns resolve, spec accept) holds the whole job while
+		// it runs: an instance or member starting meanwhile would read offsets it is replacing.
+		holder, err := lockHolder(ctx, tx, l.job)
+		if err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
+		}
+		if holder.Valid && holder.Int64 == jobConn {
+			return fmt.Errorf("%w: job %s is held by an operator command: %s; start again once it is done", ErrFenced, l.job, Holder(ctx, l.ForKey(l.job)))
+		}
 	}
 	if layout != m {
 		// A partition must never have two owners: no instance of the last layout may still run.

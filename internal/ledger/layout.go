@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // LayoutPlan is what switching the job's layout finds and does.
@@ -58,6 +59,17 @@ func SwitchLayout(ctx context.Context, db *sql.DB, job string, to int, apply boo
 		} else if held.Valid {
 			p.Up = append(p.Up, job)
 		}
+		// A live lease is a process too: on a Galera cluster its lock is on another node, where
+		// this one cannot see it (and a process killed a moment ago holds its lease out).
+		live, err := l.liveLeases(ctx, tx)
+		if err != nil {
+			return p, fmt.Errorf("layout switch: %w", err)
+		}
+		for _, k := range live {
+			if !slices.Contains(p.Up, k) {
+				p.Up = append(p.Up, k)
+			}
+		}
 	}
 	if offs, _, err := l.partitionOffsets(ctx, tx, " LOCK IN SHARE MODE"); err != nil {
 		return p, err
@@ -68,6 +80,20 @@ func SwitchLayout(ctx context.Context, db *sql.DB, job string, to int, apply boo
 		return p, nil
 	}
 	if ran {
+		// Fence every process of the job, of either layout, as a takeover would: their epochs and
+		// owner rows (the job's, each process's, each partition's) move, so a decision of one still
+		// in flight fails on a row it must write, which a Galera cluster certifies too.
+		if _, err := tx.ExecContext(ctx, `UPDATE relay_jobs SET owner_epoch = owner_epoch + 1 WHERE job = ? OR job LIKE ?`,
+			job, likePrefix(job+"/")); err != nil {
+			return p, fmt.Errorf("layout switch: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE relay_owners SET owner_epoch = owner_epoch + 1, written_at = UTC_TIMESTAMP(6) WHERE job = ?`,
+			job); err != nil {
+			return p, fmt.Errorf("layout switch: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE relay_partition_owners SET owner_epoch = owner_epoch + 1, member = '', written_at = UTC_TIMESTAMP(6) WHERE job = ?`, job); err != nil {
+			return p, fmt.Errorf("layout switch: %w", err)
+		}
 		_, err = tx.ExecContext(ctx, `UPDATE relay_jobs SET layout = ? WHERE job = ?`, to, job)
 	} else {
 		_, err = tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout) VALUES (?, 0, '', UTC_TIMESTAMP(6), ?)`, job, to)
@@ -80,4 +106,24 @@ func SwitchLayout(ctx context.Context, db *sql.DB, job string, to int, apply boo
 	}
 	p.Applied = true
 	return p, nil
+}
+
+// liveLeases lists the processes of the job whose lease has not run out and was not released.
+func (l *Ledger) liveLeases(ctx context.Context, tx *sql.Tx) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT j.job FROM relay_jobs j
+		JOIN relay_leases s ON s.job = j.job AND s.owner_epoch = j.owner_epoch
+		WHERE (j.job = ? OR j.job LIKE ?) AND s.sessions <> '' AND s.lease_until > UTC_TIMESTAMP(6)`, l.job, likePrefix(l.job+"/"))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
 }

@@ -105,7 +105,10 @@ func (l *Ledger) take(ctx context.Context, want []Want) (Taken, error) {
 			WHERE job = ? AND topic = ? AND kpartition = ? FOR UPDATE`, l.job, w.Topic, w.Partition).Scan(&cur, &member); err != nil {
 			return out, fmt.Errorf("take %s/%d: %w", w.Topic, w.Partition, err)
 		}
-		if w.Held != 0 && (cur != w.Held || member != l.key) {
+		// A row naming this member was written by this process (a member key is one process's;
+		// its sessions never overlap): at another epoch than held, it is this member's own take
+		// whose reply was lost, not another's.
+		if w.Held != 0 && member != l.key {
 			out.Lost = append(out.Lost, w)
 			continue
 		}

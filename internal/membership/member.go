@@ -18,6 +18,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -70,8 +71,12 @@ type Member struct {
 	held map[tp]int64
 	// stolen are assigned partitions another member took since this one's last take: not read
 	// until the group grants them again (it is about to tell this member they are lost).
-	stolen  map[tp]bool
+	stolen map[tp]bool
+	// reading says a session may be reading partitions: a revoke then waits for it to end. While
+	// none runs (between two sessions, a back-off), a revoke is acknowledged at once.
+	reading atomic.Bool
 	closing chan struct{}
+	leave   sync.Once
 }
 
 // Options configure a member.
@@ -140,10 +145,16 @@ func (mb *Member) Run(ctx context.Context) error {
 	return nil
 }
 
+// Reading tells the member whether a session may be reading its partitions now (see reading).
+func (mb *Member) Reading(on bool) { mb.reading.Store(on) }
+
+// Leaving stops revokes from waiting for sessions: the pipeline has stopped for good.
+func (mb *Member) Leaving() { mb.leave.Do(func() { close(mb.closing) }) }
+
 // Close leaves the group: the other members get this one's partitions. Call it only after the
 // pipeline stopped: a revoke during Close is not waited for.
 func (mb *Member) Close() {
-	close(mb.closing)
+	mb.Leaving()
 	if err := mb.c.Close(); err != nil {
 		mb.log.Warn("leaving the consumer group", zap.Error(err))
 	}
@@ -192,7 +203,7 @@ func (mb *Member) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 		mb.mu.Unlock()
 		start := time.Now()
 		ch := mb.notify(kind, e.Partitions)
-		if kind == Revoked {
+		if kind == Revoked && mb.reading.Load() {
 			// Hand the partitions back only once the session that read them ended (or the bound).
 			t := time.NewTimer(mb.drain)
 			select {
@@ -219,7 +230,6 @@ func (mb *Member) notify(k Kind, parts []kafka.TopicPartition) *Change {
 	mb.mu.Lock()
 	n := len(mb.held)
 	mb.mu.Unlock()
-	mb.m.AssignedPartitions.Set(float64(n))
 	mb.log.Info("rebalance", zap.Stringer("kind", k), zap.String("partitions", names(parts)), zap.Int("assigned", n))
 	ch := &Change{Kind: k, done: make(chan struct{})}
 	select {

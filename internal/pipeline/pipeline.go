@@ -203,17 +203,47 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			fence.Release()
 		}
 	}()
-	if p.Member != nil {
-		// The member serves the group while sessions run, and leaves it only after the last one
-		// ended (drained): its partitions go to the others once nothing more of them is decided here.
+	// The member joins the group once the fence is first taken (a process that is refused, or
+	// cannot reach MySQL, never takes partitions from the others), serves it while sessions run,
+	// and leaves it only after the last one ended (drained): its partitions go to the others once
+	// nothing more of them is decided here. A fatal error of the group client ends the pipeline.
+	var member struct {
+		done chan error
+		stop context.CancelFunc
+		err  atomic.Pointer[error]
+	}
+	ctx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	defer func() {
+		if member.done == nil {
+			return
+		}
+		p.Member.Leaving()
+		member.stop()
+		<-member.done
+		p.Member.Close()
+	}()
+	joinGroup := func() {
+		if p.Member == nil || member.done != nil {
+			return
+		}
 		mctx, stop := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- p.Member.Run(mctx) }()
-		defer func() {
-			stop()
-			<-done
-			p.Member.Close()
+		member.done, member.stop = make(chan error, 1), stop
+		go func() {
+			err := p.Member.Run(mctx)
+			if err != nil {
+				member.err.Store(&err)
+				cancelRun()
+			}
+			member.done <- err
 		}()
+	}
+	memberFailed := func(err error) error {
+		if e := member.err.Load(); e != nil {
+			p.setState(Failed)
+			return fmt.Errorf("consumer group: %w", *e)
+		}
+		return err
 	}
 	failures := 0
 	streak := 0  // restarts in a row, cluster events included: what the back-off grows with
@@ -226,6 +256,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			err = p.ensureFence(ctx, &fence)
 		}
 		if err == nil {
+			joinGroup()
 			var s *session
 			if s, err = p.newSession(ctx, fence); err == nil {
 				err = s.run(ctx)
@@ -233,11 +264,16 @@ func (p *Pipeline) Run(ctx context.Context) error {
 					failures, streak, refused = 0, 0, 0
 				}
 			}
+			if p.Member != nil {
+				// No session reads now: what the group revoked meanwhile is handed back at once.
+				p.Member.Reading(false)
+				p.settleChanges()
+			}
 		}
 		if err == nil || (ctx.Err() != nil && errors.Is(err, context.Canceled)) {
 			// Stopped, after the drain or before a session started: the ledger is consistent.
 			p.setState(Stopped)
-			return nil
+			return memberFailed(nil)
 		}
 		if reassigned(err) {
 			// The session ended (drained, or aborted on a lost assignment): the group may hand its
@@ -252,7 +288,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		ran = ran || committed
 		if ctx.Err() != nil || fatal(err, ran) {
 			p.setState(Failed)
-			return err
+			return memberFailed(err)
 		}
 		// A Galera node outside the primary component is waited for, however long it takes, and a
 		// certification conflict at COMMIT is retried: neither is relay failing.
@@ -283,7 +319,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		if restartPolicy.Sleep(ctx, wait) != nil {
 			// Stopped while waiting to restart: the ledger holds a consistent state to resume from.
 			p.setState(Stopped)
-			return nil
+			return memberFailed(nil)
 		}
 	}
 }

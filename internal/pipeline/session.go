@@ -96,6 +96,8 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 		return nil, err
 	}
 	if p.Member != nil {
+		// From here a revoke waits for this session to end; what came before is settled now.
+		p.Member.Reading(true)
 		p.settleChanges()
 	}
 	rec, from, err := p.proto.Recover(rctx, fence)
