@@ -1,0 +1,806 @@
+// Elastic membership (issue 26): the members of a job run as a consumer group (membership group)
+// join, leave, die and freeze while orders flow into 16 partitions, and the job stays exactly once.
+//
+// Invariant checked here, besides the end state of every crash test (exact totals, no branch left,
+// offsets at the end): no partition is decided by two members. A watcher reads each partition's
+// owner row and offset row together (one statement, one read view) every 50 ms while a test runs:
+// an offset row written after its partition's latest take must be the taker's, and no offset ever
+// moves backwards. The tests also measure what the issue asks to be printed: how long a SIGKILLed
+// member's partitions wait for a decision by another member, how long a graceful join or leave
+// stalls a partition (compared with 2 checkpoint intervals plus the drain), and the rebalances.
+package crash
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/partition"
+	"github.com/relay-sh/relay/internal/testenv"
+)
+
+const (
+	elasticPartitions = 16
+	// groupSession is the consumer group's session timeout the members run with (the broker's
+	// smallest by default): a member that stops heartbeating loses its partitions after it.
+	groupSession = 6 * time.Second
+	// checkpointInterval is env's RELAY_CHECKPOINT_INTERVAL.
+	checkpointInterval = 200 * time.Millisecond
+	// stallAllowance is what a graceful join or leave may stall a partition beyond 2 checkpoint
+	// intervals plus the drain: the group protocol's own rounds (a heartbeat, the join and sync of
+	// every member, twice for a cooperative revoke) and the noise of 2 shared cores. Below the
+	// session timeout: a leave the group only noticed by the member's silence stalls past it.
+	stallAllowance = groupSession - time.Second
+)
+
+// groupEnv makes a relay process a member of the job's consumer group.
+var groupEnv = []string{"RELAY_MEMBERSHIP=group", "RELAY_SUBTASKS=1",
+	fmt.Sprintf("RELAY_KAFKA_PROPERTIES=session.timeout.ms=%d,heartbeat.interval.ms=500", groupSession.Milliseconds())}
+
+// member is one running member of a group job.
+type member struct {
+	*proc
+	key  string // its ledger key, <job>/g/<id>: relay_partition_owners.member, relay_offsets.owner_key
+	addr string // its http listener (/metrics)
+}
+
+// startMember starts a member and waits until it holds its fence: its key is the relay_jobs row
+// whose owner names its pid.
+func (e *env) startMember(extra ...string) *member {
+	t := e.t
+	t.Helper()
+	p := e.start(append(slices.Clone(groupEnv), extra...)...)
+	m := &member{proc: p, addr: httpAddr(t, p)}
+	host, _ := os.Hostname()
+	owner := fmt.Sprintf("%s pid %d", host, p.PID())
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		p.exited(t)
+		return e.db.QueryRow(`SELECT job FROM relay_jobs WHERE owner = ? AND job LIKE ?`, owner, e.job+"/g/%").Scan(&m.key) == nil
+	}, "the member's fence row (owner "+owner+")")
+	return m
+}
+
+// memberStats are the membership series of one member's /metrics.
+type memberStats struct {
+	rebalances map[string]float64 // by kind
+	fenced     float64
+	drainSum   float64 // seconds, relay_revoke_drain_seconds
+	drains     uint64
+}
+
+func (m *member) stats(t *testing.T) memberStats {
+	t.Helper()
+	s := scrapeMetrics(t, m.addr)
+	out := memberStats{rebalances: map[string]float64{}}
+	for _, kind := range []string{"assigned", "revoked", "lost"} {
+		if _, ok := s["relay_rebalances_total"]; ok {
+			for _, v := range s.matching("relay_rebalances_total", "kind", kind) {
+				out.rebalances[kind] += v
+			}
+		}
+	}
+	if _, ok := s["relay_fenced_decisions_total"]; ok {
+		for _, v := range s.matching("relay_fenced_decisions_total") {
+			out.fenced += v
+		}
+	}
+	if mf, ok := s["relay_revoke_drain_seconds"]; ok {
+		for _, x := range mf.GetMetric() {
+			out.drainSum += x.GetHistogram().GetSampleSum()
+			out.drains += x.GetHistogram().GetSampleCount()
+		}
+	}
+	return out
+}
+
+// partRow is one partition's owner row joined with its offset row.
+type partRow struct {
+	epoch   int64
+	member  string
+	takenAt time.Time
+	hasOff  bool
+	next    int64
+	offKey  string
+	updated time.Time
+}
+
+// decided says whether the partition's current owner committed a decision for it since it took it.
+func (r partRow) decided() bool { return r.hasOff && r.offKey == r.member && r.updated.After(r.takenAt) }
+
+type advance struct {
+	at   time.Time // relay_offsets.updated_at: the decision's time on the server
+	next int64
+	key  string
+}
+
+type take struct {
+	at     time.Time
+	epoch  int64
+	member string
+}
+
+// ledgerWatch polls the job's owner and offset rows every 50 ms, keeps each partition's advances
+// and takes, and records every violation of the invariant.
+type ledgerWatch struct {
+	e      *env
+	mu     sync.Mutex
+	last   map[int32]partRow
+	seen   time.Time // when last was read
+	adv    map[int32][]advance
+	takes  map[int32][]take
+	bad    []string
+	polls  int
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (e *env) watch() *ledgerWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &ledgerWatch{e: e, last: map[int32]partRow{}, adv: map[int32][]advance{}, takes: map[int32][]take{},
+		cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for ctx.Err() == nil {
+			w.poll(ctx)
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	e.t.Cleanup(w.stop)
+	return w
+}
+
+func (w *ledgerWatch) stop() {
+	w.cancel()
+	<-w.done
+}
+
+// poll reads every owner row with its offset row in one statement (one read view): an offset row
+// and the owner row its decision stamped are always seen at the same point. Errors (no tables
+// yet, MariaDB restarting) only skip a poll.
+func (w *ledgerWatch) poll(ctx context.Context) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rows, err := w.e.db.QueryContext(qctx, `SELECT o.kpartition, o.owner_epoch, o.member, o.taken_at,
+		f.next_offset, COALESCE(f.owner_key, ''), f.updated_at
+		FROM relay_partition_owners o LEFT JOIN relay_offsets f ON f.job = o.job AND f.topic = o.topic AND f.kpartition = o.kpartition
+		WHERE o.job = ? AND o.topic = ?`, w.e.job, w.e.topic)
+	if err != nil {
+		return
+	}
+	defer rows.Close()
+	cur := map[int32]partRow{}
+	for rows.Next() {
+		var p int32
+		var r partRow
+		var next sql.NullInt64
+		var updated sql.NullTime
+		if err := rows.Scan(&p, &r.epoch, &r.member, &r.takenAt, &next, &r.offKey, &updated); err != nil {
+			return
+		}
+		r.hasOff, r.next, r.updated = next.Valid, next.Int64, updated.Time
+		cur[p] = r
+	}
+	if rows.Err() != nil {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for p, r := range cur {
+		prev, had := w.last[p]
+		if !had || r.epoch != prev.epoch {
+			if had && r.epoch < prev.epoch {
+				w.bad = append(w.bad, fmt.Sprintf("partition %d: owner epoch went back from %d to %d", p, prev.epoch, r.epoch))
+			}
+			w.takes[p] = append(w.takes[p], take{at: r.takenAt, epoch: r.epoch, member: r.member})
+		}
+		if r.hasOff && (!had || !prev.hasOff || r.next != prev.next || !r.updated.Equal(prev.updated)) {
+			if had && prev.hasOff && r.next < prev.next {
+				w.bad = append(w.bad, fmt.Sprintf("partition %d: offset moved backwards from %d (%s) to %d (%s)", p, prev.next, prev.offKey, r.next, r.offKey))
+			}
+			if !had || !prev.hasOff || r.next != prev.next {
+				w.adv[p] = append(w.adv[p], advance{at: r.updated, next: r.next, key: r.offKey})
+			}
+			if r.updated.After(r.takenAt) && r.offKey != r.member {
+				w.bad = append(w.bad, fmt.Sprintf("partition %d: offset %d written by %s at %s, after %s took the partition at epoch %d (%s)",
+					p, r.next, r.offKey, r.updated.Format(time.StampMicro), r.member, r.epoch, r.takenAt.Format(time.StampMicro)))
+			}
+		}
+		w.last[p] = r
+	}
+	w.seen = now
+	w.polls++
+}
+
+// violations are the invariant's violations seen so far.
+func (w *ledgerWatch) violations() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.bad)
+}
+
+// state returns the last rows read and when they were read.
+func (w *ledgerWatch) state() (map[int32]partRow, time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.last), w.seen
+}
+
+// owned lists the partitions key owns in rows.
+func owned(rows map[int32]partRow, key string) []int32 {
+	var ps []int32
+	for p, r := range rows {
+		if r.member == key {
+			ps = append(ps, p)
+		}
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// settled says whether the group settled on the live members: every partition is owned by one of
+// them, each owns at least one, and each partition has a decision of its owner since it took it.
+func settled(rows map[int32]partRow, live []*member) (bool, string) {
+	keys := map[string]int{}
+	for _, m := range live {
+		keys[m.key] = 0
+	}
+	for p := int32(0); p < elasticPartitions; p++ {
+		r, ok := rows[p]
+		switch {
+		case !ok:
+			return false, fmt.Sprintf("partition %d has no owner row", p)
+		case func() bool { _, ok := keys[r.member]; return !ok }():
+			return false, fmt.Sprintf("partition %d is owned by %s, which does not run", p, r.member)
+		case !r.decided():
+			return false, fmt.Sprintf("partition %d: no decision of its owner %s since it took it at epoch %d", p, r.member, r.epoch)
+		}
+		keys[r.member]++
+	}
+	for k, n := range keys {
+		if n == 0 {
+			return false, fmt.Sprintf("member %s owns no partition", k)
+		}
+	}
+	return true, ""
+}
+
+// stall is the longest time a partition went without its offset advancing, over the gaps between
+// advances that overlap [from, to] (a partition not advanced since counts until to).
+func (w *ledgerWatch) stall(from, to time.Time) (time.Duration, int32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var worst time.Duration
+	worstP := int32(-1)
+	for p, advs := range w.adv {
+		times := make([]time.Time, 0, len(advs)+1)
+		for _, a := range advs {
+			times = append(times, a.at)
+		}
+		if len(times) > 0 && times[len(times)-1].Before(to) {
+			times = append(times, to)
+		}
+		for i := 1; i < len(times); i++ {
+			a, b := times[i-1], times[i]
+			if b.Before(from) || a.After(to) {
+				continue
+			}
+			if gap := b.Sub(a); gap > worst {
+				worst, worstP = gap, p
+			}
+		}
+	}
+	return worst, worstP
+}
+
+// group drives the members of one job: it starts and stops them, waits for the group to settle,
+// and keeps what the test reports.
+type group struct {
+	e     *env
+	w     *ledgerWatch
+	live  []*member
+	stats map[string]memberStats // each member's last scrape, by key
+	// numbers for the report
+	takeovers []time.Duration
+	joins     []time.Duration // the longest stall of each join
+	leaves    []time.Duration
+}
+
+func (e *env) group() *group {
+	return &group{e: e, w: e.watch(), stats: map[string]memberStats{}}
+}
+
+func (g *group) keys() []string {
+	var ks []string
+	for _, m := range g.live {
+		ks = append(ks, m.key)
+	}
+	return ks
+}
+
+// scrape reads a live member's membership series and keeps them for the report.
+func (g *group) scrape(m *member) memberStats {
+	s := m.stats(g.e.t)
+	g.stats[m.key] = s
+	return s
+}
+
+// settle waits until a read of the ledger made after since shows the group settled on the live
+// members, and returns when that read was made.
+func (g *group) settle(since time.Time, limit time.Duration, what string) time.Time {
+	t := g.e.t
+	t.Helper()
+	var why string
+	var at time.Time
+	ok := testenv.Poll(limit, func() bool {
+		for _, m := range g.live {
+			m.exited(t)
+		}
+		if bad := g.w.violations(); len(bad) > 0 {
+			t.Fatalf("%s: a partition was decided by two members:\n%s", what, strings.Join(bad, "\n"))
+		}
+		rows, seen := g.w.state()
+		if !seen.After(since) {
+			why = "no ledger read yet"
+			return false
+		}
+		var done bool
+		done, why = settled(rows, g.live)
+		at = seen
+		return done
+	})
+	if !ok {
+		var logs strings.Builder
+		for _, m := range g.live {
+			fmt.Fprintf(&logs, "--- %s (%s):\n%s\n", m.key, m.Log, tail(m.Log, 12))
+		}
+		t.Fatalf("%s: the group did not settle on %d members %v within %s: %s\n%s", what, len(g.live), g.keys(), limit, why, logs.String())
+	}
+	return at
+}
+
+// drained sums the revoke drains of the members in before since their scrape there: the drain of a
+// join, the live members handing partitions to the new one.
+func (g *group) drained(before map[string]memberStats) time.Duration {
+	var worst float64
+	for _, m := range g.live {
+		b, ok := before[m.key]
+		if !ok {
+			continue
+		}
+		worst = max(worst, g.scrape(m).drainSum-b.drainSum)
+	}
+	return time.Duration(worst * float64(time.Second))
+}
+
+// join starts n members and waits for the group to settle on them; with measure it prints the
+// longest stall of a partition and requires it within 2 checkpoint intervals plus the drain plus
+// stallAllowance.
+func (g *group) join(n int, measure bool) {
+	t := g.e.t
+	t.Helper()
+	before := map[string]memberStats{}
+	for _, m := range g.live {
+		before[m.key] = g.scrape(m)
+	}
+	from := len(g.live)
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		g.live = append(g.live, g.e.startMember())
+	}
+	at := g.settle(t0, 90*time.Second, fmt.Sprintf("join %d → %d", from, len(g.live)))
+	if !measure {
+		t.Logf("join %d → %d: settled after %s", from, len(g.live), at.Sub(t0).Round(time.Millisecond))
+		return
+	}
+	stall, p := g.w.stall(t0, at)
+	drain := g.drained(before)
+	bound := 2*checkpointInterval + drain
+	g.joins = append(g.joins, stall)
+	t.Logf("join %d → %d: settled after %s; longest stall %s (partition %d); drain %s (sum of revoke drains, worst member); 2 intervals + drain = %s",
+		from, len(g.live), at.Sub(t0).Round(time.Millisecond), stall.Round(time.Millisecond), p, drain.Round(time.Millisecond), bound.Round(time.Millisecond))
+	if stall > bound+stallAllowance {
+		t.Fatalf("join %d → %d stalled partition %d for %s: more than 2 checkpoint intervals + the drain (%s) + %s",
+			from, len(g.live), p, stall.Round(time.Millisecond), bound.Round(time.Millisecond), stallAllowance)
+	}
+}
+
+// leave stops member i with SIGTERM, requires a clean exit, waits for the group to settle on the
+// others, prints the longest stall of a partition and requires it within 2 checkpoint intervals
+// plus the drain (the leaver's SIGTERM to exit) plus stallAllowance.
+func (g *group) leave(i int) {
+	t := g.e.t
+	t.Helper()
+	m := g.live[i]
+	g.scrape(m)
+	from := len(g.live)
+	t0 := time.Now()
+	_ = m.Signal(syscall.SIGTERM)
+	if err := m.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("member %s did not stop cleanly on SIGTERM: %v\n%s", m.key, err, tail(m.Log, 30))
+	}
+	drain := time.Since(t0)
+	g.live = slices.Delete(g.live, i, i+1)
+	at := g.settle(t0, 90*time.Second, fmt.Sprintf("leave %d → %d", from, len(g.live)))
+	stall, p := g.w.stall(t0, at)
+	bound := 2*checkpointInterval + drain
+	g.leaves = append(g.leaves, stall)
+	t.Logf("leave %d → %d (%s): settled after %s; longest stall %s (partition %d); drain %s (SIGTERM to exit); 2 intervals + drain = %s",
+		from, len(g.live), m.key, at.Sub(t0).Round(time.Millisecond), stall.Round(time.Millisecond), p, drain.Round(time.Millisecond), bound.Round(time.Millisecond))
+	if stall > bound+stallAllowance {
+		t.Fatalf("leave %d → %d stalled partition %d for %s: more than 2 checkpoint intervals + the drain (%s) + %s",
+			from, len(g.live), p, stall.Round(time.Millisecond), bound.Round(time.Millisecond), stallAllowance)
+	}
+}
+
+// kill SIGKILLs member i, waits until every partition it held has a decision of another member
+// (printing how long that took), then starts a member in its place.
+func (g *group) kill(i int) {
+	t := g.e.t
+	t.Helper()
+	m := g.live[i]
+	g.scrape(m)
+	rows, _ := g.w.state()
+	held := owned(rows, m.key)
+	t0 := time.Now()
+	m.Kill()
+	g.live = slices.Delete(g.live, i, i+1)
+	took := g.takenOver(held, m.key, t0, groupSession+90*time.Second, "SIGKILLed member "+m.key)
+	g.takeovers = append(g.takeovers, took)
+	t.Logf("SIGKILL of %s: its %d partitions %v decided by other members %s after the kill (group session timeout %s)",
+		m.key, len(held), held, took.Round(time.Millisecond), groupSession)
+	g.join(1, false)
+}
+
+// takenOver waits until each of ps is owned by another live member than from and decided by it,
+// and returns the time since t0.
+func (g *group) takenOver(ps []int32, from string, t0 time.Time, limit time.Duration, what string) time.Duration {
+	t := g.e.t
+	t.Helper()
+	live := map[string]bool{}
+	for _, k := range g.keys() {
+		live[k] = true
+	}
+	var why string
+	var at time.Time
+	if !testenv.Poll(limit, func() bool {
+		rows, seen := g.w.state()
+		for _, p := range ps {
+			r := rows[p]
+			switch {
+			case r.member == from || !live[r.member]:
+				why = fmt.Sprintf("partition %d is still owned by %s", p, r.member)
+				return false
+			case !r.decided():
+				why = fmt.Sprintf("partition %d: taken by %s, not decided by it yet", p, r.member)
+				return false
+			}
+		}
+		at = seen
+		return seen.After(t0)
+	}) {
+		t.Fatalf("%s: its partitions were not decided by other members within %s: %s", what, limit, why)
+	}
+	return at.Sub(t0)
+}
+
+// finish stops the load's effect from moving: it waits until the running members wrote what the
+// oracle computes from the committed records, stops them with SIGTERM, and checks the end state
+// and that no partition was decided by two members.
+func (g *group) finish(totals *loadgen.Totals) {
+	e, t := g.e, g.e.t
+	t.Helper()
+	x := e.expected(totals)
+	if !testenv.Poll(120*time.Second, func() bool {
+		for _, m := range g.live {
+			m.exited(t)
+		}
+		return e.diffOracle(x) == ""
+	}) {
+		t.Fatalf("the members did not reach the oracle's totals:\n%s", e.diffOracle(x))
+	}
+	var ps []*proc
+	for _, m := range g.live {
+		g.scrape(m)
+		ps = append(ps, m.proc)
+	}
+	e.stopAll(ps)
+	g.w.stop()
+	if bad := g.w.violations(); len(bad) > 0 {
+		t.Fatalf("a partition was decided by two members:\n%s", strings.Join(bad, "\n"))
+	}
+	e.checkEnd(totals, x)
+}
+
+// report prints the rebalances of every member (its last scrape) and the measured times.
+func (g *group) report() {
+	t := g.e.t
+	sum := map[string]float64{}
+	var drains uint64
+	var drainSum, fenced float64
+	for _, s := range g.stats {
+		for k, v := range s.rebalances {
+			sum[k] += v
+		}
+		drains += s.drains
+		drainSum += s.drainSum
+		fenced += s.fenced
+	}
+	mean := time.Duration(0)
+	if drains > 0 {
+		mean = time.Duration(drainSum / float64(drains) * float64(time.Second))
+	}
+	t.Logf("%d members ran; rebalances (last scrape of each) assigned %.0f revoked %.0f lost %.0f; revoke drains %d, mean %s; fenced decisions %.0f",
+		len(g.stats), sum["assigned"], sum["revoked"], sum["lost"], drains, mean.Round(time.Millisecond), fenced)
+	t.Logf("takeover after SIGKILL %v; longest stall per join %v, per leave %v; ledger reads %d",
+		rounded(g.takeovers), rounded(g.joins), rounded(g.leaves), g.w.polls)
+}
+
+func rounded(ds []time.Duration) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond).String()
+	}
+	return out
+}
+
+// produceOrders produces orders in the background until the returned stop is called, which returns
+// the producer's error.
+func (e *env) produceOrders(totals *loadgen.Totals, seed uint64) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	produced := make(chan error, 1)
+	go func() {
+		produced <- e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 2000, Batch: 20,
+			AbortRate: 0.1, BadRate: 0.005, SKUs: 50, Windows: 5, Seed: seed})
+	}()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			if err = <-produced; ctx.Err() != nil {
+				err = nil
+			}
+		})
+		return err
+	}
+	e.t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+// Exact totals in both modes while the members of a group job go 1 → 4 → 2 → 3, one SIGKILLed and
+// replaced on the way, orders produced all along into 16 partitions; the takeover of the killed
+// member's partitions and the stall of each graceful join and leave are measured and printed.
+// RELAY_TEST_ELASTIC_LONG=1 (make crashtest) runs RELAY_TEST_ELASTIC_ROUNDS (default 4) rounds
+// of joins, kills and leaves, and SIGKILLs MariaDB once a round (only one scripts/services.sh
+// started). RELAY_TEST_SEED replays which members are killed and stopped.
+func TestElasticMembers(t *testing.T) {
+	for _, mode := range []struct {
+		name  string
+		extra []string
+	}{
+		{"xa", nil},
+		{"held", []string{"RELAY_MODE=held"}},
+	} {
+		t.Run(mode.name, func(t *testing.T) { elastic(t, mode.extra...) })
+	}
+}
+
+func elastic(t *testing.T, extra ...string) {
+	long := os.Getenv("RELAY_TEST_ELASTIC_LONG") == "1"
+	rounds := 0
+	if long {
+		rounds = 4
+		if v, err := strconv.Atoi(os.Getenv("RELAY_TEST_ELASTIC_ROUNDS")); err == nil && v > 0 {
+			rounds = v
+		}
+	}
+	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_SEED", 0), 26))
+	e := newEnv(t, elasticPartitions, append(slices.Clone(extra), "RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s")...)
+	t.Logf("job %s topic %s (%d partitions); long rounds: %d", e.job, e.topic, elasticPartitions, rounds)
+	totals := loadgen.NewTotals()
+	stop := e.produceOrders(totals, rng.Uint64())
+	g := e.group()
+
+	g.join(1, false)
+	g.join(1, true) // 1 → 2
+	g.join(2, true) // 2 → 4
+	g.kill(rng.IntN(len(g.live)))
+	for r := 0; r < rounds; r++ {
+		if _, err := harness.ServicePID("../..", "mariadb"); err != nil {
+			t.Logf("round %d: MariaDB not restarted: %v", r, err)
+		} else {
+			t0 := time.Now()
+			restartService(t, "mariadb")
+			g.settle(t0, 120*time.Second, "after the MariaDB restart")
+			t.Logf("round %d: MariaDB SIGKILLed and restarted; the group settled again after %s", r, time.Since(t0).Round(time.Millisecond))
+		}
+		g.leave(rng.IntN(len(g.live))) // 4 → 3
+		g.kill(rng.IntN(len(g.live)))
+		g.leave(rng.IntN(len(g.live))) // 3 → 2
+		g.join(2, true)                // 2 → 4
+		g.kill(rng.IntN(len(g.live)))
+	}
+	g.leave(rng.IntN(len(g.live))) // 4 → 3
+	g.leave(rng.IntN(len(g.live))) // 3 → 2
+	g.join(1, true)                // 2 → 3
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	_, bad, good := totals.Snapshot()
+	t.Logf("%d good orders, %d bad, %d aborted", good, len(bad), totals.Aborted)
+	g.finish(totals)
+	g.report()
+}
+
+// A member frozen (SIGSTOP) past the group's session timeout while orders flow loses its
+// partitions to the other member; once they were taken and decided there, it is continued
+// (SIGCONT) with records of them in flight: it commits nothing for them (its decision is refused
+// and counted in relay_fenced_decisions_total), no offset moves backwards, and the totals are exact.
+// Its lease (job.lease) outlasts the freeze, so the partitions' owner epochs fence it, not its
+// own fence.
+func TestElasticZombie(t *testing.T) {
+	for _, mode := range []struct {
+		name  string
+		extra []string
+	}{
+		{"xa", nil},
+		{"held", []string{"RELAY_MODE=held"}},
+	} {
+		t.Run(mode.name, func(t *testing.T) { zombie(t, mode.extra...) })
+	}
+}
+
+func zombie(t *testing.T, extra ...string) {
+	e := newEnv(t, elasticPartitions, append(slices.Clone(extra), "RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s", "RELAY_JOB_LEASE=40s")...)
+	totals := loadgen.NewTotals()
+	stop := e.produceOrders(totals, 2626)
+	g := e.group()
+	g.join(2, false)
+	z := g.live[1]
+	other := g.live[:1]
+
+	// Freeze z until the other member took its partitions and decided them. A freeze that lands
+	// while z holds row locks (a branch between its first write and its commit) keeps the other
+	// member's checkpoints waiting for them: then z is continued and frozen again later.
+	var lost []int32
+	var taken map[int32]int64 // owner epoch each lost partition was taken at
+	var took time.Duration
+	var tookAt time.Time
+	for try := 1; ; try++ {
+		rows, _ := g.w.state()
+		lost = owned(rows, z.key)
+		if err := z.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 10*time.Second, z.Stopped, "the member to stop")
+		t0 := time.Now()
+		live := g.live
+		g.live = other
+		if ok := testenv.Poll(groupSession+30*time.Second, func() bool {
+			rows, _ := g.w.state()
+			for _, p := range lost {
+				if r := rows[p]; r.member != other[0].key || !r.decided() {
+					return false
+				}
+			}
+			return true
+		}); ok {
+			took = g.takenOver(lost, z.key, t0, time.Second, "frozen member "+z.key)
+			tookAt = time.Now()
+			rows, _ := g.w.state()
+			taken = map[int32]int64{}
+			for _, p := range lost {
+				taken[p] = rows[p].epoch
+			}
+			g.live = live
+			t.Logf("try %d: %s frozen; its %d partitions %v taken and decided by %s %s after SIGSTOP (group session timeout %s)",
+				try, z.key, len(lost), lost, other[0].key, took.Round(time.Millisecond), groupSession)
+			break
+		}
+		g.live = live
+		if try == 3 {
+			t.Fatalf("in 3 freezes of %s the other member never decided its partitions %v while it was frozen\n%s", z.key, lost, e.serverState())
+		}
+		t.Logf("try %d: %s's partitions not decided by %s while it was frozen (it held row locks?): continuing it", try, z.key, other[0].key)
+		if err := z.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		g.settle(time.Now(), 90*time.Second, "after continuing the frozen member")
+	}
+
+	if err := z.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var fenced float64
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		z.exited(t)
+		fenced = z.stats(t).fenced
+		return fenced >= 1
+	}, "the continued member's refused decision in relay_fenced_decisions_total")
+	at := g.settle(time.Now(), 90*time.Second, "after the zombie came back")
+	t.Logf("%s continued: relay_fenced_decisions_total %.0f; the group settled again %s after SIGCONT", z.key, fenced, at.Sub(tookAt).Round(time.Millisecond))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	g.finish(totals)
+	e.checkZombieCheckpoints(g.w, z.key, lost, taken, tookAt.Add(-took))
+	g.report()
+}
+
+// checkZombieCheckpoints requires that no checkpoint row the zombie decided after its partitions
+// were taken covers one of them, unless it took that partition again first (a later grant of the
+// group) - XA mode keeps a row per decision; held mode has none, its offset rows are the watcher's.
+func (e *env) checkZombieCheckpoints(w *ledgerWatch, key string, lost []int32, taken map[int32]int64, frozen time.Time) {
+	t := e.t
+	rows, err := e.db.Query(`SELECT checkpoint_id, offsets, decided_at FROM relay_checkpoints WHERE job = ? AND instance = ? AND decided_at > ?`,
+		e.job, key, frozen.UTC())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var id int64
+		var offs string
+		var decided time.Time
+		if err := rows.Scan(&id, &offs, &decided); err != nil {
+			t.Fatal(err)
+		}
+		var o partition.Offsets
+		if err := json.Unmarshal([]byte(offs), &o); err != nil {
+			t.Fatalf("checkpoint %d offsets %q: %v", id, offs, err)
+		}
+		for _, p := range lost {
+			if _, ok := o.Get(e.topic, p); !ok {
+				continue
+			}
+			if !w.retook(p, key, taken[p], decided) {
+				t.Fatalf("checkpoint %d of %s, decided %s, covers partition %d, which another member took at epoch %d and %s had not taken again: takes %v",
+					id, key, decided.Format(time.StampMicro), p, taken[p], key, w.takesOf(p))
+			}
+			n++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoints of %s after the freeze covering partitions it had lost (each after taking them again): %d", key, n)
+}
+
+// retook says whether key took p at an owner epoch above epoch no later than at.
+func (w *ledgerWatch) retook(p int32, key string, epoch int64, at time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, tk := range w.takes[p] {
+		if tk.member == key && tk.epoch > epoch && !tk.at.After(at) {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *ledgerWatch) takesOf(p int32) []take {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ts := slices.Clone(w.takes[p])
+	sort.Slice(ts, func(i, j int) bool { return ts[i].epoch < ts[j].epoch })
+	return ts
+}
