@@ -3,7 +3,9 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -19,6 +21,7 @@ import (
 	"github.com/relay-sh/relay/internal/gctuner"
 	"github.com/relay-sh/relay/internal/httpserver"
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/membership"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/ops"
 	"github.com/relay-sh/relay/internal/pipeline"
@@ -113,6 +116,14 @@ func openDBs(cfg config.Config, track bool) (sinkDB, ledgerDB *sql.DB, pools []l
 	return sinkDB, ledgerDB, pools, nil
 }
 
+// memberID names a member of a dynamic group: a new one per process (its ledger key, fence and
+// lease are its own; a dead member's branches are resolved by the others' resolvers).
+func memberID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 func owner() string {
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s pid %d", host, os.Getpid())
@@ -144,6 +155,15 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	// MySQL may still be starting next to relay (compose, a restarted pod), or the network may
 	// drop a connection now and then: retry, bounded.
 	led := ledger.NewInstance(ledgerDB, cfg.Job.Name, cfg.InstanceIndex(), cfg.InstanceCount())
+	if cfg.Group() {
+		id := cfg.Kafka.GroupInstanceID
+		if id == "" {
+			id = memberID()
+		}
+		led = ledger.NewMember(ledgerDB, cfg.Job.Name, id)
+		log.Info("membership group", zap.String("group", cfg.Kafka.GroupID), zap.String("member", led.Key()),
+			zap.Bool("static", cfg.Kafka.GroupInstanceID != ""))
+	}
 	var drift *ops.SpecReport
 	var galera database.Galera
 	err = fault.Do(startCtx, fault.DefaultPolicy(), func(ctx context.Context) error {
@@ -173,11 +193,21 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		return err
 	}
 	host, _ := os.Hostname()
+	var member *membership.Member
+	if cfg.Group() {
+		// A revoke waits for the session's drain: the checkpoint in flight and the final one.
+		drain := 2*cfg.Checkpoint.Timeout + cfg.Checkpoint.Interval
+		if member, err = membership.Join(membership.Options{Kafka: copts, InstanceID: cfg.Kafka.GroupInstanceID, Drain: drain},
+			log.Named("membership"), m); err != nil {
+			return err
+		}
+	}
 	p = pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
 		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true,
 			Readyz: ops.AdvertisedReadyz(srv.Addr(), host), Cluster: galera.On},
 		Fenced:      func(ctx context.Context) error { return recordSpec(ctx, drift, led, log.Named("spec")) },
-		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) }})
+		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) },
+		Member:      member})
 	m.SetReadiness(func() bool { ok, _ := p.Ready(); return ok })
 
 	g := supervisor.New(context.Background())

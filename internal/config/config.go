@@ -212,6 +212,8 @@ func Default() Config {
 
 var (
 	jobNameRE = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+	// A member's id goes into its ledger key (64 characters with the job's) and lock name.
+	memberIDRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,20}$`)
 	// Table names are spliced into SQL text, so they are held to a conservative identifier grammar.
 	identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 )
@@ -250,6 +252,9 @@ func (c *Config) Validate() error {
 			return bad("kafka.group_instance_id", "is for membership group (%s=group); with instances the partitions are fixed by instance", envOf("membership"))
 		}
 	case MembershipGroup:
+		if id := c.Kafka.GroupInstanceID; id != "" && !memberIDRE.MatchString(id) {
+			return bad("kafka.group_instance_id", "%q must match [A-Za-z0-9_.-]{1,20}: it names the member's ledger rows and lock", id)
+		}
 		if m > 1 {
 			return bad("membership", "group shares the partitions among the running processes itself: instance (%s) must stay 0/1, not %s", envOf("instance"), c.Instance)
 		}

@@ -42,6 +42,26 @@ type Consumer struct {
 	assigned map[string]map[int32]bool
 	marks    map[string]map[int32][2]int64 // low, high watermark per partition, read by Assign
 	log      *zap.Logger
+	// only, when set (a member of a consumer group), is the set of partitions this session reads,
+	// in place of the instance's share; discovery then adds none (the group assigns new ones).
+	only map[string]map[int32]bool
+	// total is how many partitions the topics had at the last metadata read.
+	total int
+}
+
+// TopicPartitions is how many partitions the topics had at the last metadata read.
+func (c *Consumer) TopicPartitions() int { return c.total }
+
+// Only restricts the partitions Assign reads to parts (a group member's assignment, as taken in
+// the ledger). Call it before Assign.
+func (c *Consumer) Only(parts partition.Offsets) {
+	c.only = map[string]map[int32]bool{}
+	for t, ps := range parts {
+		c.only[t] = map[int32]bool{}
+		for p := range ps {
+			c.only[t][p] = true
+		}
+	}
 }
 
 // ConfigMap is the librdkafka configuration relay runs with; user properties cannot override the
@@ -83,7 +103,7 @@ func New(o Options, log *zap.Logger) (*Consumer, error) {
 	if o.Instances < 1 {
 		o.Instances = 1
 	}
-	go forwardLogs(c.Logs(), log.Named("librdkafka"))
+	go ForwardLogs(c.Logs(), log.Named("librdkafka"))
 	r, err := newReader(c, o.Topics)
 	if err != nil {
 		_ = c.Close()
@@ -92,8 +112,8 @@ func New(o Options, log *zap.Logger) (*Consumer, error) {
 	return &Consumer{c: c, opts: o, r: r, assigned: map[string]map[int32]bool{}, log: log}, nil
 }
 
-// forwardLogs writes librdkafka's log events to log until Close closes the channel.
-func forwardLogs(events <-chan kafka.LogEvent, log *zap.Logger) {
+// ForwardLogs writes librdkafka's log events to log until Close closes the channel.
+func ForwardLogs(events <-chan kafka.LogEvent, log *zap.Logger) {
 	for ev := range events {
 		if ce := log.Check(logLevel(ev.Level), ev.Message); ce != nil {
 			ce.Write(zap.String("facility", ev.Tag), zap.String("client", ev.Name), zap.Int("syslog_level", ev.Level))
@@ -123,9 +143,11 @@ func (c *Consumer) Close() {
 // Kafka exposes the underlying consumer (watermarks for lag, tests).
 func (c *Consumer) Kafka() *kafka.Consumer { return c.c }
 
-// Partitions lists the partitions of the topics that this process owns.
+// Partitions lists the partitions of the topics that this process reads: its share of an instance
+// layout, or the set Only gave.
 func (c *Consumer) Partitions(ctx context.Context) (map[string][]int32, error) {
 	out := map[string][]int32{}
+	total := 0
 	for _, t := range c.opts.Topics {
 		topic := t
 		md, err := c.c.GetMetadata(&topic, false, timeoutMS(ctx, 10*time.Second))
@@ -139,13 +161,15 @@ func (c *Consumer) Partitions(ctx context.Context) (map[string][]int32, error) {
 		if tm.Error.Code() != kafka.ErrNoError {
 			return nil, fmt.Errorf("metadata %s: %w", t, tm.Error)
 		}
+		total += len(tm.Partitions)
 		for _, p := range tm.Partitions {
-			if int(p.ID)%c.opts.Instances == c.opts.Instance {
+			if c.only != nil && c.only[t][p.ID] || c.only == nil && int(p.ID)%c.opts.Instances == c.opts.Instance {
 				out[t] = append(out[t], p.ID)
 			}
 		}
 		sort.Slice(out[t], func(i, j int) bool { return out[t][i] < out[t][j] })
 	}
+	c.total = total
 	return out, nil
 }
 

@@ -25,6 +25,15 @@ func (o Offsets) Clone() Offsets {
 	return c
 }
 
+// Len is the number of partitions.
+func (o Offsets) Len() int {
+	n := 0
+	for _, ps := range o {
+		n += len(ps)
+	}
+	return n
+}
+
 // Set records the next offset of a partition.
 func (o Offsets) Set(topic string, p int32, next int64) {
 	m := o[topic]

@@ -16,6 +16,7 @@ import (
 	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/membership"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/spec"
 )
@@ -43,6 +44,10 @@ func (s *session) run(ctx context.Context) (err error) {
 	// (no periodic wake-up: an idle relay sleeps until the interval or the idle cut).
 	wake := time.NewTimer(cfg.Checkpoint.Interval)
 	defer wake.Stop()
+	var changes <-chan *membership.Change
+	if p.Member != nil {
+		changes = p.Member.Changes()
+	}
 	batches := make(chan *polled, 4)
 	free := make(chan *polled, pollBatches)
 	s.wg.Add(1)
@@ -58,6 +63,15 @@ func (s *session) run(ctx context.Context) (err error) {
 			return context.Cause(s.ctx)
 		case <-s.fence.Lost():
 			return commit.ErrFenceLost
+		case ch := <-changes:
+			// A lost assignment is another member's already: nothing more is decided here. Otherwise
+			// what was read is decided first, so the partitions move on with nothing left open.
+			if ch.Kind != membership.Lost {
+				if err := s.drain(); err != nil {
+					return &errReassigned{ch, err}
+				}
+			}
+			return &errReassigned{ch, nil}
 		case err := <-s.inflight:
 			s.inflight = nil
 			if err != nil {

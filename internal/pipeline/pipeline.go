@@ -38,6 +38,7 @@ import (
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/membership"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/spec"
@@ -109,6 +110,9 @@ type Deps struct {
 	Fenced func(ctx context.Context) error
 	// NewConsumer opens a consumer for a session (tests may wrap it).
 	NewConsumer func() (*consumer.Consumer, error)
+	// Member is this process in the job's consumer group (membership group; nil for instances):
+	// it says which partitions each session takes, and each change of them ends the session.
+	Member *membership.Member
 }
 
 // Pipeline is one job's runtime.
@@ -199,6 +203,18 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			fence.Release()
 		}
 	}()
+	if p.Member != nil {
+		// The member serves the group while sessions run, and leaves it only after the last one
+		// ended (drained): its partitions go to the others once nothing more of them is decided here.
+		mctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Member.Run(mctx) }()
+		defer func() {
+			stop()
+			<-done
+			p.Member.Close()
+		}()
+	}
 	failures := 0
 	streak := 0  // restarts in a row, cluster events included: what the back-off grows with
 	refused := 0 // sessions in a row whose data MySQL refused
@@ -222,6 +238,16 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			// Stopped, after the drain or before a session started: the ledger is consistent.
 			p.setState(Stopped)
 			return nil
+		}
+		if reassigned(err) {
+			// The session ended (drained, or aborted on a lost assignment): the group may hand its
+			// partitions on, and the next session starts on the new assignment at once.
+			continue
+		}
+		if errors.Is(err, ledger.ErrPartitionTaken) {
+			// Another member took a partition this session read: its decision was refused, nothing
+			// of it committed. The next session leaves that partition out.
+			p.Metrics.FencedDecisions.Inc()
 		}
 		ran = ran || committed
 		if ctx.Err() != nil || fatal(err, ran) {

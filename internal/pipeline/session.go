@@ -95,13 +95,25 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	if err := p.endZombies(rctx); err != nil {
 		return nil, err
 	}
+	if p.Member != nil {
+		p.settleChanges()
+	}
 	rec, from, err := p.proto.Recover(rctx, fence)
 	if err != nil {
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
+	var claims partition.Epochs
+	if p.Member != nil {
+		if claims, from, err = p.take(rctx, fence); err != nil {
+			return nil, fmt.Errorf("take partitions: %w", err)
+		}
+	}
 	cons, err := p.NewConsumer()
 	if err != nil {
 		return nil, err
+	}
+	if claims != nil {
+		cons.Only(claims)
 	}
 	start, err := cons.Assign(rctx, from)
 	if err == nil {
@@ -118,6 +130,8 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 		return nil, err
 	}
 	p.sessionFirstID.Store(first)
+	p.Metrics.AssignedPartitions.Set(float64(start.Len()))
+	p.Metrics.TopicPartitions.Set(float64(cons.TopicPartitions()))
 	s := &session{p: p, fence: fence, cons: cons, positions: start, begin: start.Clone(), cur: p.newEpoch(first), blockLast: last}
 	decided := p.proto.Decided(start, from)
 	s.decided.Store(&decided)
@@ -197,7 +211,12 @@ func (s *session) publishGroup() {
 }
 
 func (s *session) commitGroup(o partition.Offsets) {
-	if err := s.cons.CommitGroup(o); err != nil {
+	commit := s.cons.CommitGroup
+	if s.p.Member != nil {
+		// Only a member of the group may commit its offsets while the group has members.
+		commit = s.p.Member.Commit
+	}
+	if err := commit(o); err != nil {
 		s.p.Log.Named("checkpoint").Warn("publishing offsets to the consumer group failed (lag tooling only)", zap.Error(err))
 	}
 }

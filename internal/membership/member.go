@@ -1,0 +1,286 @@
+// Package membership makes a process a member of its job's consumer group and tells the pipeline
+// which partitions it may read (docs/PROTOCOL.md, "Group membership").
+//
+// Invariants:
+//   - The group only says who should read a partition; the ledger's per-partition owner epoch says
+//     who may decide it. A member reads a partition only after taking it in the ledger, and takes
+//     it from another member only on a grant of the group newer than its own hold.
+//   - A cooperative revoke is acknowledged to the group (the partitions unassigned) only after the
+//     pipeline ended the session that read them: the open epoch decided or aborted. A lost
+//     assignment (the member's group session expired) is dropped at once: the group gave it away.
+//   - The group consumer never reads records: its partitions are paused as soon as they are
+//     assigned. The session's own consumer reads them from the ledger's offsets.
+package membership
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"go.uber.org/zap"
+
+	"github.com/relay-sh/relay/internal/consumer"
+	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/partition"
+)
+
+// Kind is what a rebalance did to this member.
+type Kind int
+
+const (
+	Assigned Kind = iota // partitions granted
+	Revoked              // partitions to hand back after a drain
+	Lost                 // partitions taken away without one (the group session expired)
+)
+
+func (k Kind) String() string { return [...]string{"assigned", "revoked", "lost"}[k] }
+
+// Change tells the pipeline that its assignment changed: the live session must end (drained for
+// Assigned and Revoked, aborted for Lost) and a new one start on Partitions(). Done must be called
+// once the session has ended; a revoke is acknowledged to the group only then.
+type Change struct {
+	Kind Kind
+	done chan struct{}
+	once sync.Once
+}
+
+// Done reports that the session which read the old assignment has ended.
+func (c *Change) Done() { c.once.Do(func() { close(c.done) }) }
+
+type tp struct {
+	topic string
+	part  int32
+}
+
+// Member is this process in the job's consumer group.
+type Member struct {
+	c       *kafka.Consumer
+	log     *zap.Logger
+	m       *metrics.Metrics
+	drain   time.Duration // longest wait for the pipeline to end a revoked session
+	changes chan *Change
+	mu      sync.Mutex
+	// held maps every partition of the assignment to the owner epoch this member took it at in
+	// the ledger; 0 is a fresh grant (not taken since the group granted it).
+	held map[tp]int64
+	// stolen are assigned partitions another member took since this one's last take: not read
+	// until the group grants them again (it is about to tell this member they are lost).
+	stolen  map[tp]bool
+	closing chan struct{}
+}
+
+// Options configure a member.
+type Options struct {
+	Kafka      consumer.Options // brokers, topics, group id, properties
+	InstanceID string           // group.instance.id (static membership), "" for dynamic
+	// Drain bounds the wait for the pipeline to end the session that read revoked partitions
+	// (checkpoint timeout and interval): past it the revoke is acknowledged anyway, since the
+	// partition owner epochs keep a late decision out.
+	Drain time.Duration
+}
+
+// Join subscribes to the topics in the group with the cooperative-sticky assignor; the group
+// is joined and partitions arrive once Run polls.
+func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
+	cm := consumer.ConfigMap(o.Kafka)
+	for k, v := range map[string]kafka.ConfigValue{
+		"partition.assignment.strategy": "cooperative-sticky",
+		// Offsets are chosen by the session from the ledger; this consumer fetches nothing.
+		"auto.offset.reset": "latest",
+	} {
+		if err := cm.SetKey(k, v); err != nil {
+			return nil, err
+		}
+	}
+	if o.InstanceID != "" {
+		_ = cm.SetKey("group.instance.id", o.InstanceID)
+	}
+	_ = cm.SetKey("go.logs.channel.enable", true)
+	c, err := kafka.NewConsumer(cm)
+	if err != nil {
+		return nil, fmt.Errorf("group member: %w", err)
+	}
+	go consumer.ForwardLogs(c.Logs(), log.Named("librdkafka"))
+	mb := &Member{c: c, log: log, m: m, drain: o.Drain, changes: make(chan *Change, 16), held: map[tp]int64{},
+		stolen: map[tp]bool{}, closing: make(chan struct{})}
+	if err := c.SubscribeTopics(o.Kafka.Topics, mb.rebalance); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("group member: subscribe: %w", err)
+	}
+	return mb, nil
+}
+
+// Changes delivers each change of the assignment, in order.
+func (mb *Member) Changes() <-chan *Change { return mb.changes }
+
+// Run serves the group (rebalances, heartbeats are librdkafka's) until ctx ends, then leaves it.
+func (mb *Member) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		switch ev := mb.c.Poll(100).(type) {
+		case kafka.Error:
+			if ev.IsFatal() {
+				return fmt.Errorf("group member: %w", ev)
+			}
+			mb.log.Warn("kafka group client error", zap.Error(ev))
+		}
+	}
+	return nil
+}
+
+// Close leaves the group: the other members get this one's partitions. Call it only after the
+// pipeline stopped: a revoke during Close is not waited for.
+func (mb *Member) Close() {
+	close(mb.closing)
+	if err := mb.c.Close(); err != nil {
+		mb.log.Warn("leaving the consumer group", zap.Error(err))
+	}
+}
+
+// rebalance runs inside Poll, on Run's goroutine. The cooperative protocol tells every member of
+// each rebalance, most of them with nothing to add or revoke: those keep their session.
+func (mb *Member) rebalance(c *kafka.Consumer, ev kafka.Event) error {
+	switch e := ev.(type) {
+	case kafka.AssignedPartitions:
+		if len(e.Partitions) == 0 {
+			return nil
+		}
+		parts := slices.Clone(e.Partitions)
+		for i := range parts {
+			parts[i].Offset = kafka.OffsetEnd
+		}
+		if err := c.IncrementalAssign(parts); err != nil {
+			return fmt.Errorf("group member: assign: %w", err)
+		}
+		if err := c.Pause(parts); err != nil {
+			return fmt.Errorf("group member: pause: %w", err)
+		}
+		mb.mu.Lock()
+		for _, p := range parts {
+			k := tp{*p.Topic, p.Partition}
+			mb.held[k] = 0
+			delete(mb.stolen, k)
+		}
+		mb.mu.Unlock()
+		mb.notify(Assigned, e.Partitions)
+	case kafka.RevokedPartitions:
+		if len(e.Partitions) == 0 {
+			return nil
+		}
+		kind := Revoked
+		if c.AssignmentLost() {
+			kind = Lost
+		}
+		mb.mu.Lock()
+		for _, p := range e.Partitions {
+			k := tp{*p.Topic, p.Partition}
+			delete(mb.held, k)
+			delete(mb.stolen, k)
+		}
+		mb.mu.Unlock()
+		start := time.Now()
+		ch := mb.notify(kind, e.Partitions)
+		if kind == Revoked {
+			// Hand the partitions back only once the session that read them ended (or the bound).
+			t := time.NewTimer(mb.drain)
+			select {
+			case <-ch.done:
+			case <-mb.closing:
+			case <-t.C:
+				mb.log.Warn("revoke acknowledged before the session ended: its late decisions are refused by the partitions' owner epochs",
+					zap.Duration("waited", mb.drain))
+			}
+			t.Stop()
+			mb.m.RevokeDrain.Observe(time.Since(start).Seconds())
+		}
+		if err := c.IncrementalUnassign(e.Partitions); err != nil {
+			return fmt.Errorf("group member: unassign: %w", err)
+		}
+	}
+	return nil
+}
+
+// notify hands the pipeline a change (never blocking the group's thread for long: the channel has
+// room for a burst, and a full one means the pipeline will start over from Partitions anyway).
+func (mb *Member) notify(k Kind, parts []kafka.TopicPartition) *Change {
+	mb.m.Rebalances.WithLabelValues(k.String()).Inc()
+	mb.mu.Lock()
+	n := len(mb.held)
+	mb.mu.Unlock()
+	mb.m.AssignedPartitions.Set(float64(n))
+	mb.log.Info("rebalance", zap.Stringer("kind", k), zap.String("partitions", names(parts)), zap.Int("assigned", n))
+	ch := &Change{Kind: k, done: make(chan struct{})}
+	select {
+	case mb.changes <- ch:
+	default:
+		ch.Done()
+	}
+	return ch
+}
+
+// Wants is the assignment a new session takes in the ledger: each partition with the epoch this
+// member holds it at (0 for a fresh grant), leaving out the stolen ones.
+func (mb *Member) Wants() []ledger.Want {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	out := make([]ledger.Want, 0, len(mb.held))
+	for k, e := range mb.held {
+		if !mb.stolen[k] {
+			out = append(out, ledger.Want{Topic: k.topic, Partition: k.part, Held: e})
+		}
+	}
+	return out
+}
+
+// Took records a session's take: the epochs it holds now, and the partitions another member took
+// meanwhile (not read again until the group grants them anew).
+func (mb *Member) Took(t ledger.Taken) {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	for topic, ps := range t.Epochs {
+		for p, e := range ps {
+			if _, ok := mb.held[tp{topic, p}]; ok {
+				mb.held[tp{topic, p}] = e
+			}
+		}
+	}
+	for _, w := range t.Lost {
+		mb.stolen[tp{w.Topic, w.Partition}] = true
+		mb.log.Warn("partition taken by another member: not read until the group grants it again",
+			zap.String("topic", w.Topic), zap.Int32("partition", w.Partition), zap.Int64("held_epoch", w.Held))
+	}
+}
+
+// Commit publishes offsets of the partitions this member is assigned to the group, for lag
+// tooling (kafka.commit_group_offsets); relay never reads them back.
+func (mb *Member) Commit(offs partition.Offsets) error {
+	mb.mu.Lock()
+	var tps []kafka.TopicPartition
+	for _, t := range slices.Sorted(maps.Keys(offs)) {
+		for p, o := range offs[t] {
+			if _, ok := mb.held[tp{t, p}]; ok {
+				topic := t
+				tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.Offset(o)})
+			}
+		}
+	}
+	mb.mu.Unlock()
+	if len(tps) == 0 {
+		return nil
+	}
+	_, err := mb.c.CommitOffsets(tps)
+	return err
+}
+
+func names(parts []kafka.TopicPartition) string {
+	s := make([]string, len(parts))
+	for i, p := range parts {
+		s[i] = fmt.Sprintf("%s/%d", *p.Topic, p.Partition)
+	}
+	slices.Sort(s)
+	return fmt.Sprint(s)
+}
