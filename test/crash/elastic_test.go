@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/partition"
@@ -45,6 +46,8 @@ const (
 	// every member, twice for a cooperative revoke) and the noise of 2 shared cores. Below the
 	// session timeout: a leave the group only noticed by the member's silence stalls past it.
 	stallAllowance = groupSession - time.Second
+	// steadyFor is how long the group runs unchanged before a measured join or leave.
+	steadyFor = 2 * time.Second
 )
 
 // groupEnv makes a relay process a member of the job's consumer group.
@@ -119,7 +122,9 @@ type partRow struct {
 }
 
 // decided says whether the partition's current owner committed a decision for it since it took it.
-func (r partRow) decided() bool { return r.hasOff && r.offKey == r.member && r.updated.After(r.takenAt) }
+func (r partRow) decided() bool {
+	return r.hasOff && r.offKey == r.member && r.updated.After(r.takenAt)
+}
 
 type advance struct {
 	at   time.Time // relay_offsets.updated_at: the decision's time on the server
@@ -282,32 +287,48 @@ func settled(rows map[int32]partRow, live []*member) (bool, string) {
 	return true, ""
 }
 
-// stall is the longest time a partition went without its offset advancing, over the gaps between
-// advances that overlap [from, to] (a partition not advanced since counts until to).
-func (w *ledgerWatch) stall(from, to time.Time) (time.Duration, int32) {
+// stall is the longest time a partition went without its offset advancing.
+type stall struct {
+	gap       time.Duration
+	p         int32
+	from, to  advance // the advances around the gap; to.key is "" when the partition has not advanced since
+	partition bool    // a partition was found at all
+}
+
+func (s stall) String() string {
+	if !s.partition {
+		return "no partition advanced"
+	}
+	to := "nothing since"
+	if s.to.key != "" {
+		to = fmt.Sprintf("%s by %s", s.to.at.Format("15:04:05.000"), s.to.key)
+	}
+	return fmt.Sprintf("%s on partition %d (decided %s by %s, next %s)", s.gap.Round(time.Millisecond), s.p,
+		s.from.at.Format("15:04:05.000"), s.from.key, to)
+}
+
+// stall is the longest gap between a partition's advances that overlaps [from, to] (a partition
+// not advanced since counts until to).
+func (w *ledgerWatch) stall(from, to time.Time) stall {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var worst time.Duration
-	worstP := int32(-1)
+	var worst stall
 	for p, advs := range w.adv {
-		times := make([]time.Time, 0, len(advs)+1)
-		for _, a := range advs {
-			times = append(times, a.at)
+		advs = slices.Clone(advs)
+		if len(advs) > 0 && advs[len(advs)-1].at.Before(to) {
+			advs = append(advs, advance{at: to})
 		}
-		if len(times) > 0 && times[len(times)-1].Before(to) {
-			times = append(times, to)
-		}
-		for i := 1; i < len(times); i++ {
-			a, b := times[i-1], times[i]
-			if b.Before(from) || a.After(to) {
+		for i := 1; i < len(advs); i++ {
+			a, b := advs[i-1], advs[i]
+			if b.at.Before(from) || a.at.After(to) {
 				continue
 			}
-			if gap := b.Sub(a); gap > worst {
-				worst, worstP = gap, p
+			if gap := b.at.Sub(a.at); gap > worst.gap {
+				worst = stall{gap: gap, p: p, from: a, to: b, partition: true}
 			}
 		}
 	}
-	return worst, worstP
+	return worst
 }
 
 // group drives the members of one job: it starts and stops them, waits for the group to settle,
@@ -390,12 +411,39 @@ func (g *group) drained(before map[string]memberStats) time.Duration {
 	return time.Duration(worst * float64(time.Second))
 }
 
+// steady runs the settled group a while before a measured event (the scenario: members join and
+// leave a group that has been running, not one still settling from the last change), and prints
+// the longest stall of a partition meanwhile, for comparison.
+func (g *group) steady() {
+	start := time.Now()
+	time.Sleep(steadyFor)
+	g.e.t.Logf("steady %s: longest stall %s; advances per partition %v", steadyFor, g.w.stall(start, time.Now()), g.w.advancesIn(start, time.Now()))
+}
+
+// advancesIn counts each partition's advances in [from, to].
+func (w *ledgerWatch) advancesIn(from, to time.Time) []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]int, elasticPartitions)
+	for p, advs := range w.adv {
+		for _, a := range advs {
+			if !a.at.Before(from) && !a.at.After(to) && int(p) < len(out) {
+				out[p]++
+			}
+		}
+	}
+	return out
+}
+
 // join starts n members and waits for the group to settle on them; with measure it prints the
 // longest stall of a partition and requires it within 2 checkpoint intervals plus the drain plus
 // stallAllowance.
 func (g *group) join(n int, measure bool) {
 	t := g.e.t
 	t.Helper()
+	if measure {
+		g.steady()
+	}
 	before := map[string]memberStats{}
 	for _, m := range g.live {
 		before[m.key] = g.scrape(m)
@@ -410,15 +458,15 @@ func (g *group) join(n int, measure bool) {
 		t.Logf("join %d → %d: settled after %s", from, len(g.live), at.Sub(t0).Round(time.Millisecond))
 		return
 	}
-	stall, p := g.w.stall(t0, at)
+	st := g.w.stall(t0, at)
 	drain := g.drained(before)
 	bound := 2*checkpointInterval + drain
-	g.joins = append(g.joins, stall)
-	t.Logf("join %d → %d: settled after %s; longest stall %s (partition %d); drain %s (sum of revoke drains, worst member); 2 intervals + drain = %s",
-		from, len(g.live), at.Sub(t0).Round(time.Millisecond), stall.Round(time.Millisecond), p, drain.Round(time.Millisecond), bound.Round(time.Millisecond))
-	if stall > bound+stallAllowance {
-		t.Fatalf("join %d → %d stalled partition %d for %s: more than 2 checkpoint intervals + the drain (%s) + %s",
-			from, len(g.live), p, stall.Round(time.Millisecond), bound.Round(time.Millisecond), stallAllowance)
+	g.joins = append(g.joins, st.gap)
+	t.Logf("join %d → %d at %s: settled after %s; longest stall %s; drain %s (sum of revoke drains, worst member); 2 intervals + drain = %s",
+		from, len(g.live), t0.Format("15:04:05.000"), at.Sub(t0).Round(time.Millisecond), st, drain.Round(time.Millisecond), bound.Round(time.Millisecond))
+	if st.gap > bound+stallAllowance {
+		t.Fatalf("join %d → %d stalled a partition longer than 2 checkpoint intervals + the drain (%s) + %s: %s",
+			from, len(g.live), bound.Round(time.Millisecond), stallAllowance, st)
 	}
 }
 
@@ -428,6 +476,7 @@ func (g *group) join(n int, measure bool) {
 func (g *group) leave(i int) {
 	t := g.e.t
 	t.Helper()
+	g.steady()
 	m := g.live[i]
 	g.scrape(m)
 	from := len(g.live)
@@ -439,14 +488,14 @@ func (g *group) leave(i int) {
 	drain := time.Since(t0)
 	g.live = slices.Delete(g.live, i, i+1)
 	at := g.settle(t0, 90*time.Second, fmt.Sprintf("leave %d → %d", from, len(g.live)))
-	stall, p := g.w.stall(t0, at)
+	st := g.w.stall(t0, at)
 	bound := 2*checkpointInterval + drain
-	g.leaves = append(g.leaves, stall)
-	t.Logf("leave %d → %d (%s): settled after %s; longest stall %s (partition %d); drain %s (SIGTERM to exit); 2 intervals + drain = %s",
-		from, len(g.live), m.key, at.Sub(t0).Round(time.Millisecond), stall.Round(time.Millisecond), p, drain.Round(time.Millisecond), bound.Round(time.Millisecond))
-	if stall > bound+stallAllowance {
-		t.Fatalf("leave %d → %d stalled partition %d for %s: more than 2 checkpoint intervals + the drain (%s) + %s",
-			from, len(g.live), p, stall.Round(time.Millisecond), bound.Round(time.Millisecond), stallAllowance)
+	g.leaves = append(g.leaves, st.gap)
+	t.Logf("leave %d → %d (%s) at %s: settled after %s; longest stall %s; drain %s (SIGTERM to exit); 2 intervals + drain = %s",
+		from, len(g.live), m.key, t0.Format("15:04:05.000"), at.Sub(t0).Round(time.Millisecond), st, drain.Round(time.Millisecond), bound.Round(time.Millisecond))
+	if st.gap > bound+stallAllowance {
+		t.Fatalf("leave %d → %d stalled a partition longer than 2 checkpoint intervals + the drain (%s) + %s: %s",
+			from, len(g.live), bound.Round(time.Millisecond), stallAllowance, st)
 	}
 }
 
@@ -561,22 +610,31 @@ func rounded(ds []time.Duration) []string {
 	return out
 }
 
-// produceOrders produces orders in the background until the returned stop is called, which returns
-// the producer's error.
+// producers is how many loads run side by side: one transactional producer commits some 50
+// transactions a second here, and its sticky partitioner puts each in one partition, so one alone
+// leaves a partition without records for seconds, which would read as a stall.
+const producers = 4
+
+// produceOrders produces orders in the background (producers loads side by side, seeded from
+// seed) until the returned stop is called, which returns the first producer's error.
 func (e *env) produceOrders(totals *loadgen.Totals, seed uint64) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	produced := make(chan error, 1)
-	go func() {
-		produced <- e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 2000, Batch: 20,
-			AbortRate: 0.1, BadRate: 0.005, SKUs: 50, Windows: 5, Seed: seed})
-	}()
+	produced := make(chan error, producers)
+	for i := uint64(0); i < producers; i++ {
+		go func() {
+			produced <- e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 500, Batch: 10,
+				AbortRate: 0.1, BadRate: 0.005, SKUs: 50, Windows: 5, Seed: seed + i, TxnID: fmt.Sprintf("lg%d-%s", i, e.topic)})
+		}()
+	}
 	var once sync.Once
 	var err error
 	stop = func() error {
 		once.Do(func() {
 			cancel()
-			if err = <-produced; ctx.Err() != nil {
-				err = nil
+			for range producers {
+				if perr := <-produced; perr != nil && err == nil && ctx.Err() == nil {
+					err = perr
+				}
 			}
 		})
 		return err
@@ -651,98 +709,125 @@ func elastic(t *testing.T, extra ...string) {
 }
 
 // A member frozen (SIGSTOP) past the group's session timeout while orders flow loses its
-// partitions to the other member; once they were taken and decided there, it is continued
-// (SIGCONT) with records of them in flight: it commits nothing for them (its decision is refused
-// and counted in relay_fenced_decisions_total), no offset moves backwards, and the totals are exact.
-// Its lease (job.lease) outlasts the freeze, so the partitions' owner epochs fence it, not its
-// own fence.
+// partitions to the other member; continued (SIGCONT), it commits nothing for them: the checkpoint
+// it was frozen in is never decided (refused by the partitions' owner epochs, and counted in
+// relay_fenced_decisions_total, or abandoned on the lost assignment before its decision), no
+// offset row of theirs is written by it after the take, none moves backwards, and the totals are
+// exact. The member freezes itself inside a checkpoint with records of its partitions (a crash
+// point with RELAY_CRASH_ACTION=stop: XA mode between prepare and the ledger decision, held mode
+// between the rows and the offsets of its transaction). Its lease (job.lease) outlasts the freeze,
+// so its own fence still holds when it wakes: only the partitions' owner epochs and the lost
+// assignment stand in its way. The other member takes the partitions while it is frozen but
+// cannot decide them yet: the frozen checkpoint holds the locks of rows both write.
 func TestElasticZombie(t *testing.T) {
 	for _, mode := range []struct {
 		name  string
+		point string
 		extra []string
 	}{
-		{"xa", nil},
-		{"held", []string{"RELAY_MODE=held"}},
+		{"xa", crashpoint.AfterPrepare, nil},
+		{"held", crashpoint.AfterFlush, []string{"RELAY_MODE=held"}},
 	} {
-		t.Run(mode.name, func(t *testing.T) { zombie(t, mode.extra...) })
+		t.Run(mode.name, func(t *testing.T) { zombie(t, mode.point, mode.extra...) })
 	}
 }
 
-func zombie(t *testing.T, extra ...string) {
+func zombie(t *testing.T, point string, extra ...string) {
 	e := newEnv(t, elasticPartitions, append(slices.Clone(extra), "RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s", "RELAY_JOB_LEASE=40s")...)
 	totals := loadgen.NewTotals()
 	stop := e.produceOrders(totals, 2626)
 	g := e.group()
-	g.join(2, false)
-	z := g.live[1]
-	other := g.live[:1]
-
-	// Freeze z until the other member took its partitions and decided them. A freeze that lands
-	// while z holds row locks (a branch between its first write and its commit) keeps the other
-	// member's checkpoints waiting for them: then z is continued and frozen again later.
+	g.join(1, false)
+	a := g.live[0]
+	// The 10th checkpoint with records: the group has given z its partitions by then.
+	z := e.startMember("RELAY_CRASH_AT="+point+":10", "RELAY_CRASH_ACTION=stop")
+	testenv.Eventually(t, 90*time.Second, func() bool { z.exited(t); return z.Stopped() }, "the member to freeze itself at "+point)
+	frozen := time.Now()
 	var lost []int32
-	var taken map[int32]int64 // owner epoch each lost partition was taken at
-	var took time.Duration
-	var tookAt time.Time
-	for try := 1; ; try++ {
-		rows, _ := g.w.state()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		rows, seen := g.w.state()
 		lost = owned(rows, z.key)
-		if err := z.Signal(syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		testenv.Eventually(t, 10*time.Second, z.Stopped, "the member to stop")
-		t0 := time.Now()
-		live := g.live
-		g.live = other
-		if ok := testenv.Poll(groupSession+30*time.Second, func() bool {
-			rows, _ := g.w.state()
-			for _, p := range lost {
-				if r := rows[p]; r.member != other[0].key || !r.decided() {
-					return false
-				}
-			}
-			return true
-		}); ok {
-			took = g.takenOver(lost, z.key, t0, time.Second, "frozen member "+z.key)
-			tookAt = time.Now()
-			rows, _ := g.w.state()
-			taken = map[int32]int64{}
-			for _, p := range lost {
-				taken[p] = rows[p].epoch
-			}
-			g.live = live
-			t.Logf("try %d: %s frozen; its %d partitions %v taken and decided by %s %s after SIGSTOP (group session timeout %s)",
-				try, z.key, len(lost), lost, other[0].key, took.Round(time.Millisecond), groupSession)
-			break
-		}
-		g.live = live
-		if try == 3 {
-			t.Fatalf("in 3 freezes of %s the other member never decided its partitions %v while it was frozen\n%s", z.key, lost, e.serverState())
-		}
-		t.Logf("try %d: %s's partitions not decided by %s while it was frozen (it held row locks?): continuing it", try, z.key, other[0].key)
-		if err := z.Signal(syscall.SIGCONT); err != nil {
-			t.Fatal(err)
-		}
-		g.settle(time.Now(), 90*time.Second, "after continuing the frozen member")
+		return seen.After(frozen)
+	}, "a ledger read after the freeze")
+	if len(lost) == 0 {
+		t.Fatalf("%s froze at %s owning no partition", z.key, point)
 	}
+	inFlight := e.frozenCheckpoints(z.key)
+	took := g.takenBy(lost, a.key, frozen, groupSession+60*time.Second, "frozen member "+z.key)
+	rows, _ := g.w.state()
+	taken := map[int32]int64{}
+	for _, p := range lost {
+		taken[p] = rows[p].epoch
+	}
+	t.Logf("%s froze at %s with partitions %v (prepared checkpoints %v); %s took them %s later (group session timeout %s)",
+		z.key, point, lost, inFlight, a.key, took.Round(time.Millisecond), groupSession)
 
 	if err := z.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	var fenced float64
-	testenv.Eventually(t, 60*time.Second, func() bool {
-		z.exited(t)
-		fenced = z.stats(t).fenced
-		return fenced >= 1
-	}, "the continued member's refused decision in relay_fenced_decisions_total")
-	at := g.settle(time.Now(), 90*time.Second, "after the zombie came back")
-	t.Logf("%s continued: relay_fenced_decisions_total %.0f; the group settled again %s after SIGCONT", z.key, fenced, at.Sub(tookAt).Round(time.Millisecond))
+	woke := time.Now()
+	g.live = append(g.live, z)
+	at := g.settle(woke, 90*time.Second, "after the frozen member woke")
+	st := z.stats(t)
+	t.Logf("%s woke: relay_fenced_decisions_total %.0f, lost assignments %.0f; the group settled on both again %s after SIGCONT",
+		z.key, st.fenced, st.rebalances["lost"], at.Sub(woke).Round(time.Millisecond))
+	if st.rebalances["lost"] < 1 {
+		t.Fatalf("%s woke with relay_rebalances_total{kind=\"lost\"} %v: its group session did not expire while it was frozen", z.key, st.rebalances["lost"])
+	}
+	for _, id := range inFlight {
+		if st, ok := e.ledgerRows()[id]; ok {
+			t.Fatalf("checkpoint %d, prepared by %s when it froze, was decided after another member took its partitions (%s)", id, z.key, st)
+		}
+	}
+	if st.fenced < 1 {
+		t.Logf("%s abandoned its frozen checkpoint on the lost assignment before deciding it: no decision to refuse", z.key)
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	g.finish(totals)
-	e.checkZombieCheckpoints(g.w, z.key, lost, taken, tookAt.Add(-took))
+	e.checkZombieCheckpoints(g.w, z.key, lost, taken, frozen)
 	g.report()
+}
+
+// frozenCheckpoints are the checkpoints of key's id blocks with a prepared branch now (XA mode:
+// the checkpoint a member froze in after its prepare).
+func (e *env) frozenCheckpoints(key string) []int64 {
+	var ids []int64
+	for _, b := range e.branches() {
+		var n int
+		if err := e.db.QueryRow(`SELECT COUNT(*) FROM relay_id_blocks WHERE job = ? AND owner_key = ? AND ? BETWEEN first_id AND last_id`,
+			e.job, key, b.Checkpoint).Scan(&n); err != nil {
+			e.t.Fatal(err)
+		}
+		if n > 0 && !slices.Contains(ids, b.Checkpoint) {
+			ids = append(ids, b.Checkpoint)
+		}
+	}
+	return ids
+}
+
+// takenBy waits until key owns each of ps at a newer owner epoch than a read before since showed,
+// and returns the time since since.
+func (g *group) takenBy(ps []int32, key string, since time.Time, limit time.Duration, what string) time.Duration {
+	t := g.e.t
+	t.Helper()
+	var why string
+	var at time.Time
+	if !testenv.Poll(limit, func() bool {
+		rows, seen := g.w.state()
+		for _, p := range ps {
+			if r := rows[p]; r.member != key {
+				why = fmt.Sprintf("partition %d is owned by %s", p, r.member)
+				return false
+			}
+		}
+		at = seen
+		return seen.After(since)
+	}) {
+		t.Fatalf("%s: %s did not take its partitions within %s: %s", what, key, limit, why)
+	}
+	return at.Sub(since)
 }
 
 // checkZombieCheckpoints requires that no checkpoint row the zombie decided after its partitions
