@@ -89,23 +89,18 @@ func (m *member) stats(t *testing.T) memberStats {
 	t.Helper()
 	s := scrapeMetrics(t, m.addr)
 	out := memberStats{rebalances: map[string]float64{}}
+	// A family with no sample yet is absent from the page: it reads as 0.
 	for _, kind := range []string{"assigned", "revoked", "lost"} {
-		if _, ok := s["relay_rebalances_total"]; ok {
-			for _, v := range s.matching("relay_rebalances_total", "kind", kind) {
-				out.rebalances[kind] += v
-			}
+		for _, v := range s.matching("relay_rebalances_total", "kind", kind) {
+			out.rebalances[kind] += v
 		}
 	}
-	if _, ok := s["relay_fenced_decisions_total"]; ok {
-		for _, v := range s.matching("relay_fenced_decisions_total") {
-			out.fenced += v
-		}
+	for _, v := range s.matching("relay_fenced_decisions_total") {
+		out.fenced += v
 	}
-	if mf, ok := s["relay_revoke_drain_seconds"]; ok {
-		for _, x := range mf.GetMetric() {
-			out.drainSum += x.GetHistogram().GetSampleSum()
-			out.drains += x.GetHistogram().GetSampleCount()
-		}
+	for _, x := range s["relay_revoke_drain_seconds"].GetMetric() {
+		out.drainSum += x.GetHistogram().GetSampleSum()
+		out.drains += x.GetHistogram().GetSampleCount()
 	}
 	return out
 }
@@ -269,10 +264,11 @@ func settled(rows map[int32]partRow, live []*member) (bool, string) {
 	}
 	for p := int32(0); p < elasticPartitions; p++ {
 		r, ok := rows[p]
+		_, running := keys[r.member]
 		switch {
 		case !ok:
 			return false, fmt.Sprintf("partition %d has no owner row", p)
-		case func() bool { _, ok := keys[r.member]; return !ok }():
+		case !running:
 			return false, fmt.Sprintf("partition %d is owned by %s, which does not run", p, r.member)
 		case !r.decided():
 			return false, fmt.Sprintf("partition %d: no decision of its owner %s since it took it at epoch %d", p, r.member, r.epoch)
@@ -338,6 +334,7 @@ type group struct {
 	w     *ledgerWatch
 	live  []*member
 	stats map[string]memberStats // each member's last scrape, by key
+	dead  map[string]bool        // keys of the members SIGKILLed
 	// numbers for the report
 	takeovers []time.Duration
 	joins     []time.Duration // the longest stall of each join
@@ -345,7 +342,7 @@ type group struct {
 }
 
 func (e *env) group() *group {
-	return &group{e: e, w: e.watch(), stats: map[string]memberStats{}}
+	return &group{e: e, w: e.watch(), stats: map[string]memberStats{}, dead: map[string]bool{}}
 }
 
 func (g *group) keys() []string {
@@ -397,8 +394,8 @@ func (g *group) settle(since time.Time, limit time.Duration, what string) time.T
 	return at
 }
 
-// drained sums the revoke drains of the members in before since their scrape there: the drain of a
-// join, the live members handing partitions to the new one.
+// drained is the drain of a join: the most revoke drain time (relay_revoke_drain_seconds) any
+// member of before spent since its scrape there, handing partitions to the new ones.
 func (g *group) drained(before map[string]memberStats) time.Duration {
 	var worst float64
 	for _, m := range g.live {
@@ -510,6 +507,7 @@ func (g *group) kill(i int) {
 	held := owned(rows, m.key)
 	t0 := time.Now()
 	m.Kill()
+	g.dead[m.key] = true
 	g.live = slices.Delete(g.live, i, i+1)
 	took := g.takenOver(held, m.key, t0, groupSession+90*time.Second, "SIGKILLed member "+m.key)
 	g.takeovers = append(g.takeovers, took)
@@ -550,9 +548,9 @@ func (g *group) takenOver(ps []int32, from string, t0 time.Time, limit time.Dura
 	return at.Sub(t0)
 }
 
-// finish stops the load's effect from moving: it waits until the running members wrote what the
-// oracle computes from the committed records, stops them with SIGTERM, and checks the end state
-// and that no partition was decided by two members.
+// finish, once the load stopped, waits until the running members wrote what the oracle computes
+// from the committed records, stops them with SIGTERM, and checks the end state and that no
+// partition was decided by two members.
 func (g *group) finish(totals *loadgen.Totals) {
 	e, t := g.e, g.e.t
 	t.Helper()
@@ -575,7 +573,24 @@ func (g *group) finish(totals *loadgen.Totals) {
 	if bad := g.w.violations(); len(bad) > 0 {
 		t.Fatalf("a partition was decided by two members:\n%s", strings.Join(bad, "\n"))
 	}
-	e.checkEnd(totals, x)
+	// A member SIGKILLed after it committed a decided checkpoint's branches but before it marked
+	// the checkpoint COMMITTED leaves it COMMITTING: no other member finishes its rows (a gap of
+	// group mode, reported; an instance restarted under its own key finishes them). With no branch
+	// of it left (checked first), nothing of it is in doubt: accepted, and counted.
+	var stuck []int64
+	e.checkEnd(totals, x, func(id int64) bool {
+		var key string
+		if err := e.db.QueryRow(`SELECT instance FROM relay_checkpoints WHERE job = ? AND checkpoint_id = ?`, e.job, id).Scan(&key); err != nil {
+			t.Fatal(err)
+		}
+		if g.dead[key] {
+			stuck = append(stuck, id)
+		}
+		return g.dead[key]
+	})
+	if len(stuck) > 0 {
+		t.Logf("checkpoints left COMMITTING by SIGKILLed members, their branches all committed: %v", stuck)
+	}
 }
 
 // report prints the rebalances of every member (its last scrape) and the measured times.
@@ -618,14 +633,18 @@ func rounded(ds []time.Duration) []string {
 const producers = 4
 
 // produceOrders produces orders in the background (producers loads side by side, seeded from
-// seed) until the returned stop is called, which returns the first producer's error.
+// seed) until the returned stop is called, which returns the error of a load that ended before.
 func (e *env) produceOrders(totals *loadgen.Totals, seed uint64) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	produced := make(chan error, producers)
 	for i := uint64(0); i < producers; i++ {
 		go func() {
-			produced <- e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 500, Batch: 10,
+			err := e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 500, Batch: 10,
 				AbortRate: 0.1, BadRate: 0.005, SKUs: 50, Windows: 5, Seed: seed + i, TxnID: fmt.Sprintf("lg%d-%s", i, e.topic)})
+			if ctx.Err() != nil {
+				err = nil // stopped
+			}
+			produced <- err
 		}()
 	}
 	var once sync.Once
@@ -634,8 +653,8 @@ func (e *env) produceOrders(totals *loadgen.Totals, seed uint64) (stop func() er
 		once.Do(func() {
 			cancel()
 			for range producers {
-				if perr := <-produced; perr != nil && err == nil && ctx.Err() == nil {
-					err = perr
+				if perr := <-produced; perr != nil && err == nil {
+					err = fmt.Errorf("a load ended before the test stopped it: %w", perr)
 				}
 			}
 		})
