@@ -432,9 +432,8 @@ func (w *ledgerWatch) advancesIn(from, to time.Time) []int {
 	return out
 }
 
-// join starts n members and waits for the group to settle on them; with measure it prints the
-// longest stall of a partition and requires it within 2 checkpoint intervals plus the drain plus
-// stallAllowance.
+// join starts n members and waits for the group to settle on them; with measure, after a steady
+// while, it measures the stall (stalled).
 func (g *group) join(n int, measure bool) {
 	t := g.e.t
 	t.Helper()
@@ -455,21 +454,28 @@ func (g *group) join(n int, measure bool) {
 		t.Logf("join %d → %d: settled after %s", from, len(g.live), at.Sub(t0).Round(time.Millisecond))
 		return
 	}
-	st := g.w.stall(t0, at)
-	drain := g.drained(before)
-	bound := 2*checkpointInterval + drain
-	g.joins = append(g.joins, st.gap)
-	t.Logf("join %d → %d at %s: settled after %s; longest stall %s; drain %s (sum of revoke drains, worst member); 2 intervals + drain = %s",
-		from, len(g.live), t0.Format("15:04:05.000"), at.Sub(t0).Round(time.Millisecond), st, drain.Round(time.Millisecond), bound.Round(time.Millisecond))
-	if st.gap > bound+stallAllowance {
-		t.Fatalf("join %d → %d stalled a partition longer than 2 checkpoint intervals + the drain (%s) + %s: %s",
-			from, len(g.live), bound.Round(time.Millisecond), stallAllowance, st)
-	}
+	g.joins = append(g.joins, g.stalled(fmt.Sprintf("join %d → %d", from, len(g.live)), t0, at, g.drained(before), "the longest revoke drain of a member"))
 }
 
-// leave stops member i with SIGTERM, requires a clean exit, waits for the group to settle on the
-// others, prints the longest stall of a partition and requires it within 2 checkpoint intervals
-// plus the drain (the leaver's SIGTERM to exit) plus stallAllowance.
+// stalled prints the longest stall of a partition in [t0, at], an event's start and the group's
+// settling, with the event's drain, and requires it within 2 checkpoint intervals plus the drain
+// plus stallAllowance.
+func (g *group) stalled(what string, t0, at time.Time, drain time.Duration, drainIs string) time.Duration {
+	t := g.e.t
+	t.Helper()
+	st := g.w.stall(t0, at)
+	bound := 2*checkpointInterval + drain
+	t.Logf("%s at %s: settled after %s; longest stall %s; drain %s (%s); 2 intervals + drain = %s",
+		what, t0.Format("15:04:05.000"), at.Sub(t0).Round(time.Millisecond), st, drain.Round(time.Millisecond), drainIs, bound.Round(time.Millisecond))
+	if st.gap > bound+stallAllowance {
+		t.Fatalf("%s stalled a partition longer than 2 checkpoint intervals + the drain (%s) + %s: %s", what, bound.Round(time.Millisecond), stallAllowance, st)
+	}
+	return st.gap
+}
+
+// leave, after a steady while, stops member i with SIGTERM, requires a clean exit, waits for the
+// group to settle on the others and measures the stall (stalled; the drain is the leaver's SIGTERM
+// to its exit).
 func (g *group) leave(i int) {
 	t := g.e.t
 	t.Helper()
@@ -485,15 +491,7 @@ func (g *group) leave(i int) {
 	drain := time.Since(t0)
 	g.live = slices.Delete(g.live, i, i+1)
 	at := g.settle(t0, 90*time.Second, fmt.Sprintf("leave %d → %d", from, len(g.live)))
-	st := g.w.stall(t0, at)
-	bound := 2*checkpointInterval + drain
-	g.leaves = append(g.leaves, st.gap)
-	t.Logf("leave %d → %d (%s) at %s: settled after %s; longest stall %s; drain %s (SIGTERM to exit); 2 intervals + drain = %s",
-		from, len(g.live), m.key, t0.Format("15:04:05.000"), at.Sub(t0).Round(time.Millisecond), st, drain.Round(time.Millisecond), bound.Round(time.Millisecond))
-	if st.gap > bound+stallAllowance {
-		t.Fatalf("leave %d → %d stalled a partition longer than 2 checkpoint intervals + the drain (%s) + %s: %s",
-			from, len(g.live), bound.Round(time.Millisecond), stallAllowance, st)
-	}
+	g.leaves = append(g.leaves, g.stalled(fmt.Sprintf("leave %d → %d (%s)", from, len(g.live), m.key), t0, at, drain, "its SIGTERM to its exit"))
 }
 
 // kill SIGKILLs member i, waits until every partition it held has a decision of another member
@@ -671,15 +669,18 @@ func (e *env) produceOrders(totals *loadgen.Totals, seed uint64) (stop func() er
 // of joins, kills and leaves, and SIGKILLs MariaDB once a round (only one scripts/services.sh
 // started). RELAY_TEST_SEED replays which members are killed and stopped.
 func TestElasticMembers(t *testing.T) {
-	for _, mode := range []struct {
-		name  string
-		extra []string
-	}{
-		{"xa", nil},
-		{"held", []string{"RELAY_MODE=held"}},
-	} {
+	for _, mode := range groupModes {
 		t.Run(mode.name, func(t *testing.T) { elastic(t, mode.extra...) })
 	}
+}
+
+// groupModes are the commit modes every elastic test runs in.
+var groupModes = []struct {
+	name  string
+	extra []string
+}{
+	{"xa", nil},
+	{"held", []string{"RELAY_MODE=held"}},
 }
 
 func elastic(t *testing.T, extra ...string) {
@@ -741,15 +742,9 @@ func elastic(t *testing.T, extra ...string) {
 // assignment stand in its way. The other member takes the partitions while it is frozen but
 // cannot decide them yet: the frozen checkpoint holds the locks of rows both write.
 func TestElasticZombie(t *testing.T) {
-	for _, mode := range []struct {
-		name  string
-		point string
-		extra []string
-	}{
-		{"xa", crashpoint.AfterPrepare, nil},
-		{"held", crashpoint.AfterFlush, []string{"RELAY_MODE=held"}},
-	} {
-		t.Run(mode.name, func(t *testing.T) { zombie(t, mode.point, mode.extra...) })
+	point := map[string]string{"xa": crashpoint.AfterPrepare, "held": crashpoint.AfterFlush}
+	for _, mode := range groupModes {
+		t.Run(mode.name, func(t *testing.T) { zombie(t, point[mode.name], mode.extra...) })
 	}
 }
 
@@ -831,13 +826,7 @@ func (e *env) frozenCheckpoints(key string) []int64 {
 // taker decide. A frozen zombie (TestElasticZombie) abandons its checkpoint on the lost assignment
 // before deciding, so it never reaches this refusal; a member whose loss is noticed late does.
 func TestElasticStaleOwner(t *testing.T) {
-	for _, mode := range []struct {
-		name  string
-		extra []string
-	}{
-		{"xa", nil},
-		{"held", []string{"RELAY_MODE=held"}},
-	} {
+	for _, mode := range groupModes {
 		t.Run(mode.name, func(t *testing.T) { staleOwner(t, mode.extra...) })
 	}
 }
