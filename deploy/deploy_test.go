@@ -979,6 +979,42 @@ func TestAlertRules(t *testing.T) {
 	}
 }
 
+// runbookLinkRE finds links to a runbook section: RUNBOOK.md#anchor from any document, (#anchor)
+// inside the runbook itself.
+var runbookLinkRE = regexp.MustCompile(`RUNBOOK\.md#([a-z0-9_-]+)|\]\(#([a-z0-9_-]+)\)`)
+
+// Every link to a runbook section, from the docs (METRICS.md links each metric to the section that
+// explains it), the README, the Grafana dashboard and the runbook's own symptom index, names a
+// heading that exists: a renamed heading must break this test, not an operator's search at night.
+func TestRunbookLinks(t *testing.T) {
+	anchors := runbookAnchors(t)
+	docs, _ := filepath.Glob("../docs/*.md")
+	files := append(docs, "../README.md", dashboardFile, alertsFile)
+	links := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range runbookLinkRE.FindAllStringSubmatch(string(b), -1) {
+			anchor := m[1]
+			if m[2] != "" {
+				if filepath.Base(f) != "RUNBOOK.md" {
+					continue // a link to a section of that document, not of the runbook
+				}
+				anchor = m[2]
+			}
+			links++
+			if !anchors[anchor] {
+				t.Errorf("%s links docs/RUNBOOK.md#%s, which is no heading of the runbook", f, anchor)
+			}
+		}
+	}
+	if links < 30 {
+		t.Fatalf("only %d runbook links found: the link pattern is broken", links)
+	}
+}
+
 // --- helpers --------------------------------------------------------------------------------------
 
 func readYAML(t *testing.T, path string, v any, strict bool) {

@@ -3,9 +3,11 @@ package deploy
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,151 +18,432 @@ import (
 	"github.com/relay-sh/relay/internal/config"
 )
 
-// The StatefulSet example maps the pod ordinal to RELAY_INSTANCE with the replica count as M,
-// probes /readyz and /healthz, is scraped by Prometheus, and sets only keys relay knows; it talks
-// to MySQL over verified TLS, and every *_FILE it names is a key of a mounted secret.
-func TestK8sStatefulSet(t *testing.T) {
-	b, err := os.ReadFile("k8s/relay.yaml")
+// k8sDoc is what these tests read of a manifest: a Secret's data, a workload's pod template.
+type k8sDoc struct {
+	Kind     string `yaml:"kind"`
+	Metadata struct {
+		Name string `yaml:"name"`
+	} `yaml:"metadata"`
+	StringData map[string]string `yaml:"stringData"`
+	Spec       struct {
+		Replicas *int `yaml:"replicas"`
+		Selector struct {
+			MatchLabels map[string]string `yaml:"matchLabels"`
+		} `yaml:"selector"`
+		Template struct {
+			Metadata struct {
+				Labels      map[string]string `yaml:"labels"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"metadata"`
+			Spec struct {
+				Volumes []struct {
+					Name   string `yaml:"name"`
+					Secret struct {
+						SecretName string `yaml:"secretName"`
+					} `yaml:"secret"`
+				} `yaml:"volumes"`
+				Containers []struct {
+					Env []struct {
+						Name      string `yaml:"name"`
+						Value     string `yaml:"value"`
+						ValueFrom struct {
+							SecretKeyRef struct {
+								Name string `yaml:"name"`
+								Key  string `yaml:"key"`
+							} `yaml:"secretKeyRef"`
+						} `yaml:"valueFrom"`
+					} `yaml:"env"`
+					VolumeMounts []struct {
+						Name      string `yaml:"name"`
+						MountPath string `yaml:"mountPath"`
+					} `yaml:"volumeMounts"`
+					ReadinessProbe struct {
+						HTTPGet struct {
+							Path string `yaml:"path"`
+						} `yaml:"httpGet"`
+					} `yaml:"readinessProbe"`
+					LivenessProbe struct {
+						HTTPGet struct {
+							Path string `yaml:"path"`
+						} `yaml:"httpGet"`
+					} `yaml:"livenessProbe"`
+				} `yaml:"containers"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+	} `yaml:"spec"`
+}
+
+// readK8s decodes every document of a manifest file into v's element type.
+func readK8s[T any](t *testing.T, path string) []T {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []T
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for {
+		var doc T
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			return out
+		} else if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, doc)
+	}
+}
+
+// checkWorkload checks the one workload of kind in a manifest file the way every relay pod must
+// be: probed on /readyz and /healthz, scraped by Prometheus with the label app=relay, given only
+// keys relay knows, talking to MySQL over verified TLS, every *_FILE it names a key of a mounted
+// secret. It returns the workload and its container's variables (secretKeyRefs resolved).
+func checkWorkload(t *testing.T, path, kind string) (k8sDoc, map[string]string) {
+	t.Helper()
 	known := map[string]bool{}
 	for _, f := range config.Fields() {
 		known[f.Env] = true
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	found := false
 	secrets := map[string]map[string]string{} // name -> stringData
 	env := map[string]string{}                // the container's variables, secretKeyRefs resolved below
 	refs := map[string][2]string{}            // variable -> secret name, key
 	mounts := map[string]string{}             // mount path -> secret name
-	for {
-		var doc struct {
-			Kind     string `yaml:"kind"`
-			Metadata struct {
-				Name string `yaml:"name"`
-			} `yaml:"metadata"`
-			StringData map[string]string `yaml:"stringData"`
-			Spec       struct {
-				Replicas int `yaml:"replicas"`
-				Template struct {
-					Metadata struct {
-						Labels      map[string]string `yaml:"labels"`
-						Annotations map[string]string `yaml:"annotations"`
-					} `yaml:"metadata"`
-					Spec struct {
-						Volumes []struct {
-							Name   string `yaml:"name"`
-							Secret struct {
-								SecretName string `yaml:"secretName"`
-							} `yaml:"secret"`
-						} `yaml:"volumes"`
-						Containers []struct {
-							Env []struct {
-								Name      string `yaml:"name"`
-								Value     string `yaml:"value"`
-								ValueFrom struct {
-									SecretKeyRef struct {
-										Name string `yaml:"name"`
-										Key  string `yaml:"key"`
-									} `yaml:"secretKeyRef"`
-								} `yaml:"valueFrom"`
-							} `yaml:"env"`
-							VolumeMounts []struct {
-								Name      string `yaml:"name"`
-								MountPath string `yaml:"mountPath"`
-							} `yaml:"volumeMounts"`
-							ReadinessProbe struct {
-								HTTPGet struct {
-									Path string `yaml:"path"`
-								} `yaml:"httpGet"`
-							} `yaml:"readinessProbe"`
-							LivenessProbe struct {
-								HTTPGet struct {
-									Path string `yaml:"path"`
-								} `yaml:"httpGet"`
-							} `yaml:"livenessProbe"`
-						} `yaml:"containers"`
-					} `yaml:"spec"`
-				} `yaml:"template"`
-			} `yaml:"spec"`
-		}
-		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
+	var found []k8sDoc
+	for _, doc := range readK8s[k8sDoc](t, path) {
 		if doc.Kind == "Secret" {
 			secrets[doc.Metadata.Name] = doc.StringData
 		}
-		if doc.Kind != "StatefulSet" {
-			continue
-		}
-		found = true
-		tpl := doc.Spec.Template
-		if tpl.Metadata.Annotations["prometheus.io/scrape"] != "true" || tpl.Metadata.Annotations["prometheus.io/path"] != "/metrics" {
-			t.Errorf("scrape annotations: %v", tpl.Metadata.Annotations)
-		}
-		// The scrape job copies pod labels; app="relay" is what the alert rules select targets by.
-		if tpl.Metadata.Labels["app"] != "relay" {
-			t.Errorf("pod labels %v lack app: relay, which RelayDown's up{app=\"relay\"} matches", tpl.Metadata.Labels)
-		}
-		c := tpl.Spec.Containers[0]
-		if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
-			t.Errorf("probes: readiness %q liveness %q", c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
-		}
-		instance := ""
-		for _, e := range c.Env {
-			if strings.HasPrefix(e.Name, "RELAY_") && !known[e.Name] {
-				t.Errorf("env %s is not a relay configuration key", e.Name)
-			}
-			if e.Name == "RELAY_INSTANCE" {
-				instance = e.Value
-			}
-			env[e.Name] = e.Value
-			if r := e.ValueFrom.SecretKeyRef; r.Name != "" {
-				refs[e.Name] = [2]string{r.Name, r.Key}
-			}
-		}
-		volumes := map[string]string{}
-		for _, v := range tpl.Spec.Volumes {
-			volumes[v.Name] = v.Secret.SecretName
-		}
-		for _, m := range c.VolumeMounts {
-			mounts[m.MountPath] = volumes[m.Name]
-		}
-		if want := "$(POD_INDEX)/" + strconv.Itoa(doc.Spec.Replicas); instance != want {
-			t.Errorf("RELAY_INSTANCE = %q, want %q (the ordinal of replicas)", instance, want)
-		}
-		if _, _, err := config.ParseInstance(strings.Replace(instance, "$(POD_INDEX)", "0", 1)); err != nil {
-			t.Errorf("RELAY_INSTANCE for pod 0: %v", err)
+		if doc.Kind == kind {
+			found = append(found, doc)
 		}
 	}
-	if !found {
-		t.Fatal("no StatefulSet in k8s/relay.yaml")
+	if len(found) != 1 {
+		t.Fatalf("%s: %d %ss, want 1", path, len(found), kind)
+	}
+	doc := found[0]
+	tpl := doc.Spec.Template
+	if tpl.Metadata.Annotations["prometheus.io/scrape"] != "true" || tpl.Metadata.Annotations["prometheus.io/path"] != "/metrics" {
+		t.Errorf("%s: scrape annotations: %v", path, tpl.Metadata.Annotations)
+	}
+	// The scrape job copies pod labels; app="relay" is what the alert rules select targets by.
+	if tpl.Metadata.Labels["app"] != "relay" {
+		t.Errorf("%s: pod labels %v lack app: relay, which RelayDown's up{app=\"relay\"} matches", path, tpl.Metadata.Labels)
+	}
+	if len(doc.Spec.Selector.MatchLabels) == 0 {
+		t.Errorf("%s: no selector.matchLabels", path)
+	}
+	for k, v := range doc.Spec.Selector.MatchLabels {
+		if tpl.Metadata.Labels[k] != v {
+			t.Errorf("%s: selector %s=%s does not match the pod labels %v", path, k, v, tpl.Metadata.Labels)
+		}
+	}
+	if len(tpl.Spec.Containers) != 1 {
+		t.Fatalf("%s: %d containers, want 1", path, len(tpl.Spec.Containers))
+	}
+	c := tpl.Spec.Containers[0]
+	if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("%s: probes: readiness %q liveness %q", path, c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
+	}
+	for _, e := range c.Env {
+		if strings.HasPrefix(e.Name, "RELAY_") && !known[e.Name] {
+			t.Errorf("%s: env %s is not a relay configuration key", path, e.Name)
+		}
+		env[e.Name] = e.Value
+		if r := e.ValueFrom.SecretKeyRef; r.Name != "" {
+			refs[e.Name] = [2]string{r.Name, r.Key}
+		}
+	}
+	volumes := map[string]string{}
+	for _, v := range tpl.Spec.Volumes {
+		volumes[v.Name] = v.Secret.SecretName
+	}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = volumes[m.Name]
 	}
 	for name, ref := range refs {
 		env[name] = secrets[ref[0]][ref[1]]
 	}
-	for name, path := range env {
+	for name, p := range env {
 		if !strings.HasSuffix(name, "_FILE") {
 			continue
 		}
-		dir, key := filepath.Split(path)
+		dir, key := filepath.Split(p)
 		secret, mounted := mounts[filepath.Clean(dir)]
 		if _, ok := secrets[secret][key]; !mounted || !ok {
-			t.Errorf("%s=%s is not a key of a mounted secret", name, path)
+			t.Errorf("%s: %s=%s is not a key of a mounted secret", path, name, p)
 		}
 	}
 	// tls=preferred or skip-verify would hand the password to whoever answers on the path; a CA
 	// file overrides the DSN's tls parameter.
 	dsn := env["RELAY_MYSQL_DSN"]
 	if env["RELAY_MYSQL_TLS_CA_FILE"] == "" && !strings.Contains(dsn, "tls=true") {
-		t.Errorf("RELAY_MYSQL_DSN %q: MySQL TLS is not verified (want tls=true or RELAY_MYSQL_TLS_CA_FILE)", dsn)
+		t.Errorf("%s: RELAY_MYSQL_DSN %q: MySQL TLS is not verified (want tls=true or RELAY_MYSQL_TLS_CA_FILE)", path, dsn)
 	}
 	if _, err := mysql.ParseDSN(dsn); err != nil {
-		t.Errorf("RELAY_MYSQL_DSN %q: %v", dsn, err)
+		t.Errorf("%s: RELAY_MYSQL_DSN %q: %v", path, dsn, err)
 	}
+	return doc, env
+}
+
+// The StatefulSet example maps the pod ordinal to RELAY_INSTANCE with the replica count as M.
+func TestK8sStatefulSet(t *testing.T) {
+	doc, env := checkWorkload(t, "k8s/relay.yaml", "StatefulSet")
+	instance := env["RELAY_INSTANCE"]
+	if doc.Spec.Replicas == nil {
+		t.Fatal("the StatefulSet sets no replicas, which RELAY_INSTANCE's M must equal")
+	}
+	if want := "$(POD_INDEX)/" + strconv.Itoa(*doc.Spec.Replicas); instance != want {
+		t.Errorf("RELAY_INSTANCE = %q, want %q (the ordinal of replicas)", instance, want)
+	}
+	if _, _, err := config.ParseInstance(strings.Replace(instance, "$(POD_INDEX)", "0", 1)); err != nil {
+		t.Errorf("RELAY_INSTANCE for pod 0: %v", err)
+	}
+}
+
+// groupDeployment checks the group example's Deployment and returns it with the configuration its
+// pods run with (files left out: they exist only in the pod).
+func groupDeployment(t *testing.T) (k8sDoc, config.Config) {
+	t.Helper()
+	const path = "k8s/relay-group.yaml"
+	doc, env := checkWorkload(t, path, "Deployment")
+	// The group assigns partitions: a fixed share or a replica count the autoscaler would fight
+	// would each undo it.
+	for _, name := range []string{"RELAY_INSTANCE", "POD_INDEX"} {
+		if _, ok := env[name]; ok {
+			t.Errorf("%s sets %s: group members take what the group assigns, not a share by pod name", path, name)
+		}
+	}
+	if doc.Spec.Replicas != nil {
+		t.Errorf("%s sets replicas: %d; the autoscaler owns it (re-applying the file would reset it)", path, *doc.Spec.Replicas)
+	}
+	var environ []string
+	for k, v := range env {
+		if !strings.HasSuffix(k, "_FILE") {
+			environ = append(environ, k+"="+v)
+		}
+	}
+	cfg, err := config.Load("", environ)
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		t.Fatalf("%s: relay refuses the Deployment's configuration: %v", path, err)
+	}
+	if !cfg.Group() || cfg.Subtasks != 1 {
+		t.Errorf("%s: membership %q, subtasks %d; want group and 1", path, cfg.Membership, cfg.Subtasks)
+	}
+	// KEDA reads the lag from the group's committed offsets, which only this publishes.
+	if env["RELAY_KAFKA_COMMIT_GROUP_OFFSETS"] != "true" || !cfg.Kafka.CommitGroupOffsets {
+		t.Errorf("%s: RELAY_KAFKA_COMMIT_GROUP_OFFSETS=%q, want \"true\" (the autoscaler reads the group's offsets)", path, env["RELAY_KAFKA_COMMIT_GROUP_OFFSETS"])
+	}
+	return doc, cfg
+}
+
+// The group example runs as a Deployment of members of the consumer group relay-<job>, with the
+// same probes, secrets, TLS and scrape setup as the StatefulSet.
+func TestK8sGroupDeployment(t *testing.T) {
+	_, cfg := groupDeployment(t)
+	if cfg.Kafka.GroupID != "relay-"+cfg.Job.Name {
+		t.Errorf("group id %q, want relay's default relay-%s (the autoscalers name it)", cfg.Kafka.GroupID, cfg.Job.Name)
+	}
+}
+
+// scaleTarget is an autoscaler's reference to what it scales.
+type scaleTarget struct {
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	Name       string `yaml:"name"`
+}
+
+// scaledObject is what the test reads of a KEDA ScaledObject.
+type scaledObject struct {
+	Kind string `yaml:"kind"`
+	Spec struct {
+		ScaleTargetRef  scaleTarget `yaml:"scaleTargetRef"`
+		MinReplicaCount *int        `yaml:"minReplicaCount"`
+		MaxReplicaCount *int        `yaml:"maxReplicaCount"`
+		Triggers        []struct {
+			Type     string            `yaml:"type"`
+			Metadata map[string]string `yaml:"metadata"`
+		} `yaml:"triggers"`
+	} `yaml:"spec"`
+}
+
+// hpa is what the test reads of an autoscaling/v2 HorizontalPodAutoscaler.
+type hpa struct {
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	Spec       struct {
+		ScaleTargetRef scaleTarget `yaml:"scaleTargetRef"`
+		MinReplicas    *int        `yaml:"minReplicas"`
+		MaxReplicas    int         `yaml:"maxReplicas"`
+		Metrics        []struct {
+			Type     string `yaml:"type"`
+			External struct {
+				Metric struct {
+					Name     string `yaml:"name"`
+					Selector struct {
+						MatchLabels map[string]string `yaml:"matchLabels"`
+					} `yaml:"selector"`
+				} `yaml:"metric"`
+				Target struct {
+					Type         string `yaml:"type"`
+					AverageValue string `yaml:"averageValue"`
+				} `yaml:"target"`
+			} `yaml:"external"`
+		} `yaml:"metrics"`
+	} `yaml:"spec"`
+}
+
+// adapterTemplates are the Go template fields of a Prometheus adapter query, replaced by what the
+// adapter puts there so the query can be scanned as PromQL.
+var adapterTemplates = regexp.MustCompile(`<<\.(Series|LabelMatchers|GroupBy)>>`)
+
+// Both autoscalers scale the group Deployment on its lag, from one member up to the partition
+// count (the same cap in both): KEDA reads the consumer group relay's members commit to, the HPA
+// relay's lag series through the Prometheus adapter rule, which names only series relay exports.
+func TestK8sGroupAutoscalers(t *testing.T) {
+	dep, cfg := groupDeployment(t)
+	if len(cfg.Kafka.Topics) != 1 {
+		t.Fatalf("the group example reads %v; the ScaledObject names one topic", cfg.Kafka.Topics)
+	}
+	checkTarget := func(file string, ref scaleTarget) {
+		if ref.Name != dep.Metadata.Name || (ref.Kind != "" && ref.Kind != "Deployment") ||
+			(ref.APIVersion != "" && ref.APIVersion != "apps/v1") {
+			t.Errorf("%s scales %+v, want the Deployment %s", file, ref, dep.Metadata.Name)
+		}
+	}
+
+	const kedaFile = "k8s/relay-group-keda.yaml"
+	sos := readK8s[scaledObject](t, kedaFile)
+	if len(sos) != 1 || sos[0].Kind != "ScaledObject" {
+		t.Fatalf("%s: want one ScaledObject", kedaFile)
+	}
+	so := sos[0].Spec
+	checkTarget(kedaFile, so.ScaleTargetRef)
+	if so.MinReplicaCount == nil || *so.MinReplicaCount < 1 || so.MaxReplicaCount == nil {
+		t.Fatalf("%s: minReplicaCount %v, maxReplicaCount %v; want at least 1 (no member reads nothing, and RelayDown fires), and a cap", kedaFile, so.MinReplicaCount, so.MaxReplicaCount)
+	}
+	if len(so.Triggers) != 1 || so.Triggers[0].Type != "kafka" {
+		t.Fatalf("%s: want one kafka trigger", kedaFile)
+	}
+	md := so.Triggers[0].Metadata
+	want := map[string]string{
+		"consumerGroup":    cfg.Kafka.GroupID,
+		"topic":            cfg.Kafka.Topics[0],
+		"bootstrapServers": cfg.Kafka.Brokers,
+	}
+	for k, v := range want {
+		if md[k] != v {
+			t.Errorf("%s: trigger %s=%q, want %q as relay-group.yaml's pods use", kedaFile, k, md[k], v)
+		}
+	}
+	if lag, err := strconv.Atoi(md["lagThreshold"]); err != nil || lag <= 0 {
+		t.Errorf("%s: lagThreshold %q, want a positive number", kedaFile, md["lagThreshold"])
+	}
+	if md["allowIdleConsumers"] == "true" {
+		t.Errorf("%s: allowIdleConsumers true scales past the partition count, where members get nothing", kedaFile)
+	}
+
+	const hpaFile = "k8s/relay-group-hpa.yaml"
+	hs := readK8s[hpa](t, hpaFile)
+	if len(hs) != 1 || hs[0].Kind != "HorizontalPodAutoscaler" || hs[0].APIVersion != "autoscaling/v2" {
+		t.Fatalf("%s: want one autoscaling/v2 HorizontalPodAutoscaler", hpaFile)
+	}
+	h := hs[0].Spec
+	checkTarget(hpaFile, h.ScaleTargetRef)
+	if h.MinReplicas == nil || *h.MinReplicas < 1 {
+		t.Errorf("%s: minReplicas %v, want at least 1", hpaFile, h.MinReplicas)
+	}
+	if h.MaxReplicas != *so.MaxReplicaCount {
+		t.Errorf("%s: maxReplicas %d, %s: maxReplicaCount %d; both are the topic's partition count", hpaFile, h.MaxReplicas, kedaFile, *so.MaxReplicaCount)
+	}
+	if len(h.Metrics) != 1 || h.Metrics[0].Type != "External" {
+		t.Fatalf("%s: want one External metric", hpaFile)
+	}
+	ext := h.Metrics[0].External
+	if sel := ext.Metric.Selector.MatchLabels; len(sel) != 1 || sel["relay_job"] != cfg.Job.Name {
+		t.Errorf("%s: metric selector %v, want relay_job: %s alone", hpaFile, sel, cfg.Job.Name)
+	}
+	if ext.Target.Type != "AverageValue" || ext.Target.AverageValue == "" {
+		t.Errorf("%s: target %+v, want an AverageValue (lag per member)", hpaFile, ext.Target)
+	}
+
+	const adapterFile = "k8s/prometheus-adapter.yml"
+	var adapter struct {
+		ExternalRules []struct {
+			SeriesQuery string `yaml:"seriesQuery"`
+			Resources   struct {
+				Overrides map[string]struct {
+					Resource string `yaml:"resource"`
+				} `yaml:"overrides"`
+			} `yaml:"resources"`
+			Name struct {
+				Matches string `yaml:"matches"`
+				As      string `yaml:"as"`
+			} `yaml:"name"`
+			MetricsQuery string `yaml:"metricsQuery"`
+		} `yaml:"externalRules"`
+	}
+	readYAML(t, adapterFile, &adapter, true)
+	names := exported(t)
+	// The Kubernetes scrape job adds labels of its own (namespace, pod) to every series.
+	for _, l := range k8sScrapeTargetLabels(t) {
+		for _, labels := range names {
+			labels[l] = true
+		}
+	}
+	served := false
+	for i, r := range adapter.ExternalRules {
+		where := fmt.Sprintf("%s external rule %d", adapterFile, i)
+		checkRefs(t, where+" seriesQuery", r.SeriesQuery, names)
+		series, err := metricRefs(r.SeriesQuery)
+		if err != nil || len(series) != 1 {
+			t.Errorf("%s: seriesQuery %q must select one metric by name", where, r.SeriesQuery)
+			continue
+		}
+		if !regexp.MustCompile(r.Name.Matches).MatchString(series[0].metric) {
+			t.Errorf("%s: name.matches %q does not match %s", where, r.Name.Matches, series[0].metric)
+		}
+		q := adapterTemplates.ReplaceAllStringFunc(r.MetricsQuery, func(m string) string {
+			if m == "<<.Series>>" {
+				return series[0].metric
+			}
+			return "" // the label matchers and grouping the adapter adds are the HPA's
+		})
+		if strings.Contains(q, "<<") {
+			t.Errorf("%s: metricsQuery %q uses a template field the test does not know", where, r.MetricsQuery)
+		}
+		checkRefs(t, where+" metricsQuery", q, names)
+		if r.Resources.Overrides["namespace"].Resource != "namespace" {
+			t.Errorf("%s: the namespace label must map to the HPA's namespace (resources.overrides.namespace)", where)
+		}
+		served = served || r.Name.As == ext.Metric.Name
+	}
+	if !served {
+		t.Errorf("%s serves no external metric named %q, which %s scales on", adapterFile, ext.Metric.Name, hpaFile)
+	}
+}
+
+// k8sScrapeTargetLabels are the labels prometheus-scrape.yml's relabelling writes onto relay's series.
+func k8sScrapeTargetLabels(t *testing.T) []string {
+	t.Helper()
+	var cfg struct {
+		ScrapeConfigs []struct {
+			RelabelConfigs []struct {
+				TargetLabel string `yaml:"target_label"`
+			} `yaml:"relabel_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, "k8s/prometheus-scrape.yml", &cfg, false)
+	var out []string
+	for _, sc := range cfg.ScrapeConfigs {
+		for _, rc := range sc.RelabelConfigs {
+			if rc.TargetLabel != "" && !strings.HasPrefix(rc.TargetLabel, "__") {
+				out = append(out, rc.TargetLabel)
+			}
+		}
+	}
+	return out
 }
 
 // The scrape job shipped for the pod annotations keeps only annotated pods and copies the pod

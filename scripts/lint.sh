@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # lint.sh — gofmt, go vet, and staticcheck (installed from the Go module proxy on first use), over
-# the product's module and bench/'s (its own module: `./...` at the top does not descend into it).
+# the product's module, bench/'s and deploy/k8s/schema's (their own modules: `./...` at the top does
+# not descend into them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 unformatted=$(gofmt -l $(git ls-files '*.go'))
@@ -8,9 +9,11 @@ if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; 
 go vet ./...
 go vet -tags crashpoints ./...
 go -C bench vet ./...
+go -C deploy/k8s/schema vet ./...
 SC=$(go env GOPATH)/bin/staticcheck
 [ -x "$SC" ] || go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 "$SC" ./...
 "$SC" -tags crashpoints ./...
 (cd bench && "$SC" ./...)
+(cd deploy/k8s/schema && "$SC" ./...)
 echo "lint: ok"

@@ -30,6 +30,9 @@ if [ $# -gt 0 ]; then
   exec go test -count=1 "$@"
 fi
 go test -count=1 -timeout 30m ./...
+# deploy/k8s/schema is its own module (k8s.io/api stays out of the product's; `./...` does not
+# descend into it): the Kubernetes manifests decoded strictly into the API's own types.
+go -C deploy/k8s/schema test -count=1 ./...
 # Tests that SIGKILL the shared Kafka broker and MariaDB would break every test running beside
 # them, so they run alone, after the suite (only against servers services.sh started).
 RELAY_TEST_DISRUPTIVE=1 go test -count=1 -timeout 10m -run 'TestServerRestarts' -v ./test/crash/

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
@@ -45,6 +46,8 @@ Usage:
                                              ledger unless --force
   relay offsets reset --to earliest|latest|<time>|<topic:partition=offset,...> [--yes]
                                              move a stopped job's resume offsets
+  relay membership switch [--yes]            move a stopped job between instances (i/M) and a
+                                             consumer group (membership: group)
   relay spec diff [--json]                   the spec against the table meanings the ledger records
   relay spec accept [--yes]                  record tables the spec adds or removes (a changed table
                                              is refused by relay run and here)
@@ -62,7 +65,7 @@ your own is a pipeline: block in the file or a file named by RELAY_PIPELINE_FILE
 
 Run 'relay <command> --help' for a command's flags, examples and exit codes.
 
-Commands that change state (txns resolve, offsets reset, spec accept) print their plan first and
+Commands that change state (txns resolve, offsets reset, membership switch, spec accept) print their plan first and
 act only with --yes or after "yes" typed at a terminal; without, nothing changes.
 
 `
@@ -80,6 +83,7 @@ func commands() []command {
 		{"status", cmdStatus},
 		{"txns", cmdTxns},
 		{"offsets", cmdOffsets},
+		{"membership", cmdMembership},
 		{"spec", cmdSpec},
 		{"verify", cmdVerify},
 		{"version", cmdVersion},
@@ -159,4 +163,31 @@ func loadConfig(src *source) (config.Config, error) {
 		return cfg, err
 	}
 	return cfg, cfg.Validate()
+}
+
+// subcommand is one verb of a command with several (txns list, spec accept ...).
+type subcommand struct {
+	name string
+	fn   func(ctx context.Context, args []string) error
+}
+
+// dispatch runs the subcommand args[0] of command name, or prints its usage.
+func dispatch(ctx context.Context, name, usage string, args []string, subs ...subcommand) error {
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.name
+	}
+	if len(args) == 0 {
+		return usageError{fmt.Sprintf("%s: %s?", name, strings.Join(names, " or "))}
+	}
+	for _, s := range subs {
+		if s.name == args[0] {
+			return s.fn(ctx, args[1:])
+		}
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Print(usage)
+		return nil
+	}
+	return usageError{fmt.Sprintf("%s: unknown subcommand %q (%s)", name, args[0], strings.Join(names, ", "))}
 }

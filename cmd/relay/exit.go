@@ -30,17 +30,18 @@ var exitMeanings = [...]string{
 
 // exitsOf lists the statuses each command (by its help name) can end with.
 var exitsOf = map[string][]int{
-	"run":           {exitOK, exitError, exitUsage, exitFenced, exitDataRefused},
-	"loadgen":       {exitOK, exitError, exitUsage},
-	"preflight":     {exitOK, exitError, exitUsage},
-	"status":        {exitOK, exitError, exitUsage},
-	"txns list":     {exitOK, exitError, exitUsage},
-	"txns resolve":  {exitOK, exitError, exitUsage, exitFenced, exitNotConfirmed},
-	"offsets reset": {exitOK, exitError, exitUsage, exitFenced, exitNotConfirmed},
-	"spec diff":     {exitOK, exitError, exitUsage, exitDifferences},
-	"spec accept":   {exitOK, exitError, exitUsage, exitFenced, exitNotConfirmed},
-	"verify":        {exitOK, exitError, exitUsage, exitDifferences},
-	"version":       {exitOK},
+	"run":               {exitOK, exitError, exitUsage, exitFenced, exitDataRefused},
+	"loadgen":           {exitOK, exitError, exitUsage},
+	"preflight":         {exitOK, exitError, exitUsage},
+	"status":            {exitOK, exitError, exitUsage},
+	"txns list":         {exitOK, exitError, exitUsage},
+	"txns resolve":      {exitOK, exitError, exitUsage, exitFenced, exitNotConfirmed},
+	"offsets reset":     {exitOK, exitError, exitUsage, exitFenced, exitNotConfirmed},
+	"membership switch": {exitOK, exitError, exitUsage, exitFenced, exitNotConfirmed},
+	"spec diff":         {exitOK, exitError, exitUsage, exitDifferences},
+	"spec accept":       {exitOK, exitError, exitUsage, exitFenced, exitNotConfirmed},
+	"verify":            {exitOK, exitError, exitUsage, exitDifferences},
+	"version":           {exitOK},
 }
 
 // exitHelp is the "exit codes:" section of a command's help.

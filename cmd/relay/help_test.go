@@ -28,9 +28,10 @@ func TestHelpListsExitCodes(t *testing.T) {
 					t.Errorf("txns %s has no exit codes in exitsOf", sub)
 				}
 			}
-		case "offsets":
-			if _, ok := exitsOf["offsets reset"]; !ok {
-				t.Errorf("offsets reset has no exit codes in exitsOf")
+		case "offsets", "membership":
+			sub := map[string]string{"offsets": "reset", "membership": "switch"}[c.name]
+			if _, ok := exitsOf[c.name+" "+sub]; !ok {
+				t.Errorf("%s %s has no exit codes in exitsOf", c.name, sub)
 			}
 		case "spec":
 			for _, sub := range []string{"diff", "accept"} {

@@ -197,7 +197,8 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	if cfg.Group() {
 		// A revoke waits for the session's drain: the checkpoint in flight and the final one.
 		drain := 2*cfg.Checkpoint.Timeout + cfg.Checkpoint.Interval
-		if member, err = membership.Join(membership.Options{Kafka: copts, InstanceID: cfg.Kafka.GroupInstanceID, Drain: drain},
+		if member, err = membership.Join(membership.Options{Kafka: copts, InstanceID: cfg.Kafka.GroupInstanceID, Drain: drain,
+			Discovery: cfg.Kafka.DiscoveryInterval},
 			log.Named("membership"), m); err != nil {
 			return err
 		}

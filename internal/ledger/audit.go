@@ -19,6 +19,7 @@ const (
 	AuditRollback     = "rollback"      // a prepared branch rolled back by hand
 	AuditOffsetsReset = "offsets_reset" // resume offsets replaced by a new checkpoint row
 	AuditSpecAccept   = "spec_accept"   // tables added to or removed from the recorded meanings
+	AuditLayoutSwitch = "layout_switch" // the job moved between instances and a consumer group
 )
 
 // auditTable holds one row per manual action. target is the transaction tag, or "offsets".

@@ -13,6 +13,11 @@ import (
 	"time"
 )
 
+// ErrLayoutSwitch refuses a process whose membership (instances or group) is not the job's: the
+// switch is an operator's step (relay membership switch), never a side effect of a start. It is a
+// kind of ErrFenced: fatal, exit status 3.
+var ErrLayoutSwitch = fmt.Errorf("%w: the job's membership is another", ErrFenced)
+
 // claim bumps the owner epoch and records the layout, under the job row's lock.
 func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error {
 	tx, err := f.conn.BeginTx(ctx, nil)
@@ -34,35 +39,38 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		// A partition must never have two owners: no instance of the last layout may still run.
 		// Claims queue on the job row, so an instance holding its lock but not yet claimed (its
 		// owner row does not name its connection) checks after this one, against this layout.
-		olds, err := l.siblings(ctx, tx, layout)
+		up, err := l.up(ctx, tx, layout)
 		if err != nil {
 			return fmt.Errorf("fence %s: %w", l.key, err)
 		}
-		for _, old := range olds {
-			holder, err := lockHolder(ctx, tx, old)
-			if err != nil {
-				return fmt.Errorf("fence %s: %w", l.key, err)
-			}
-			var claimedBy int64
-			var claimedLayout int
-			err = tx.QueryRowContext(ctx, `SELECT conn_id, layout FROM relay_jobs WHERE job = ?`, old).Scan(&claimedBy, &claimedLayout)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("fence %s: %w", l.key, err)
-			}
-			if holder.Valid && err == nil && holder.Int64 == claimedBy && claimedLayout != m {
+		for _, u := range up {
+			if u.layout != m {
 				return fmt.Errorf("%w: job %s runs as %s (%s is up); stop them all before running it as %s",
-					ErrFenced, l.job, layoutName(claimedLayout), old, layoutName(m))
+					ErrFenced, l.job, layoutName(u.layout), u.key, layoutName(m))
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE relay_jobs SET layout = ? WHERE job = ?`, m, l.job); err != nil {
-			return fmt.Errorf("fence %s: %w", l.key, err)
+		// Operator commands and the resolver act within the recorded layout; only relay run moves it,
+		// and between instances and a group only after `relay membership switch` recorded it.
+		if !f.cfg.Operator {
+			if (layout == LayoutGroup) != (m == LayoutGroup) {
+				return fmt.Errorf("%w: job %s runs as %s (recorded in the ledger), this process as %s: stop every process of the job, "+
+					"then run `relay membership switch` with this process's configuration (it prints its plan; --yes applies it) (docs/RUNBOOK.md, \"Switching membership\")",
+					ErrLayoutSwitch, l.job, layoutName(layout), layoutName(m))
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE relay_jobs SET layout = ? WHERE job = ?`, m, l.job); err != nil {
+				return fmt.Errorf("fence %s: %w", l.key, err)
+			}
 		}
+	}
+	own := m
+	if f.cfg.Operator && l.key == l.job {
+		own = layout // the job row itself: an operator command keeps the recorded layout
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout, conn_id)
 		VALUES (?, 1, ?, UTC_TIMESTAMP(6), ?, CONNECTION_ID())
 		ON DUPLICATE KEY UPDATE owner_epoch = owner_epoch + 1, owner = VALUES(owner), acquired_at = VALUES(acquired_at),
 			layout = VALUES(layout), conn_id = VALUES(conn_id)`,
-		l.key, owner, m); err != nil {
+		l.key, owner, own); err != nil {
 		return fmt.Errorf("fence %s: bump epoch: %w", l.key, err)
 	}
 	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, l.key).Scan(&f.epoch); err != nil {
@@ -92,4 +100,38 @@ func layoutName(layout int) string {
 		return "a consumer group (membership group)"
 	}
 	return fmt.Sprintf("%d instances", layout)
+}
+
+// upProcess is a process of the job that holds its fence now.
+type upProcess struct {
+	key    string
+	layout int // the layout it claimed under
+}
+
+// up lists the processes of layout (other than this key) that hold their fence now: the lock held
+// by the session their claim recorded. Claims queue on the job row, so a process holding its lock
+// but not yet claimed (its row does not name its connection) checks after the caller, against the
+// layout the caller leaves.
+func (l *Ledger) up(ctx context.Context, tx *sql.Tx, layout int) ([]upProcess, error) {
+	keys, err := l.siblings(ctx, tx, layout)
+	if err != nil {
+		return nil, err
+	}
+	var out []upProcess
+	for _, k := range keys {
+		holder, err := lockHolder(ctx, tx, k)
+		if err != nil {
+			return nil, err
+		}
+		var claimedBy int64
+		var claimedLayout int
+		err = tx.QueryRowContext(ctx, `SELECT conn_id, layout FROM relay_jobs WHERE job = ?`, k).Scan(&claimedBy, &claimedLayout)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+		if holder.Valid && err == nil && holder.Int64 == claimedBy {
+			out = append(out, upProcess{key: k, layout: claimedLayout})
+		}
+	}
+	return out, nil
 }

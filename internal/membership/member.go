@@ -78,6 +78,9 @@ type Member struct {
 type Options struct {
 	Kafka      consumer.Options // brokers, topics, group id, properties
 	InstanceID string           // group.instance.id (static membership), "" for dynamic
+	// Discovery is how often the group looks for new partitions of the topics (kafka.discovery_interval):
+	// the group leader assigns them once its metadata shows them.
+	Discovery time.Duration
 	// Drain bounds the wait for the pipeline to end the session that read revoked partitions
 	// (checkpoint timeout and interval): past it the revoke is acknowledged anyway, since the
 	// partition owner epochs keep a late decision out.
@@ -94,6 +97,11 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 		"auto.offset.reset": "latest",
 	} {
 		if err := cm.SetKey(k, v); err != nil {
+			return nil, err
+		}
+	}
+	if o.Discovery > 0 {
+		if err := cm.SetKey("topic.metadata.refresh.interval.ms", int(o.Discovery/time.Millisecond)); err != nil {
 			return nil, err
 		}
 	}

@@ -99,7 +99,7 @@ type PartitionReset struct {
 func ResetOffsets(ctx context.Context, e *Env, target ResetTarget, confirm Confirm) (*ResetReport, error) {
 	led := e.Ledger
 	held := e.Config.Mode == commit.ModeHeld
-	fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "relay offsets reset by " + e.Operator, Cluster: e.Galera.On})
+	fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Operator: true, Owner: "relay offsets reset by " + e.Operator, Cluster: e.Galera.On})
 	if err != nil {
 		return nil, fmt.Errorf("offsets reset needs the job stopped: %w", err)
 	}

@@ -217,7 +217,7 @@ func AcceptSpec(ctx context.Context, e *Env, confirm Confirm) (*SpecReport, erro
 		return nil, err
 	}
 	led := e.Ledger
-	fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "relay spec accept by " + e.Operator, Cluster: e.Galera.On})
+	fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Operator: true, Owner: "relay spec accept by " + e.Operator, Cluster: e.Galera.On})
 	if err != nil {
 		return nil, fmt.Errorf("spec accept needs the job stopped: %w", err)
 	}

@@ -145,7 +145,7 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool, confir
 		if err != nil {
 			return nil, err
 		}
-		fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "relay txns resolve by " + e.Operator, Cluster: e.Galera.On})
+		fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Operator: true, Owner: "relay txns resolve by " + e.Operator, Cluster: e.Galera.On})
 		switch {
 		case err == nil:
 			defer fence.Release()
@@ -287,7 +287,7 @@ func AcknowledgeLost(ctx context.Context, e *Env, tag string, confirm Confirm) (
 	if err != nil {
 		return nil, err
 	}
-	fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Owner: "relay txns resolve --acknowledge-lost by " + e.Operator})
+	fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Operator: true, Owner: "relay txns resolve --acknowledge-lost by " + e.Operator})
 	if err != nil {
 		return nil, fmt.Errorf("acknowledge %s: %w", tag, err)
 	}

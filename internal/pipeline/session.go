@@ -165,6 +165,9 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	s.coord = commit.NewCoordinator(subs, p.Ledger, fence, p.Config.Checkpoint.Timeout, p.Metrics, p.Log.Named("checkpoint"))
 	p.Log.Info("recovered", zap.Int64("resume_checkpoint", first), zap.Int("committed", rec.Committed),
 		zap.Int("rolled_back", rec.RolledBack), zap.Int("left_to_resolver", rec.Skipped), zap.Any("offsets", start))
+	// The partitions of an earlier session that this one does not read (a group member's revoked
+	// ones) must not keep exporting their old lag: the member that reads them now exports theirs.
+	p.Metrics.ConsumerLag.Reset()
 	// Lag is exported before readiness flips, so a ready process never lacks the series dashboards
 	// and alerts read: the loop refreshes it only every 5 s, and from librdkafka's cache, which is
 	// empty until the first fetch. The watermarks are those Assign read (no round trip).

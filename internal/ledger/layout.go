@@ -1,0 +1,83 @@
+// Switching a job between instances (i/M) and a consumer group: an operator's step.
+//
+// Invariant: the job's recorded layout moves between instances and group only here, only while no
+// process of the job holds its fence (checked under the job row's lock, which every claim takes
+// first), so a partition never has an owner under each layout at once. Offsets are per partition
+// in either layout: each partition resumes where its last owner stopped.
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// LayoutPlan is what switching the job's layout finds and does.
+type LayoutPlan struct {
+	Job        string   `json:"job"`
+	From       string   `json:"from"` // "" for a job that never ran
+	To         string   `json:"to"`
+	Up         []string `json:"running"`    // processes holding their fence now: the switch waits for them to stop
+	Partitions int      `json:"partitions"` // partitions with a committed offset, each resumed where it stopped
+	Applied    bool     `json:"applied"`
+}
+
+// SwitchLayout records layout to as the job's (LayoutGroup, or a number of instances) when no
+// process of the job holds its fence; with apply false it only reads what it would do. A layout
+// the job has already is no change.
+func SwitchLayout(ctx context.Context, db *sql.DB, job string, to int, apply bool) (LayoutPlan, error) {
+	l := &Ledger{db: db, job: job, key: job, layout: to}
+	p := LayoutPlan{Job: job, To: layoutName(to)}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return p, fmt.Errorf("layout switch: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var from int
+	err = tx.QueryRowContext(ctx, `SELECT layout FROM relay_jobs WHERE job = ? FOR UPDATE`, job).Scan(&from)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return p, fmt.Errorf("layout switch: %w", err)
+	}
+	ran := err == nil
+	if ran {
+		p.From = layoutName(from)
+		// Any process of either layout: the old one's must stop before the switch, and the new
+		// one's cannot be up yet (its claim would have been refused).
+		for _, layout := range []int{from, to} {
+			up, err := l.up(ctx, tx, layout)
+			if err != nil {
+				return p, fmt.Errorf("layout switch: %w", err)
+			}
+			for _, u := range up {
+				p.Up = append(p.Up, u.key)
+			}
+		}
+		if held, err := lockHolder(ctx, tx, job); err != nil {
+			return p, fmt.Errorf("layout switch: %w", err)
+		} else if held.Valid {
+			p.Up = append(p.Up, job)
+		}
+	}
+	if offs, _, err := l.partitionOffsets(ctx, tx, " LOCK IN SHARE MODE"); err != nil {
+		return p, err
+	} else {
+		p.Partitions = offs.Len()
+	}
+	if !apply || len(p.Up) > 0 || (ran && from == to) {
+		return p, nil
+	}
+	if ran {
+		_, err = tx.ExecContext(ctx, `UPDATE relay_jobs SET layout = ? WHERE job = ?`, to, job)
+	} else {
+		_, err = tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout) VALUES (?, 0, '', UTC_TIMESTAMP(6), ?)`, job, to)
+	}
+	if err != nil {
+		return p, fmt.Errorf("layout switch: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return p, fmt.Errorf("layout switch: %w", err)
+	}
+	p.Applied = true
+	return p, nil
+}
