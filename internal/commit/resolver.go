@@ -152,6 +152,32 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger, own bool) (
 		doubt = append(doubt, b)
 		byOwner[key] = append(byOwner[key], b)
 	}
+	// A decided checkpoint of a process that died after committing its branches but before marking
+	// the row stays COMMITTING until that process's key recovers, which never happens to a group
+	// member (a key per process): its row is marked here, under that key's fence, like its branches.
+	cs, err := p.Ledger.Committing(ctx)
+	if err != nil {
+		return next, err
+	}
+	for _, c := range cs {
+		key := c.Instance
+		if _, ok := byOwner[key]; ok || key == p.Ledger.Key() {
+			continue
+		}
+		other := p.Ledger.ForKey(key)
+		if running, err := ledger.IsHeld(ctx, other); err != nil || running {
+			continue
+		}
+		left, err := ledger.LeaseLeft(ctx, other)
+		if err != nil {
+			continue
+		}
+		if left > 0 {
+			next = min(next, left+100*time.Millisecond)
+			continue
+		}
+		byOwner[key] = nil
+	}
 	p.exportDoubt(ctx, log, doubt, branches)
 	for key, bs := range byOwner {
 		if key == p.Ledger.Key() {

@@ -42,7 +42,7 @@ const partitionOwnersTable = `CREATE TABLE IF NOT EXISTS relay_partition_owners 
 // ErrPartitionTaken means another member took a partition of this decision (its owner epoch
 // moved): nothing of the decision is committed. Not fatal: the member's session restarts without
 // the partition, which the group has given (or is about to give) to the other member.
-var ErrPartitionTaken = errors.New("a partition of this checkpoint was taken by another member")
+var ErrPartitionTaken = fault.Classed("partition_taken", "a partition of this checkpoint was taken by another member")
 
 // Want is a partition a member is about to read. Held is the owner epoch it took the partition at
 // in an earlier session; 0 means the group granted it since (Fresh): it may be taken from anyone.

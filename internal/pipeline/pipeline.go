@@ -292,7 +292,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 		// A Galera node outside the primary component is waited for, however long it takes, and a
 		// certification conflict at COMMIT is retried: neither is relay failing.
-		if streak++; !fault.ClusterEvent(err) {
+		// Nor is a member finding a partition taken by another: the group moved it (the next session
+		// leaves it out), however often that happens.
+		if streak++; !fault.ClusterEvent(err) && !errors.Is(err, ledger.ErrPartitionTaken) {
 			failures++
 		}
 		cause := fault.Cause(err)

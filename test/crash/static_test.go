@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/testenv"
 )
@@ -78,4 +79,38 @@ func (e *env) partitionMembers() int {
 		return 0
 	}
 	return n
+}
+
+// A member killed after committing its branches but before marking its checkpoint COMMITTED leaves
+// a COMMITTING row that no recovery of its key will ever finish (a member's key is its process's):
+// a live member's resolver marks it once the dead member's lease ran out, so the ledger shows no
+// checkpoint in flight.
+func TestDeadMemberCheckpointMarked(t *testing.T) {
+	e := newEnv(t, 4, "RELAY_JOB_LEASE=3s")
+	ctx := context.Background()
+	totals := loadgen.NewTotals()
+	group := []string{"RELAY_MEMBERSHIP=group", "RELAY_SUBTASKS=1"}
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 500, Batch: 100, SKUs: 20, Windows: 2, Seed: 93}); err != nil {
+		t.Fatal(err)
+	}
+	e.crashAt(crashpoint.AfterCommit, group...)
+	committing := func() int {
+		n := 0
+		for _, st := range e.ledgerRows() {
+			if st == "COMMITTING" {
+				n++
+			}
+		}
+		return n
+	}
+	if committing() == 0 {
+		t.Fatal("the killed member left no COMMITTING checkpoint")
+	}
+	live := e.start(group...)
+	testenv.Eventually(t, 30*time.Second, func() bool { return committing() == 0 }, "the live member's resolver to mark the dead member's checkpoint")
+	x := e.expected(totals)
+	if !testenv.Poll(60*time.Second, func() bool { live.exited(t); return e.diffOracle(x) == "" }) {
+		t.Fatalf("totals differ:\n%s", e.diffOracle(x))
+	}
+	e.stopAll([]*proc{live})
 }
