@@ -198,7 +198,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		// A revoke waits for the session's drain: the checkpoint in flight and the final one.
 		drain := 2*cfg.Checkpoint.Timeout + cfg.Checkpoint.Interval
 		if member, err = membership.Join(membership.Options{Kafka: copts, InstanceID: cfg.Kafka.GroupInstanceID, Drain: drain,
-			Discovery: cfg.Kafka.DiscoveryInterval},
+			Discovery: cfg.Kafka.DiscoveryInterval, Regrant: 2 * cfg.GroupSessionTimeout()},
 			log.Named("membership"), m); err != nil {
 			return err
 		}

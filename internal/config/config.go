@@ -461,6 +461,15 @@ const (
 	MembershipGroup     = "group"     // Kafka's consumer group assigns them among whoever runs
 )
 
+// GroupSessionTimeout is the consumer group's session timeout: kafka.properties session.timeout.ms,
+// else librdkafka's default (45 s).
+func (c *Config) GroupSessionTimeout() time.Duration {
+	if ms, err := strconv.Atoi(c.Kafka.Properties["session.timeout.ms"]); err == nil && ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return 45 * time.Second
+}
+
 // Group reports whether the job's processes share its partitions through the consumer group.
 func (c *Config) Group() bool { return c.Membership == MembershipGroup }
 

@@ -139,6 +139,10 @@ func (l *Ledger) take(ctx context.Context, want []Want) (Taken, error) {
 // rows. No claims (membership instances) stamps nothing: the instance's own owner row fences it.
 func (l *Ledger) stampPartitions(ctx context.Context, tx Execer, claims partition.Epochs, offs partition.Offsets) error {
 	if claims == nil {
+		if l.Group() {
+			// A member's decision always names what it took; none would write offsets unfenced.
+			return fmt.Errorf("%w: a member decides without the partitions it took", ErrPartitionTaken)
+		}
 		return nil
 	}
 	var q strings.Builder

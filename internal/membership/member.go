@@ -70,8 +70,12 @@ type Member struct {
 	// the ledger; 0 is a fresh grant (not taken since the group granted it).
 	held map[tp]int64
 	// stolen are assigned partitions another member took since this one's last take: not read
-	// until the group grants them again (it is about to tell this member they are lost).
-	stolen map[tp]bool
+	// until the group grants them again (it is about to tell this member they are lost), or until
+	// regrant passed with the group still assigning them here: then the other member took them on
+	// a grant older than this one's (a zombie that woke with a stale fresh grant), and this member
+	// takes them back, fresh.
+	stolen  map[tp]bool
+	regrant time.Duration
 	// reading says a session may be reading partitions: a revoke then waits for it to end. While
 	// none runs (between two sessions, a back-off), a revoke is acknowledged at once.
 	reading atomic.Bool
@@ -86,6 +90,10 @@ type Options struct {
 	// Discovery is how often the group looks for new partitions of the topics (kafka.discovery_interval):
 	// the group leader assigns them once its metadata shows them.
 	Discovery time.Duration
+	// Regrant is how long a partition another member took stays out of this member's sessions
+	// while the group still assigns it here (about twice the group's session timeout: the group
+	// has settled by then, and still gives it to this member).
+	Regrant time.Duration
 	// Drain bounds the wait for the pipeline to end the session that read revoked partitions
 	// (checkpoint timeout and interval): past it the revoke is acknowledged anyway, since the
 	// partition owner epochs keep a late decision out.
@@ -120,7 +128,7 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 	}
 	go consumer.ForwardLogs(c.Logs(), log.Named("librdkafka"))
 	mb := &Member{c: c, log: log, m: m, drain: o.Drain, changes: make(chan *Change, 16), held: map[tp]int64{},
-		stolen: map[tp]bool{}, closing: make(chan struct{})}
+		stolen: map[tp]bool{}, regrant: o.Regrant, closing: make(chan struct{})}
 	if err := c.SubscribeTopics(o.Kafka.Topics, mb.rebalance); err != nil {
 		_ = c.Close()
 		return nil, fmt.Errorf("group member: subscribe: %w", err)
@@ -267,9 +275,35 @@ func (mb *Member) Took(t ledger.Taken) {
 		}
 	}
 	for _, w := range t.Lost {
-		mb.stolen[tp{w.Topic, w.Partition}] = true
+		k := tp{w.Topic, w.Partition}
+		mb.stolen[k] = true
 		mb.log.Warn("partition taken by another member: not read until the group grants it again",
-			zap.String("topic", w.Topic), zap.Int32("partition", w.Partition), zap.Int64("held_epoch", w.Held))
+			zap.String("topic", w.Topic), zap.Int32("partition", w.Partition), zap.Int64("held_epoch", w.Held),
+			zap.Duration("regrant", mb.regrant))
+		if mb.regrant > 0 {
+			time.AfterFunc(mb.regrant, func() { mb.regranted(k) })
+		}
+	}
+}
+
+// regranted takes back a partition that stayed stolen while the group kept assigning it here.
+func (mb *Member) regranted(k tp) {
+	mb.mu.Lock()
+	_, held := mb.held[k]
+	again := held && mb.stolen[k]
+	if again {
+		delete(mb.stolen, k)
+		mb.held[k] = 0
+	}
+	mb.mu.Unlock()
+	if !again {
+		return
+	}
+	mb.log.Warn("the group still assigns a partition another member took: taking it back",
+		zap.String("topic", k.topic), zap.Int32("partition", k.part))
+	select {
+	case mb.changes <- &Change{Kind: Assigned, done: make(chan struct{})}:
+	default:
 	}
 }
 
