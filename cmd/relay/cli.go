@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
@@ -162,4 +163,31 @@ func loadConfig(src *source) (config.Config, error) {
 		return cfg, err
 	}
 	return cfg, cfg.Validate()
+}
+
+// subcommand is one verb of a command with several (txns list, spec accept ...).
+type subcommand struct {
+	name string
+	fn   func(ctx context.Context, args []string) error
+}
+
+// dispatch runs the subcommand args[0] of command name, or prints its usage.
+func dispatch(ctx context.Context, name, usage string, args []string, subs ...subcommand) error {
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.name
+	}
+	if len(args) == 0 {
+		return usageError{fmt.Sprintf("%s: %s?", name, strings.Join(names, " or "))}
+	}
+	for _, s := range subs {
+		if s.name == args[0] {
+			return s.fn(ctx, args[1:])
+		}
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Print(usage)
+		return nil
+	}
+	return usageError{fmt.Sprintf("%s: unknown subcommand %q (%s)", name, args[0], strings.Join(names, ", "))}
 }

@@ -31,17 +31,7 @@ needs no switch (stop every instance of the old M first).
 `
 
 func cmdMembership(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return usageError{"membership: switch?"}
-	}
-	switch args[0] {
-	case "switch":
-		return cmdMembershipSwitch(ctx, args[1:])
-	case "help", "-h", "--help":
-		fmt.Print(membershipUsage)
-		return nil
-	}
-	return usageError{fmt.Sprintf("membership: unknown subcommand %q (switch)", args[0])}
+	return dispatch(ctx, "membership", membershipUsage, args, subcommand{"switch", cmdMembershipSwitch})
 }
 
 func cmdMembershipSwitch(ctx context.Context, args []string) error {

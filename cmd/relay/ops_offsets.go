@@ -42,17 +42,7 @@ records counts them again, skipping loses them. Recorded in relay_audit.
 `
 
 func cmdOffsets(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return usageError{"offsets: reset?"}
-	}
-	switch args[0] {
-	case "reset":
-		return cmdOffsetsReset(ctx, args[1:])
-	case "help", "-h", "--help":
-		fmt.Print(offsetsUsage)
-		return nil
-	}
-	return usageError{fmt.Sprintf("offsets: unknown subcommand %q (reset)", args[0])}
+	return dispatch(ctx, "offsets", offsetsUsage, args, subcommand{"reset", cmdOffsetsReset})
 }
 
 func cmdOffsetsReset(ctx context.Context, args []string) error {

@@ -56,19 +56,7 @@ resumes. Recorded in relay_audit.
 ` + specStates
 
 func cmdSpec(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return usageError{"spec: diff or accept?"}
-	}
-	switch args[0] {
-	case "diff":
-		return cmdSpecDiff(ctx, args[1:])
-	case "accept":
-		return cmdSpecAccept(ctx, args[1:])
-	case "help", "-h", "--help":
-		fmt.Print(specUsage)
-		return nil
-	}
-	return usageError{fmt.Sprintf("spec: unknown subcommand %q (diff, accept)", args[0])}
+	return dispatch(ctx, "spec", specUsage, args, subcommand{"diff", cmdSpecDiff}, subcommand{"accept", cmdSpecAccept})
 }
 
 func cmdSpecDiff(ctx context.Context, args []string) error {

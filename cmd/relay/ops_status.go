@@ -18,8 +18,14 @@ as a readiness probe would; the last decided checkpoint (id, state, decided_at, 
 held the newest partition offset row); each partition's resume offset against its high watermark
 (lag; on a transactional topic the last commit marker counts as 1); the job's prepared XA branches
 with the ledger's verdict (decided checkpoint: commit; no ledger row: rollback); ledger rows still
-COMMITTING; and the last manual actions (relay txns resolve, relay offsets reset). It changes
-nothing and locks nothing: safe to run while relay runs.
+COMMITTING; and the last manual actions (relay txns resolve, relay offsets reset). For a job run
+as a consumer group (membership group) it shows, instead of fences, the group: its state in Kafka
+(kafka.group_id: state, members, assignor), each member (id, host, whether it runs and is ready
+by the /readyz it recorded with its lease, owner epoch, the partitions it holds at their owner
+epochs, its last checkpoint and the sum of their lag), the partitions whose member stopped
+(UNOWNED: nobody reads them until the group hands them on), and the stale members (lock free,
+lease run out; one is left by every start of a member process) as a count with the newest five.
+It changes nothing and locks nothing: safe to run while relay runs.
 
 --json prints one object with these fields (stable; null means "none" or "unknown"):
   job, mode, server_time
@@ -28,6 +34,13 @@ nothing and locks nothing: safe to run while relay runs.
           job/0..job/M-1 when it runs as M instances; ready is the answer of the holder's /readyz
           at readyz_url, null when not asked or no answer, with readiness saying why; the lease
           fields are null when nobody holds the fence; lease_remaining_seconds is 0 once expired)
+  group: {group_id, state, kafka_members, assignor, kafka_error, members, stale, stale_count,
+          unowned} | null   (null unless the job runs as a group; fences is empty then. members:
+          [{id, key, host, live, ready, readiness, readyz_url, owner_epoch, acquired_at,
+          lease_remaining_seconds, partitions, last_checkpoint: {id, decided_at, age_seconds} |
+          null, lag}] for each member running or within its lease; stale: the newest five of the others; partitions and unowned:
+          [{topic, partition, owner_epoch, member, decisions, taken_at, written_at, lag}];
+          kafka_members null and kafka_error set when Kafka did not describe the group)
   last_checkpoint: {id, state, decided_at, committed_at, age_seconds, records, tags} | null
                    (ages are never negative: measured to server_time, read after every row)
   partitions: [{topic, partition, offset, high_watermark, lag, waiting, out_of_range}]

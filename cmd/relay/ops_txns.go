@@ -82,19 +82,7 @@ relay_transactions_total{origin="manual"}.
 `
 
 func cmdTxns(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return usageError{"txns: list or resolve?"}
-	}
-	switch args[0] {
-	case "list":
-		return cmdTxnsList(ctx, args[1:])
-	case "resolve":
-		return cmdTxnsResolve(ctx, args[1:])
-	case "help", "-h", "--help":
-		fmt.Print(txnsUsage)
-		return nil
-	}
-	return usageError{fmt.Sprintf("txns: unknown subcommand %q (list or resolve)", args[0])}
+	return dispatch(ctx, "txns", txnsUsage, args, subcommand{"list", cmdTxnsList}, subcommand{"resolve", cmdTxnsResolve})
 }
 
 func cmdTxnsList(ctx context.Context, args []string) error {

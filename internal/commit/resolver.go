@@ -27,6 +27,12 @@ type Resolver struct {
 	FirstID func() int64
 	// Fence is the fence held now (nil between two), for the resolver's epoch.
 	Fence func() *ledger.Fence
+	// Pools are this process's pools (the pipeline's fence records its sessions there): a stalled
+	// process taken over has its recorded sessions ended in them.
+	Pools []ledger.Pool
+	// Watch is how often it looks for a stalled process (ledger.Stalled) between two passes: half
+	// the lease, so one frozen past its lease is taken over within about one and a half leases.
+	Watch time.Duration
 }
 
 // Loop runs the resolver as soon as recovery finished and then every interval until ctx
@@ -38,28 +44,42 @@ func (p *Resolver) Loop(ctx context.Context) error {
 	log := p.Log.Named("resolver")
 	t := time.NewTimer(0)
 	defer t.Stop()
+	var watch <-chan time.Time
+	if p.Watch > 0 {
+		w := time.NewTicker(p.Watch)
+		defer w.Stop()
+		watch = w.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-watch:
+			if keys, err := ledger.Stalled(ctx, p.Ledger); err != nil || len(keys) == 0 || !p.Recovered() {
+				continue
+			}
 		}
 		if !p.Recovered() {
 			t.Reset(100 * time.Millisecond)
 			continue
 		}
-		err := p.resolvePass(ctx, log)
+		next, err := p.resolvePass(ctx, log)
 		if errors.Is(err, ledger.ErrBranchLost) {
 			return err
 		}
 		if err != nil && ctx.Err() == nil {
 			log.Warn("resolver pass failed", zap.Error(err))
 		}
-		t.Reset(p.ResolveInterval)
+		t.Reset(min(p.ResolveInterval, next))
 	}
 }
 
-func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) error {
+// resolvePass resolves what it can now and says when to look again: at the interval, or sooner when
+// a stopped process's lease runs out before it (a dead member's branches hold row locks that the
+// others' checkpoints wait on: they are resolved as soon as the lease allows, not an interval later).
+func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) (next time.Duration, err error) {
+	next = p.ResolveInterval
 	// Operators' `relay txns resolve` runs in another process: it leaves an audit row, counted here once.
 	if n, err := p.Ledger.ClaimManualResolves(ctx); err != nil {
 		log.Warn("counting manual resolutions failed", zap.Error(err))
@@ -69,19 +89,33 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) error {
 	}
 	branches, err := JobBranches(ctx, p.Sink, p.Job)
 	if err != nil {
-		return err
+		return next, err
 	}
 	mine, err := owned(ctx, p.Ledger, branches)
 	if err != nil {
-		return err
+		return next, err
 	}
 	isMine := map[string]bool{}
 	for _, b := range mine {
 		isMine[b.Tag] = true
 	}
+	// A process that holds its lock but let its lease run out (frozen, cut off) keeps its row locks
+	// for as long as it stays so, and the live processes' checkpoints wait on them: it is taken over
+	// (its sessions ended, its undecided branches rolled back), even with no branch left behind.
+	stalled := map[string]bool{}
+	keys, err := ledger.Stalled(ctx, p.Ledger)
+	if err != nil {
+		return next, err
+	}
+	for _, k := range keys {
+		stalled[k] = true
+	}
 	live := p.FirstID()
 	byOwner := map[string][]Branch{} // branches to resolve, under the ledger of the instance that owns them
-	var doubt []Branch               // left behind: resolvable now or waiting for an operator
+	for k := range stalled {
+		byOwner[k] = nil
+	}
+	var doubt []Branch // left behind: resolvable now or waiting for an operator
 	for _, b := range branches {
 		key := p.Ledger.Key()
 		if isMine[b.Tag] {
@@ -91,17 +125,24 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) error {
 		} else {
 			var ok bool
 			if key, ok, err = p.Ledger.BlockOwner(ctx, b.Checkpoint); err != nil {
-				return err
+				return next, err
 			}
 			if !ok {
 				doubt = append(doubt, b) // no block says whose: only an operator can tell
 				continue
 			}
-			if running, err := ledger.IsHeld(ctx, p.Ledger.ForKey(key)); err != nil || running {
+			if running, err := ledger.IsHeld(ctx, p.Ledger.ForKey(key)); err != nil || running && !stalled[key] {
 				continue // its instance is up and answers for it
 			}
-			if expired, err := ledger.LeaseExpired(ctx, p.Ledger.ForKey(key)); err != nil || !expired {
-				continue // its instance is restarting in-process and takes its fence back within its lease
+			left, err := ledger.LeaseLeft(ctx, p.Ledger.ForKey(key))
+			if err != nil {
+				continue
+			}
+			if left > 0 {
+				// Its instance is restarting in-process and takes its fence back within its lease; or
+				// it died, and its branches are resolved once the lease ran out.
+				next = min(next, left+100*time.Millisecond)
+				continue
 			}
 		}
 		doubt = append(doubt, b)
@@ -116,13 +157,13 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger) error {
 			}
 			err = p.resolveAll(ctx, p.Ledger, fence.Epoch(), bs, live, log)
 		} else {
-			err = p.takeOver(ctx, key, bs, log)
+			err = p.takeOver(ctx, key, bs, stalled[key], log)
 		}
 		if err != nil {
-			return err
+			return next, err
 		}
 	}
-	return nil
+	return next, nil
 }
 
 // exportDoubt publishes how many branches are left behind and the oldest one's age, from the
@@ -159,10 +200,16 @@ func (p *Resolver) exportDoubt(ctx context.Context, log *zap.Logger, doubt, list
 }
 
 // takeOver resolves the branches of a stopped instance: it takes that instance's fence first (so a
-// zombie of it can no longer write a decision), applies the ledger's verdicts, and lets go.
-func (p *Resolver) takeOver(ctx context.Context, key string, bs []Branch, log *zap.Logger) error {
+// zombie of it can no longer write a decision), applies the ledger's verdicts, and lets go. A
+// stalled instance (its lock held, its lease run out) has its recorded sessions ended first, as a
+// newcomer taking its job over would.
+func (p *Resolver) takeOver(ctx context.Context, key string, bs []Branch, stalled bool, log *zap.Logger) error {
 	other := p.Ledger.ForKey(key)
-	f, err := ledger.Acquire(ctx, other, ledger.FenceConfig{Operator: true, Owner: "resolver of " + p.Ledger.Key()})
+	cfg := ledger.FenceConfig{Operator: true, Owner: "resolver of " + p.Ledger.Key()}
+	if stalled {
+		cfg.TakeOver, cfg.End = true, p.Pools
+	}
+	f, err := ledger.Acquire(ctx, other, cfg)
 	if errors.Is(err, ledger.ErrFenced) {
 		return nil // it came back: its own recovery answers for its branches
 	}
@@ -171,6 +218,10 @@ func (p *Resolver) takeOver(ctx context.Context, key string, bs []Branch, log *z
 	}
 	defer f.Release()
 	p.Metrics.Takeovers.Inc()
+	if t := f.TookOver; t != nil {
+		log.Warn("ended a stalled instance's sessions: it holds its lock but stopped renewing its lease", zap.String("instance", key),
+			zap.String("owner", t.Owner), zap.Duration("lease_expired_for", t.ExpiredFor), zap.Int64s("sessions_ended", t.Killed))
+	}
 	log.Info("resolving a stopped instance's branches", zap.String("instance", key), zap.Int("branches", len(bs)))
 	return p.resolveAll(ctx, other, f.Epoch(), bs, math.MaxInt64, log)
 }

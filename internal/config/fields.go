@@ -65,7 +65,7 @@ var (
 		"checkpoint.tolerable_failures": "In-process restarts in a row without a committed checkpoint (failed checkpoints, lost MySQL connections, a MySQL or broker restart, the fence lost) tolerated before relay exits non-zero; restarts back off with jitter from 200ms to 10s. A checkpoint whose rows MySQL refuses for their values ends the process after 3 such failures (exit status 6).",
 		"checkpoint.restart_allowance":  "How long a restart may take; part of the session-timeout rule.",
 		"checkpoint.buffer_keys":        "Distinct keys (of all aggregate tables together) a subtask buffers before flushing early into the open transaction.",
-		"checkpoint.resolve_interval":   "How often the resolver looks for this job's left-behind XA branches.",
+		"checkpoint.resolve_interval":   "How often the resolver looks for this job's left-behind XA branches. A stopped process's branches are looked at again as soon as its lease runs out, sooner than this when it would run out first.",
 		"checkpoint.in_doubt_alert_age": "Age past which an in-doubt branch of this job is flagged (relay_xa_in_doubt_oldest_age_seconds).",
 		"checkpoint.ready_max_age":      "/readyz fails when the last successful checkpoint is older than this.",
 		"input.order_id_field":          "JSON field holding the order id.",

@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/relay-sh/relay/internal/database"
@@ -185,7 +186,7 @@ func (f *Fence) lock(ctx context.Context, l *Ledger) error {
 // recorded in), and the holder's lock session itself; never this fence's own lock session.
 func (f *Fence) takeOver(ctx context.Context, l *Ledger, h holderRow, waited time.Duration) error {
 	t := &Takeover{Owner: h.owner, Epoch: h.epoch, ExpiredFor: -h.remaining, WaitedLease: waited}
-	for _, p := range f.cfg.Pools {
+	for _, p := range append(slices.Clone(f.cfg.Pools), f.cfg.End...) {
 		killed, err := database.Kill(ctx, p.DB, h.sessions.Pools[p.Name], f.connID)
 		t.Killed = append(t.Killed, killed...)
 		if err != nil {

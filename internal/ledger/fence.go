@@ -68,6 +68,10 @@ type FenceConfig struct {
 	// Pools are this process's connection pools: their sessions are recorded with each renewal,
 	// so that a process taking over after this one vanished can end them.
 	Pools []Pool
+	// End are pools of this process where a stale owner's recorded sessions are ended on a
+	// takeover, without recording this fence's own sessions there (the resolver taking over a
+	// stalled process on the pools its pipeline's fence records).
+	End []Pool
 	// Operator marks an operator command's fence: it acts within the job's recorded layout and never
 	// moves it (relay membership switch is the operator's way to).
 	Operator bool

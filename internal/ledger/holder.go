@@ -20,6 +20,7 @@ type holderRow struct {
 	connID    int64         // the session the last claim recorded
 	owner     string
 	epoch     int64
+	acquired  time.Time
 	lease     sql.NullTime
 	remaining time.Duration // until the lease runs out, by the server's clock (negative: expired)
 	sessions  recorded
@@ -33,10 +34,10 @@ func readHolder(ctx context.Context, l *Ledger) (holderRow, error) {
 	}
 	var us sql.NullInt64
 	var js string
-	err = l.db.QueryRowContext(ctx, `SELECT j.conn_id, j.owner, j.owner_epoch, l.lease_until,
+	err = l.db.QueryRowContext(ctx, `SELECT j.conn_id, j.owner, j.owner_epoch, j.acquired_at, l.lease_until,
 		TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.lease_until), COALESCE(l.sessions, '')
 		FROM relay_jobs j LEFT JOIN relay_leases l ON l.job = j.job AND l.owner_epoch = j.owner_epoch WHERE j.job = ?`,
-		l.key).Scan(&h.connID, &h.owner, &h.epoch, &h.lease, &us, &js)
+		l.key).Scan(&h.connID, &h.owner, &h.epoch, &h.acquired, &h.lease, &us, &js)
 	if errors.Is(err, sql.ErrNoRows) {
 		return h, nil
 	}
@@ -53,15 +54,42 @@ func readHolder(ctx context.Context, l *Ledger) (holderRow, error) {
 	return h, nil
 }
 
-// LeaseExpired reports whether the instance's owner has stopped renewing past its lease (or never
-// had one). The resolver acts for another instance only then: an instance whose lock session just
-// dropped is restarting in-process and takes its fence back within its lease.
-func LeaseExpired(ctx context.Context, l *Ledger) (bool, error) {
+// LeaseLeft is how long the instance's lease still runs by the server's clock: 0 when its owner
+// stopped renewing past it (or never had one). The resolver acts for another instance only then:
+// an instance whose lock session just dropped is restarting in-process and takes its fence back
+// within its lease.
+func LeaseLeft(ctx context.Context, l *Ledger) (time.Duration, error) {
 	h, err := readHolder(ctx, l)
-	if err != nil {
-		return false, err
+	if err != nil || !h.lease.Valid {
+		return 0, err
 	}
-	return !h.lease.Valid || h.remaining <= 0, nil
+	return max(h.remaining, 0), nil
+}
+
+// Stalled lists the processes of the job, other than this one, that hold their lock but stopped
+// renewing past their lease: frozen (a GC or VM pause, SIGSTOP) or cut off from the server. Their
+// sessions keep their row locks (an open transaction, a prepared branch) that the live processes'
+// checkpoints wait on; they may be taken over as a newcomer would (Acquire with TakeOver), since
+// they stopped deciding before their lease ran out. One query, cheap enough to ask every few
+// seconds: the lease read is the server's, the lock's holder must be the session the claim recorded.
+func Stalled(ctx context.Context, l *Ledger) ([]string, error) {
+	rows, err := l.db.QueryContext(ctx, `SELECT j.job FROM relay_jobs j
+		JOIN relay_leases s ON s.job = j.job AND s.owner_epoch = j.owner_epoch
+		WHERE (j.job = ? OR j.job LIKE ?) AND j.job <> ? AND s.sessions <> '' AND s.lease_until < UTC_TIMESTAMP(6)
+			AND IS_USED_LOCK(CONCAT('relay/', j.job)) = j.conn_id`, l.job, likePrefix(l.job+"/"), l.key)
+	if err != nil {
+		return nil, fmt.Errorf("stalled processes: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
 }
 
 // Holder describes who holds the job's lock, for error messages and `relay status`.
@@ -102,21 +130,16 @@ func lockHolder(ctx context.Context, q Execer, key string) (sql.NullInt64, error
 func (l *Ledger) siblings(ctx context.Context, q *sql.Tx, layout int) ([]string, error) {
 	var keys []string
 	if layout == LayoutGroup {
-		rows, err := q.QueryContext(ctx, `SELECT job FROM relay_jobs WHERE job LIKE ?`, likePrefix(MemberKey(l.job, "")))
+		all, err := l.memberKeys(ctx, q)
 		if err != nil {
 			return nil, err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var k string
-			if err := rows.Scan(&k); err != nil {
-				return nil, err
-			}
+		for _, k := range all {
 			if k != l.key {
 				keys = append(keys, k)
 			}
 		}
-		return keys, rows.Err()
+		return keys, nil
 	}
 	for j := 0; j < layout; j++ {
 		if k := InstanceKey(l.job, j, layout); k != l.key {

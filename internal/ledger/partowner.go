@@ -96,10 +96,13 @@ func (l *Ledger) take(ctx context.Context, want []Want) (Taken, error) {
 			l.job, w.Topic, w.Partition); err != nil {
 			return out, fmt.Errorf("take %s/%d: %w", w.Topic, w.Partition, err)
 		}
+		// A locking read: it reads the row as committed now. A plain read would read the snapshot
+		// of the transaction's first read, before another member's take of this partition that
+		// committed since (both would move the epoch to the same value), or before the row existed.
 		var cur int64
 		var member string
 		if err := tx.QueryRowContext(ctx, `SELECT owner_epoch, member FROM relay_partition_owners
-			WHERE job = ? AND topic = ? AND kpartition = ?`, l.job, w.Topic, w.Partition).Scan(&cur, &member); err != nil {
+			WHERE job = ? AND topic = ? AND kpartition = ? FOR UPDATE`, l.job, w.Topic, w.Partition).Scan(&cur, &member); err != nil {
 			return out, fmt.Errorf("take %s/%d: %w", w.Topic, w.Partition, err)
 		}
 		if w.Held != 0 && (cur != w.Held || member != l.key) {

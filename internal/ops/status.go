@@ -31,8 +31,11 @@ type StatusReport struct {
 	Mode string `json:"mode"`
 	// Server is what the sink server is: "not a Galera node", or the Galera node and its
 	// cluster's state (a node outside the primary component refuses relay's queries).
-	Server         string           `json:"server"`
-	Fences         []InstanceFence  `json:"fences"`          // one per instance (docs/PROTOCOL.md, "Several instances")
+	Server string          `json:"server"`
+	Fences []InstanceFence `json:"fences"` // one per instance (docs/PROTOCOL.md, "Several instances"); none for a group
+	// Group is the job's consumer group and its members when the job runs as one (membership
+	// group: the ledger's layout is ledger.LayoutGroup); null otherwise.
+	Group          *GroupStatus     `json:"group"`
 	LastCheckpoint *CheckpointInfo  `json:"last_checkpoint"` // null: the job never decided a checkpoint
 	Partitions     []PartitionLag   `json:"partitions"`
 	Branches       []Txn            `json:"branches"`
@@ -109,8 +112,11 @@ func Status(ctx context.Context, e *Env, readyz string) (*StatusReport, error) {
 	led := e.Ledger
 	r := &StatusReport{Job: led.Job(), Mode: string(e.Config.Mode), Server: e.Galera.String(), Partitions: []PartitionLag{}, Branches: []Txn{},
 		Committing: []CheckpointInfo{}}
-	var err error
-	if r.Fences, err = fences(ctx, led); err != nil {
+	layout, err := led.Layout(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if r.Fences, err = fences(ctx, led, layout); err != nil {
 		return nil, err
 	}
 	for i := range r.Fences {
@@ -131,6 +137,11 @@ func Status(ctx context.Context, e *Env, readyz string) (*StatusReport, error) {
 	}
 	if r.Partitions, err = e.lags(ctx, decided); err != nil {
 		return nil, err
+	}
+	if layout == ledger.LayoutGroup {
+		if r.Group, err = e.group(ctx, r.Partitions); err != nil {
+			return nil, err
+		}
 	}
 	branches, err := commit.JobBranches(ctx, e.Sink, led.Job())
 	if err != nil {
@@ -183,14 +194,15 @@ func (r *StatusReport) withAges() {
 	for i := range r.Committing {
 		r.Committing[i].AgeSeconds = ageSeconds(r.ServerTime, r.Committing[i].DecidedAt)
 	}
+	if r.Group != nil {
+		r.Group.withAges(r.ServerTime)
+	}
 }
 
-// fences reports every instance of the job's layout.
-func fences(ctx context.Context, led *ledger.Ledger) ([]InstanceFence, error) {
-	m, err := led.Layout(ctx)
-	if err != nil {
-		return nil, err
-	}
+// fences reports every instance of the job's layout m (none for a group, whose members status
+// reports instead).
+func fences(ctx context.Context, led *ledger.Ledger, m int) ([]InstanceFence, error) {
+	var err error
 	out := make([]InstanceFence, m)
 	for i := range out {
 		il := ledger.NewInstance(led.DB(), led.Job(), i, m)
@@ -254,32 +266,34 @@ func localReadyz(recorded string) string {
 
 // askReadiness fills in f's readiness from f.ReadyzURL, only while some process holds its fence.
 func askReadiness(ctx context.Context, f *InstanceFence) {
-	readyz := f.ReadyzURL
 	switch {
 	case !f.Held:
 		f.Readiness = "not running"
 		f.ReadyzURL = ""
-		return
-	case readyz == "":
+	case f.ReadyzURL == "":
 		f.Readiness = "not asked: its owner recorded no /readyz address (an operator command, or a relay older than this one) and this configuration names none; pass --readyz"
-		return
+	default:
+		f.Ready, f.Readiness = askReadyz(ctx, f.ReadyzURL)
 	}
+}
+
+// askReadyz asks readyz: ready is null when it did not answer, and why says what it answered (its
+// body) or why not.
+func askReadyz(ctx context.Context, readyz string) (ready *bool, why string) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, readyz, nil)
 	if err != nil {
-		f.Readiness = err.Error()
-		return
+		return nil, err.Error()
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		f.Readiness = fmt.Sprintf("no answer from %s: %v", readyz, err)
-		return
+		return nil, fmt.Sprintf("no answer from %s: %v", readyz, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	ready := resp.StatusCode == http.StatusOK
-	f.Ready, f.Readiness = &ready, strings.TrimSpace(string(body))
+	ok := resp.StatusCode == http.StatusOK
+	return &ok, strings.TrimSpace(string(body))
 }
 
 // lastCommit fills in the last checkpoint and returns the offsets the job resumes from (each

@@ -34,6 +34,9 @@ func (r *StatusReport) WriteText(w io.Writer) error {
 	} else {
 		fmt.Fprintf(tw, "last checkpoint\tnone (the job has not committed a checkpoint)\n")
 	}
+	if r.Group != nil {
+		r.Group.writeText(tw)
+	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOFFSET\tHIGH WATERMARK\tLAG\tWAITING")
 	for _, p := range r.Partitions {
@@ -94,16 +97,20 @@ func (f InstanceFence) leaseState(now time.Time) string {
 }
 
 // runState says "running" only when /readyz said 200, as a readiness probe would.
-func (f InstanceFence) runState() string {
+func (f InstanceFence) runState() string { return runState(f.Held, f.Ready, "fence held", f.Readiness) }
+
+// runState says how a process holding its lock (held; what it holds) is, by its /readyz answer
+// (ready, why).
+func runState(held bool, ready *bool, what, why string) string {
 	switch {
-	case !f.Held:
+	case !held:
 		return "not running"
-	case f.Ready == nil:
-		return "fence held, readiness unknown (" + f.Readiness + ")"
-	case *f.Ready:
+	case ready == nil:
+		return what + ", readiness unknown (" + why + ")"
+	case *ready:
 		return "running, ready"
 	}
-	return "NOT READY (" + f.Readiness + ")"
+	return "NOT READY (" + why + ")"
 }
 
 func ageString(seconds float64) string {
@@ -133,4 +140,58 @@ func writeLost(w io.Writer, lost []LostInfo) {
 		fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\n", c.ID, c.DecidedAt.Format(time.RFC3339), c.Records, strings.Join(c.LostTags, ","), c.Offsets)
 	}
 	fmt.Fprintln(w, "(rows lost: relay run refuses to start; recount, then relay txns resolve <tag> --acknowledge-lost; docs/RUNBOOK.md, \"Branch rolled back by the server\")")
+}
+
+// writeText renders the group, as a section of its own: Kafka's view, one row per member, the
+// unowned partitions and the newest stale members.
+func (g *GroupStatus) writeText(w io.Writer) {
+	fmt.Fprintln(w)
+	if g.KafkaMembers != nil {
+		fmt.Fprintf(w, "consumer group %s: %s in Kafka, members %d, assignor %s\n", g.GroupID, g.State, *g.KafkaMembers, g.Assignor)
+	} else {
+		fmt.Fprintf(w, "consumer group %s: %s (%s)\n", g.GroupID, g.State, g.KafkaError)
+	}
+	if len(g.Members) == 0 {
+		fmt.Fprintln(w, "no member running")
+	} else {
+		fmt.Fprintln(w, "MEMBER\tHOST\tSTATE\tOWNER EPOCH\tPARTITIONS (OWNER EPOCH)\tLAST CHECKPOINT\tLAG")
+	}
+	for _, m := range g.Members {
+		live := runState(m.Live, m.Ready, "lock held", m.Readiness)
+		if !m.Live && m.LeaseRemainingSeconds != nil {
+			live += " (lock free; lease runs " + ageString(*m.LeaseRemainingSeconds) + " more)"
+		}
+		last, lag := "none", "-"
+		if c := m.LastCheckpoint; c != nil {
+			last = fmt.Sprintf("%d, %s ago", c.ID, ageString(c.AgeSeconds))
+		}
+		if m.Lag != nil {
+			lag = fmt.Sprint(*m.Lag)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", m.ID, m.Host, live, m.OwnerEpoch, partitionList(m.Partitions, false), last, lag)
+	}
+	if len(g.Unowned) > 0 {
+		fmt.Fprintf(w, "UNOWNED partitions (their last owner does not run; the group hands them to a live member): %s\n", partitionList(g.Unowned, true))
+	}
+	if g.StaleCount > 0 {
+		fmt.Fprintf(w, "stale members (lock free, lease run out): %d, the newest %d:\n", g.StaleCount, len(g.Stale))
+		for _, m := range g.Stale {
+			fmt.Fprintf(w, "  %s\t%s\towner epoch %d\tsince %s\n", m.ID, m.Host, m.OwnerEpoch, m.AcquiredAt.Format(time.RFC3339))
+		}
+	}
+}
+
+// partitionList renders partitions as topic[p]@owner_epoch (with the member, when asked).
+func partitionList(ps []MemberPartition, member bool) string {
+	if len(ps) == 0 {
+		return "none"
+	}
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = fmt.Sprintf("%s[%d]@%d", p.Topic, p.Partition, p.OwnerEpoch)
+		if member {
+			out[i] += " of " + p.Member
+		}
+	}
+	return strings.Join(out, " ")
 }

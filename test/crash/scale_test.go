@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,9 +114,10 @@ func TestRescale(t *testing.T) {
 }
 
 // An instance dies holding prepared, decided branches whose row locks another instance needs; the
-// survivor's resolver takes the dead instance's fence and commits them, and the survivor goes on.
+// survivor's resolver takes the dead instance's fence and commits them as soon as its lease ran
+// out (not a resolve interval later: the interval is the default 30s here), and the survivor goes on.
 func TestSurvivorResolvesBlockingBranch(t *testing.T) {
-	e := newEnv(t, 2, "RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s", "RELAY_MYSQL_LOCK_WAIT_TIMEOUT=5s")
+	e := newEnv(t, 2, "RELAY_MYSQL_LOCK_WAIT_TIMEOUT=5s")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	totals := loadgen.NewTotals()
@@ -131,8 +133,9 @@ func TestSurvivorResolvesBlockingBranch(t *testing.T) {
 	}
 	survivor := e.startLayoutInstance(1, 2)
 	start := time.Now()
-	// The bound: recovery, then the resolver's 1s interval; 30s leaves room for a loaded machine.
-	testenv.Eventually(t, 30*time.Second, func() bool { return len(e.branches()) == 0 }, "the survivor to resolve the dead instance's branches")
+	// The bound: recovery, then the dead instance's lease (10s); 25s, below the 30s resolve
+	// interval, leaves room for a loaded machine.
+	testenv.Eventually(t, 25*time.Second, func() bool { return len(e.branches()) == 0 }, "the survivor to resolve the dead instance's branches")
 	took := time.Since(start)
 	if ev := logEvents(t, survivor.Log, "resolving a stopped instance's branches"); len(ev) != 1 || ev[0]["instance"] != e.job+"/0" {
 		t.Fatalf("survivor log: %v, want one take-over of %s/0", ev, e.job)
@@ -157,4 +160,55 @@ func (e *env) startLayoutInstance(i, m int) *proc {
 	p := e.start(fmt.Sprintf("RELAY_INSTANCE=%d/%d", i, m), "RELAY_SUBTASKS=1")
 	testenv.Eventually(e.t, 60*time.Second, func() bool { return len(logEvents(e.t, p.Log, "recovered")) > 0 }, "recovery")
 	return p
+}
+
+// An instance frozen (SIGSTOP) while the job runs keeps its lock and its sessions, and with them
+// the row locks of whatever it had open; instances share rows, so the other one's checkpoints
+// would wait on them for as long as it stays frozen. Once its lease ran out, the other's resolver
+// takes it over (its recorded sessions ended, its undecided branches rolled back) and the other
+// instance commits again; the frozen one, woken, finds its fence gone, recovers, and the totals
+// are exact.
+func TestStalledInstanceTakenOver(t *testing.T) {
+	for _, mode := range []string{"xa", "held"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnv(t, 2, "RELAY_MODE="+mode, "RELAY_MYSQL_LOCK_WAIT_TIMEOUT=5s", "RELAY_JOB_LEASE=4s")
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			totals := loadgen.NewTotals()
+			// Few keys: both partitions, hence both instances, write the same rows.
+			few := func(seed uint64) loadgen.Options {
+				return loadgen.Options{Orders: 1500, Batch: 50, SKUs: 3, Windows: 1, Seed: seed, TxnID: fmt.Sprintf("st-%s-%d", e.topic, seed)}
+			}
+			ps := e.startLayout(2)
+			if err := e.produce(ctx, totals, few(81)); err != nil {
+				t.Fatal(err)
+			}
+			frozen, other := ps[0], ps[1]
+			if err := frozen.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, 10*time.Second, frozen.Stopped, "the SIGSTOP to land")
+			stoppedAt := time.Now()
+			if err := e.produce(ctx, totals, few(82)); err != nil {
+				t.Fatal(err)
+			}
+			// The resolve interval is the default 30s: the takeover follows the lease, not the interval.
+			testenv.Eventually(t, 25*time.Second, func() bool {
+				return len(logEvents(t, other.Log, "ended a stalled instance's sessions: it holds its lock but stopped renewing its lease")) > 0
+			}, "the other instance to take the frozen one over")
+			ev := logEvents(t, other.Log, "ended a stalled instance's sessions: it holds its lock but stopped renewing its lease")[0]
+			if ev["instance"] != e.job+"/0" {
+				t.Fatalf("took over %v, want %s/0", ev["instance"], e.job)
+			}
+			t.Logf("frozen instance taken over %s after the SIGSTOP (lease 4s)", time.Since(stoppedAt).Round(time.Millisecond))
+			if err := frozen.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			// Woken, it finds its fence gone and takes it again (a second "job fenced") before going on.
+			testenv.Eventually(t, 30*time.Second, func() bool { return len(logEvents(t, frozen.Log, "job fenced")) >= 2 },
+				"the woken instance to take its fence again")
+			e.stopAll(ps)
+			e.finishInstances(totals, 2)
+		})
+	}
 }

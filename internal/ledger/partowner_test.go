@@ -1,0 +1,378 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relay-sh/relay/internal/partition"
+	"github.com/relay-sh/relay/internal/testenv"
+)
+
+// owners is every owner row of l's job by "topic/partition".
+func owners(ctx context.Context, t *testing.T, l *Ledger) map[string]PartitionOwner {
+	t.Helper()
+	rows, err := l.partitionOwners(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]PartitionOwner{}
+	for _, r := range rows {
+		out[fmt.Sprintf("%s/%d", r.Topic, r.Partition)] = r
+	}
+	return out
+}
+
+func offsetsOf(ctx context.Context, t *testing.T, l *Ledger) partition.Offsets {
+	t.Helper()
+	offs, _, err := l.PartitionOffsets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return offs
+}
+
+// A fresh take starts at owner epoch 1 with no offsets; another member's fresh take moves the
+// epoch and reads the offset the first one decided; the first one's next decision with its old
+// claims is refused and writes nothing (no checkpoint row, offsets and its other owner rows as
+// they were), while a decision of the partitions it still holds goes through. XA decisions.
+func TestPartitionTakenXA(t *testing.T) {
+	a, b, fa, fb, ctx := twoMembers(t)
+	ta, err := a.TakePartitions(ctx, fresh("t", 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (partition.Epochs{"t": {0: 1, 1: 1}}); !ta.Epochs.Equal(want) || len(ta.Offsets) != 0 || len(ta.Lost) != 0 {
+		t.Fatalf("fresh take: %+v; want epochs %v, no offsets, nothing lost", ta, want)
+	}
+	if err := a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 10, 1: 20}}}); err != nil {
+		t.Fatalf("A's decision: %v", err)
+	}
+	tb, err := b.TakePartitions(ctx, fresh("t", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := tb.Epochs.Get("t", 0); e != 2 || !tb.Offsets.Equal(partition.Offsets{"t": {0: 10}}) {
+		t.Fatalf("B's take of t/0: epochs %v offsets %v; want epoch 2 and A's offset 10", tb.Epochs, tb.Offsets)
+	}
+	before := owners(ctx, t, a)
+	err = a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 2, Offsets: partition.Offsets{"t": {0: 15, 1: 25}}})
+	if !errors.Is(err, ErrPartitionTaken) {
+		t.Fatalf("A's decision after B took t/0: %v, want ErrPartitionTaken", err)
+	}
+	if ok, err := a.Verdict(ctx, 2); err != nil || ok {
+		t.Fatalf("refused decision: checkpoint row %v, %v; want none", ok, err)
+	}
+	if got := offsetsOf(ctx, t, a); !got.Equal(partition.Offsets{"t": {0: 10, 1: 20}}) {
+		t.Fatalf("refused decision changed the offsets: %v", got)
+	}
+	if after := owners(ctx, t, a); after["t/1"] != before["t/1"] || after["t/0"] != before["t/0"] {
+		t.Fatalf("refused decision changed owner rows:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if got := owners(ctx, t, a)["t/0"]; got.Member != b.Key() || got.OwnerEpoch != 2 || got.Decisions != 1 {
+		t.Fatalf("t/0's owner row: %+v; want B's at epoch 2, A's one decision", got)
+	}
+	if err := a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 3, Offsets: partition.Offsets{"t": {1: 25}}}); err != nil {
+		t.Fatalf("A's decision of t/1 alone, which it still holds: %v", err)
+	}
+	if err := b.Decide(ctx, fb.Epoch(), tb.Epochs, Checkpoint{ID: 4, Offsets: partition.Offsets{"t": {0: 12}}}); err != nil {
+		t.Fatalf("B's decision of t/0: %v", err)
+	}
+	if got := offsetsOf(ctx, t, a); !got.Equal(partition.Offsets{"t": {0: 12, 1: 25}}) {
+		t.Fatalf("offsets %v; want t/0 at B's 12, t/1 at A's 25", got)
+	}
+	// The group grants t/0 to A again: a decision under A's first claims (epoch 1) is still
+	// refused. The epoch it was taken at decides, not the member's name.
+	again, err := a.TakePartitions(ctx, fresh("t", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := again.Epochs.Get("t", 0); e != 3 || !again.Offsets.Equal(partition.Offsets{"t": {0: 12}}) {
+		t.Fatalf("A's second take of t/0: %+v; want epoch 3 at B's offset 12", again)
+	}
+	err = a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 5, Offsets: partition.Offsets{"t": {0: 30}}})
+	if !errors.Is(err, ErrPartitionTaken) {
+		t.Fatalf("A's decision under its epoch-1 claims after taking t/0 at epoch 3: %v, want ErrPartitionTaken", err)
+	}
+	if got := offsetsOf(ctx, t, a); !got.Equal(partition.Offsets{"t": {0: 12, 1: 25}}) {
+		t.Fatalf("refused decision changed the offsets: %v", got)
+	}
+}
+
+// The same in held mode: the offsets written with the data through WriteHeldOffsets.
+func TestPartitionTakenHeld(t *testing.T) {
+	a, b, fa, _, ctx := twoMembers(t)
+	held := func(l *Ledger, epoch int64, claims partition.Epochs, id int64, offs partition.Offsets) error {
+		tx, err := l.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		if err := l.WriteHeldOffsets(ctx, tx, epoch, claims, id, offs); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	ta, err := a.TakePartitions(ctx, fresh("h", 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := held(a, fa.Epoch(), ta.Epochs, 1, partition.Offsets{"h": {0: 10, 1: 20}}); err != nil {
+		t.Fatalf("A's held write: %v", err)
+	}
+	tb, err := b.TakePartitions(ctx, fresh("h", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := tb.Epochs.Get("h", 1); e != 2 || !tb.Offsets.Equal(partition.Offsets{"h": {1: 20}}) {
+		t.Fatalf("B's take of h/1: epochs %v offsets %v; want epoch 2 and A's offset 20", tb.Epochs, tb.Offsets)
+	}
+	before := owners(ctx, t, a)
+	err = held(a, fa.Epoch(), ta.Epochs, 2, partition.Offsets{"h": {0: 15, 1: 25}})
+	if !errors.Is(err, ErrPartitionTaken) {
+		t.Fatalf("A's held write after B took h/1: %v, want ErrPartitionTaken", err)
+	}
+	if got := offsetsOf(ctx, t, a); !got.Equal(partition.Offsets{"h": {0: 10, 1: 20}}) {
+		t.Fatalf("refused held write changed the offsets: %v", got)
+	}
+	if after := owners(ctx, t, a); after["h/0"] != before["h/0"] || after["h/1"] != before["h/1"] {
+		t.Fatalf("refused held write changed owner rows:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if err := held(a, fa.Epoch(), ta.Epochs, 3, partition.Offsets{"h": {0: 15}}); err != nil {
+		t.Fatalf("A's held write of h/0 alone, which it still holds: %v", err)
+	}
+}
+
+// Taking a held partition again (a later session of the same member) is conditional on nobody
+// having taken it since: after another member took it, it is Lost and its epoch stays; at the
+// current epoch, by the member that holds it, it is taken again at the next epoch.
+func TestPartitionHeldRetake(t *testing.T) {
+	a, b, _, _, ctx := twoMembers(t)
+	if _, err := a.TakePartitions(ctx, fresh("t", 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TakePartitions(ctx, fresh("t", 0)); err != nil {
+		t.Fatal(err)
+	}
+	again, err := a.TakePartitions(ctx, []Want{{Topic: "t", Partition: 0, Held: 1}, {Topic: "t", Partition: 1, Held: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again.Lost) != 1 || again.Lost[0] != (Want{Topic: "t", Partition: 0, Held: 1}) {
+		t.Fatalf("A's held take after B took t/0: lost %v; want t/0 at held epoch 1", again.Lost)
+	}
+	if _, ok := again.Epochs.Get("t", 0); ok {
+		t.Fatalf("A's held take after B took t/0 took it: %v", again.Epochs)
+	}
+	if e, _ := again.Epochs.Get("t", 1); e != 2 {
+		t.Fatalf("A's held take of t/1, untouched since: epoch %d, want 2", e)
+	}
+	if got := owners(ctx, t, a)["t/0"]; got.Member != b.Key() || got.OwnerEpoch != 2 {
+		t.Fatalf("t/0 after A's refused take: %+v; want B's at epoch 2", got)
+	}
+	// The current epoch, but another member's: still lost.
+	if r, err := a.TakePartitions(ctx, []Want{{Topic: "t", Partition: 0, Held: 2}}); err != nil || len(r.Lost) != 1 {
+		t.Fatalf("A's take of t/0 held at B's epoch 2: %+v, %v; want it lost", r, err)
+	}
+	rb, err := b.TakePartitions(ctx, []Want{{Topic: "t", Partition: 0, Held: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := rb.Epochs.Get("t", 0); e != 3 || len(rb.Lost) != 0 {
+		t.Fatalf("B's held take of t/0 at its epoch 2: %+v; want epoch 3", rb)
+	}
+}
+
+// A decision must name only partitions the member holds: one whose offsets name a partition
+// outside its claims is refused and writes nothing.
+func TestPartitionDecisionOutsideClaims(t *testing.T) {
+	a, _, fa, _, ctx := twoMembers(t)
+	ta, err := a.TakePartitions(ctx, fresh("t", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 5, 1: 6}}})
+	if !errors.Is(err, ErrPartitionTaken) {
+		t.Fatalf("decision naming t/1, not taken: %v, want ErrPartitionTaken", err)
+	}
+	if ok, _ := a.Verdict(ctx, 1); ok {
+		t.Fatal("refused decision left its checkpoint row")
+	}
+	if got := offsetsOf(ctx, t, a); len(got) != 0 {
+		t.Fatalf("refused decision wrote offsets %v", got)
+	}
+}
+
+// Two members taking overlapping partition sets at once never both hold a partition at one epoch,
+// and every take finishes (deadlock victims take again); the member whose take came last holds
+// each partition, and a decision over a set succeeds exactly when its member holds all of it.
+func TestPartitionTakesConcurrent(t *testing.T) {
+	a, b, fa, fb, _ := twoMembers(t)
+	ctx := testenv.Context(t, 4*time.Minute)
+	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_PARTITION_SEED", 0), 0))
+	const rounds, parts = 50, 16
+	members, fences := []*Ledger{a, b}, []*Fence{fa, fb}
+	id := int64(0)
+	for r := 0; r < rounds; r++ {
+		sets := make([][]Want, 2)
+		for i := range sets {
+			for p := int32(0); p < parts; p++ {
+				if rng.IntN(3) > 0 { // two thirds of the partitions each: they overlap
+					sets[i] = append(sets[i], Want{Topic: "t", Partition: p})
+				}
+			}
+		}
+		taken := make([]Taken, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range members {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				taken[i], errs[i] = members[i].TakePartitions(ctx, sets[i])
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: member %d's take: %v", r, i, err)
+			}
+		}
+		rows := owners(ctx, t, a)
+		for p := int32(0); p < parts; p++ {
+			ea, okA := taken[0].Epochs.Get("t", p)
+			eb, okB := taken[1].Epochs.Get("t", p)
+			if okA && okB && ea == eb {
+				t.Fatalf("round %d: both members hold t/%d at epoch %d", r, p, ea)
+			}
+			row, ok := rows[fmt.Sprintf("t/%d", p)]
+			last := -1
+			switch {
+			case okA && (!okB || ea > eb):
+				last = 0
+			case okB:
+				last = 1
+			}
+			if last >= 0 && (!ok || row.Member != members[last].Key() || row.OwnerEpoch != max(ea, eb)) {
+				t.Fatalf("round %d: t/%d's owner row %+v; want member %s at epoch %d (takes at %d and %d)",
+					r, p, row, members[last].Key(), max(ea, eb), ea, eb)
+			}
+		}
+		for i := range members {
+			holdsAll := true
+			offs := partition.Offsets{}
+			for _, w := range sets[i] {
+				holdsAll = holdsAll && rows[fmt.Sprintf("t/%d", w.Partition)].Member == members[i].Key()
+				offs.Set(w.Topic, w.Partition, int64(r))
+			}
+			id++
+			err := members[i].Decide(ctx, fences[i].Epoch(), taken[i].Epochs, Checkpoint{ID: id, Offsets: offs})
+			if holdsAll != (err == nil) || (err != nil && !errors.Is(err, ErrPartitionTaken)) {
+				t.Fatalf("round %d: member %d holds all of its set: %v; its decision: %v", r, i, holdsAll, err)
+			}
+		}
+	}
+}
+
+// A decision and another member's take of its partitions, at once: either the decision commits
+// first and the take reads its offsets, or the decision is refused and the take read the offsets
+// before it; never a decision committed after a take that read the older offsets.
+func TestPartitionDecisionRacesTake(t *testing.T) {
+	a, b, fa, fb, _ := twoMembers(t)
+	ctx := testenv.Context(t, 4*time.Minute)
+	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_PARTITION_SEED", 0), 0))
+	const rounds, parts = 50, 16
+	members, fences := []*Ledger{a, b}, []*Fence{fa, fb}
+	all := make([]Want, parts)
+	for p := range all {
+		all[p] = Want{Topic: "t", Partition: int32(p)}
+	}
+	owner := 0
+	claims, err := a.TakePartitions(ctx, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, committed := int64(0), 0
+	for r := 1; r <= rounds; r++ {
+		x, y := owner, 1-owner
+		var some []Want
+		for _, w := range all {
+			if rng.IntN(4) == 0 {
+				some = append(some, w)
+			}
+		}
+		if len(some) == 0 {
+			some = all[rng.IntN(parts):][:1]
+		}
+		next := partition.Offsets{}
+		for _, w := range all {
+			next.Set(w.Topic, w.Partition, int64(r))
+		}
+		// The take starts up to 3 ms after the decision: a draw of the seed shuffling which of the
+		// two reaches the owner rows first (a take alone is faster); the checks hold either way.
+		jitter := time.Duration(rng.IntN(3000)) * time.Microsecond
+		var decideErr, takeErr error
+		var took Taken
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			decideErr = members[x].Decide(ctx, fences[x].Epoch(), claims.Epochs, Checkpoint{ID: int64(r), Offsets: next})
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			time.Sleep(jitter)
+			took, takeErr = members[y].TakePartitions(ctx, some)
+		}()
+		close(start)
+		wg.Wait()
+		if takeErr != nil {
+			t.Fatalf("round %d: take: %v", r, takeErr)
+		}
+		got := offsetsOf(ctx, t, a)
+		want := before
+		switch {
+		case decideErr == nil:
+			want = int64(r)
+			committed++
+		case !errors.Is(decideErr, ErrPartitionTaken):
+			t.Fatalf("round %d: decision: %v, want success or ErrPartitionTaken", r, decideErr)
+		}
+		if decided, _ := a.Verdict(ctx, int64(r)); decided != (decideErr == nil) {
+			t.Fatalf("round %d: decision returned %v but its checkpoint row exists: %v", r, decideErr, decided)
+		}
+		rows := owners(ctx, t, a)
+		for _, w := range all {
+			if off, _ := got.Get(w.Topic, w.Partition); off != want {
+				t.Fatalf("round %d: t/%d at offset %d, want %d (decision: %v)", r, w.Partition, off, want, decideErr)
+			}
+		}
+		for _, w := range some {
+			off, ok := took.Offsets.Get(w.Topic, w.Partition)
+			if ok != (committed > 0) || off != want {
+				t.Fatalf("round %d: the take read t/%d at %d (%v); the decision (%v) leaves it at %d", r, w.Partition, off, ok, decideErr, want)
+			}
+			e, _ := took.Epochs.Get(w.Topic, w.Partition)
+			if row := rows[fmt.Sprintf("t/%d", w.Partition)]; row.Member != members[y].Key() || row.OwnerEpoch != e {
+				t.Fatalf("round %d: t/%d's owner row %+v; want the take's, at epoch %d", r, w.Partition, row, e)
+			}
+		}
+		before = want
+		// The taker is granted every partition for the next round.
+		if claims, err = members[y].TakePartitions(ctx, all); err != nil {
+			t.Fatal(err)
+		}
+		owner = y
+	}
+	t.Logf("%d of %d decisions committed before the take, %d refused after it", committed, rounds, rounds-committed)
+}
