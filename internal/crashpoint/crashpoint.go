@@ -11,6 +11,7 @@ package crashpoint
 
 import (
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,7 +52,14 @@ func Hit(name string) {
 	mu.Unlock()
 	if fire && stop {
 		os.Stderr.WriteString("crashpoint: stopping at " + name + "\n")
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		// The signal goes to this thread: it stops before the syscall returns. Sent to the process,
+		// the kernel may hand it to another thread, and this one ran on for a moment: long enough
+		// to send the COMMIT that follows held-before-commit (seen in node 2's general log of
+		// test/galera's TestGroupMembersAcrossNodes: the "frozen" COMMIT reached the server at the
+		// freeze, six seconds before SIGCONT).
+		runtime.LockOSThread()
+		_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+		runtime.UnlockOSThread()
 		return
 	}
 	if fire {

@@ -139,14 +139,16 @@ func (e *env) start(node int, extra ...string) *harness.Relay {
 }
 
 // streamOrders produces orders in Kafka transactions (some aborted, some bad) at rate until the
-// returned stop is called; stop returns the producer's error.
-func (e *env) streamOrders(totals *loadgen.Totals, rate float64, seed uint64) (stop func() error) {
+// returned stop is called; stop returns the producer's error. opts change the load's options.
+func (e *env) streamOrders(totals *loadgen.Totals, rate float64, seed uint64, opts ...func(*loadgen.Options)) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- loadgen.Run(ctx, loadgen.Options{Brokers: e.brokers, Topic: e.topic, TxnID: "lg-" + e.topic + fmt.Sprint(seed),
-			Orders: 1 << 30, Rate: rate, Batch: 40, AbortRate: 0.1, BadRate: 0.005, SKUs: 300, Windows: 30, Seed: seed}, totals)
-	}()
+	o := loadgen.Options{Brokers: e.brokers, Topic: e.topic, TxnID: "lg-" + e.topic + fmt.Sprint(seed),
+		Orders: 1 << 30, Rate: rate, Batch: 40, AbortRate: 0.1, BadRate: 0.005, SKUs: 300, Windows: 30, Seed: seed}
+	for _, f := range opts {
+		f(&o)
+	}
+	go func() { done <- loadgen.Run(ctx, o, totals) }()
 	return func() error {
 		cancel()
 		if err := <-done; err != nil && ctx.Err() == nil {
@@ -202,12 +204,13 @@ func (e *env) mismatch(want loadgen.Tables) (keys int, first []string, delta flo
 	return keys, first, delta
 }
 
-// finish runs relay on node 3 until the cluster holds the totals (or a deadline), stops it with
-// SIGTERM and fails the test on any difference.
-func (e *env) finish(totals *loadgen.Totals) {
+// finish runs relay on node 3 (with extra RELAY_* variables: a group job's member) until the
+// cluster holds the totals (or a deadline), stops it with SIGTERM and fails the test on any
+// difference.
+func (e *env) finish(totals *loadgen.Totals, extra ...string) {
 	t := e.t
 	want, _, _ := totals.Snapshot()
-	r := e.start(3)
+	r := e.start(3, extra...)
 	// SIGTERM before its handler is installed would kill it: wait until it runs.
 	if _, err := r.WaitLog(func(l harness.LogLine) bool { return l.Msg == "recovered" }, 120*time.Second); err != nil {
 		t.Fatalf("relay on node 3 did not recover: %v\n%s", err, harness.Tail(r.Log, 30))
