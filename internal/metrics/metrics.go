@@ -112,7 +112,7 @@ func New(job string) *Metrics {
 			"Per cooperative revocation, time from the group's revoke to handing the partitions back: the open epoch decided (or aborted) and the session ended.",
 			prometheus.ExponentialBuckets(0.01, 2, 14)),
 		FencedDecisions: f.counter("relay_fenced_decisions_total",
-			"Checkpoints refused because another member took one of their partitions (its owner epoch moved): nothing of them was committed."),
+			"Checkpoints whose decision was refused because this process no longer held what it decided: a partition another member took (its owner epoch moved), or its fence and lease. Nothing of them was committed."),
 	}
 	for _, k := range []string{"assigned", "revoked", "lost"} {
 		m.Rebalances.WithLabelValues(k)

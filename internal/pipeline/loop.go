@@ -70,6 +70,14 @@ func (s *session) run(ctx context.Context) (err error) {
 				if err := s.drain(); err != nil {
 					return &errReassigned{ch, err}
 				}
+				return &errReassigned{ch, nil}
+			}
+			// No new epoch is cut; a checkpoint already in flight finishes (a zombie's decision is
+			// refused by the partitions' epochs: counted, not abandoned with the session).
+			if s.inflight != nil {
+				err := <-s.inflight
+				s.inflight = nil
+				p.countFenced(err)
 			}
 			return &errReassigned{ch, nil}
 		case err := <-s.inflight:

@@ -275,17 +275,13 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			p.setState(Stopped)
 			return memberFailed(nil)
 		}
+		ran = ran || committed
 		if reassigned(err) {
 			// The session ended (drained, or aborted on a lost assignment): the group may hand its
 			// partitions on, and the next session starts on the new assignment at once.
 			continue
 		}
-		if errors.Is(err, ledger.ErrPartitionTaken) {
-			// Another member took a partition this session read: its decision was refused, nothing
-			// of it committed. The next session leaves that partition out.
-			p.Metrics.FencedDecisions.Inc()
-		}
-		ran = ran || committed
+		p.countFenced(err)
 		if ctx.Err() != nil || fatal(err, ran) {
 			p.setState(Failed)
 			return memberFailed(err)
@@ -323,6 +319,15 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			p.setState(Stopped)
 			return memberFailed(nil)
 		}
+	}
+}
+
+// countFenced counts a checkpoint whose decision was refused because this process no longer held
+// what it decided: a partition another member took (its owner epoch moved; the next session
+// leaves it out), or its fence's lease. Nothing of such a checkpoint is committed.
+func (p *Pipeline) countFenced(err error) {
+	if errors.Is(err, ledger.ErrPartitionTaken) || errors.Is(err, commit.ErrFenceLost) || errors.Is(err, ledger.ErrFenced) {
+		p.Metrics.FencedDecisions.Inc()
 	}
 }
 

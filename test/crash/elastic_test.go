@@ -812,6 +812,11 @@ func zombie(t *testing.T, point string, extra ...string) {
 	if st.rebalances["lost"] < 1 {
 		t.Fatalf("%s woke with relay_rebalances_total{kind=\"lost\"} %v: its group session did not expire while it was frozen", z.key, st.rebalances["lost"])
 	}
+	// It froze with a checkpoint in flight (the crash point is inside it): told its assignment is
+	// lost, it lets that checkpoint finish, whose decision the partitions' epochs refuse.
+	if st.fenced < 1 {
+		t.Fatalf("%s woke with a checkpoint in flight and relay_fenced_decisions_total %v: its refused decision was not counted", z.key, st.fenced)
+	}
 	for _, id := range inFlight {
 		if st, ok := e.ledgerRows()[id]; ok {
 			t.Fatalf("checkpoint %d, prepared by %s when it froze, was decided after another member took its partitions (%s)", id, z.key, st)
