@@ -123,7 +123,7 @@ func prepareInDoubt(ctx context.Context, db *sql.DB, job, topic string, n int) (
 			made++
 		}
 		if c <= int64(checkpoints/2) {
-			if err := led.Decide(ctx, fence.Epoch(), ledger.Checkpoint{ID: c, Tags: tags, Offsets: offsets}); err != nil {
+			if err := led.Decide(ctx, fence.Epoch(), nil, ledger.Checkpoint{ID: c, Tags: tags, Offsets: offsets}); err != nil {
 				return 0, err
 			}
 		}

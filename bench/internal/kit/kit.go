@@ -194,3 +194,31 @@ func (c *CPUMeter) Stop() map[string]float64 {
 	}
 	return out
 }
+
+// MachineBusy is the CPU time every core of the machine spent not idle since boot (/proc/stat:
+// all but idle and iowait), whoever ran: the difference over an interval, divided by its length,
+// is how many cores were busy.
+func MachineBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var busy int64
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		// user nice system idle iowait irq softirq steal (guest time is inside user already)
+		if i == 3 || i == 4 || i >= 8 {
+			continue
+		}
+		busy += n
+	}
+	return time.Duration(busy) * 10 * time.Millisecond, nil
+}

@@ -1,0 +1,346 @@
+package main
+
+// The group step (issue 26): one job's throughput as today's single instance, as one member of its
+// consumer group, and as two members sharing the topic, alternating on one pre-produced topic,
+// each run on a fresh database and job. Not in the default steps (BENCH_STEPS=group): it produces a
+// topic of its own and runs every configuration BENCH_REPS times per mode.
+//
+// Invariant: every configuration is timed the same way (process start and first `running` line →
+// the first ledger poll at which relay_offsets covers the topic's end and, in XA mode, no
+// checkpoint is still COMMITTING), so the only difference between runs is membership.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/relay-sh/relay/bench/internal/kit"
+	"github.com/relay-sh/relay/internal/harness"
+	"github.com/relay-sh/relay/internal/harness/committed"
+	"github.com/relay-sh/relay/internal/ledger"
+)
+
+// GroupResult compares membership instances (one process) with membership group (one and two
+// members).
+type GroupResult struct {
+	Orders      int64               `json:"orders"`
+	Partitions  int                 `json:"partitions"`
+	SKUs        int                 `json:"skus"`
+	Windows     int                 `json:"windows"`
+	Interval    string              `json:"interval"`
+	ProduceSecs float64             `json:"produce_secs"`
+	Loadgen     string              `json:"loadgen_command"`
+	Modes       []string            `json:"modes"`
+	Kinds       []string            `json:"kinds"`
+	Commands    map[string]string   `json:"commands"` // by kind: the environment of each process
+	Runs        []GroupRun          `json:"runs"`
+	Summary     map[string]GroupSum `json:"summary"` // by "mode/kind"
+}
+
+// GroupRun is one measured run. Rates are orders over Seconds; the ratios compare it with the
+// single instance of the same mode and repetition.
+type GroupRun struct {
+	Mode     string    `json:"mode"`
+	Kind     string    `json:"kind"` // single | member | two
+	Rep      int       `json:"rep"`
+	Seconds  float64   `json:"seconds"`      // first `state … running` of any process → end
+	ProcSecs float64   `json:"process_secs"` // first process start → end
+	Rate     float64   `json:"rate"`
+	Ratio    float64   `json:"ratio"` // Rate / the single instance's Rate, same mode and repetition
+	RelayCPU []float64 `json:"relay_cpu"`
+	MySQLCPU float64   `json:"mysql_cpu"`
+	KafkaCPU float64   `json:"kafka_cpu"`
+	// Busy is the machine's busy CPU time over the run (every process, others' tests too), in
+	// cores: at 2 the box was full.
+	Busy float64 `json:"machine_busy_cores"`
+	// InnoDB's global counters over the run (first process start → end): waits for a row lock,
+	// the time spent in them and deadlocks, server-wide (other sessions' tests count too).
+	LockWaits  int64   `json:"lock_waits"`
+	LockTimeMs int64   `json:"lock_time_ms"`
+	Deadlocks  int64   `json:"deadlocks"`
+	Rebalances float64 `json:"rebalances"` // relay_rebalances_total over the processes
+	Fenced     float64 `json:"fenced"`     // relay_fenced_decisions_total over the processes
+	Parts      []int   `json:"assigned"`   // relay_assigned_partitions of each process at the end
+	LoadAvg    string  `json:"loadavg"`
+}
+
+// GroupSum is the medians of one mode/kind, and the spread of its rates.
+type GroupSum struct {
+	Rate, MinRate, MaxRate, Ratio, Seconds, ProcSecs, RelayCPU, MySQLCPU, KafkaCPU, Busy float64
+	LockWaits, LockTimeMs                                                                float64
+}
+
+// groupKinds are the configurations, in run and report order.
+var groupKinds = []string{"single", "member", "two"}
+
+var groupKindNames = map[string]string{
+	"single": "one instance (membership instances)",
+	"member": "one group member",
+	"two":    "two group members",
+}
+
+func runGroup(e *kit.Env) (*GroupResult, error) {
+	r := &GroupResult{Orders: int64(kit.EnvInt("BENCH_GROUP_ORDERS", 8000000)), Partitions: kit.EnvInt("BENCH_GROUP_PARTITIONS", 16),
+		SKUs: kit.EnvInt("BENCH_SKUS", 1000), Windows: kit.EnvInt("BENCH_WINDOWS", 10),
+		Interval: kit.EnvDuration("BENCH_TP_INTERVAL", time.Second).String(),
+		Modes:    strings.Split(kit.EnvString("BENCH_GROUP_MODES", "xa,held"), ","),
+		Kinds:    strings.Split(kit.EnvString("BENCH_GROUP_KINDS", strings.Join(groupKinds, ",")), ","),
+		Commands: map[string]string{}, Summary: map[string]GroupSum{}}
+	for _, k := range r.Kinds {
+		if !slices.Contains(groupKinds, k) {
+			return nil, fmt.Errorf("BENCH_GROUP_KINDS: unknown kind %q (known: %s)", k, strings.Join(groupKinds, ","))
+		}
+	}
+	for _, m := range r.Modes {
+		if m != "xa" && m != "held" {
+			return nil, fmt.Errorf("BENCH_GROUP_MODES: unknown mode %q (xa, held)", m)
+		}
+	}
+	reps := kit.EnvInt("BENCH_REPS", 3)
+	topic, err := e.CreateTopic("bench_group", r.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitLeaders(e, topic, r.Partitions); err != nil {
+		return nil, err
+	}
+	lg := harness.Loadgen{Topic: topic, Orders: int(r.Orders), SKUs: r.SKUs, Windows: r.Windows, Seed: 1}
+	r.Loadgen = "bin/relay " + strings.Join(quoteEmpty(lg.Args("…")), " ")
+	kit.Logf("producing %d orders into %s (%d partitions)", r.Orders, topic, r.Partitions)
+	end, took, err := e.Produce(lg, "group-loadgen.log")
+	if err != nil {
+		return nil, err
+	}
+	r.ProduceSecs = took.Seconds()
+	if harness.Total(end) != r.Orders {
+		return nil, fmt.Errorf("topic holds %d records, want %d", harness.Total(end), r.Orders)
+	}
+	for rep := 1; rep <= reps; rep++ {
+		for _, mode := range r.Modes {
+			var single float64
+			for _, kind := range r.Kinds {
+				run, err := runGroupOnce(e, r, topic, end, mode, kind, rep)
+				if err != nil {
+					return nil, fmt.Errorf("%s/%s rep %d: %w", mode, kind, rep, err)
+				}
+				if kind == "single" {
+					single = run.Rate
+				}
+				if single > 0 {
+					run.Ratio = run.Rate / single
+				}
+				r.Runs = append(r.Runs, run)
+			}
+		}
+	}
+	for _, mode := range r.Modes {
+		for _, kind := range r.Kinds {
+			var rate, ratio, secs, psecs, cpu, mcpu, kcpu, busy, waits, wtime []float64
+			for _, run := range r.Runs {
+				if run.Mode != mode || run.Kind != kind {
+					continue
+				}
+				rate = append(rate, run.Rate)
+				if run.Ratio > 0 {
+					ratio = append(ratio, run.Ratio)
+				}
+				secs = append(secs, run.Seconds)
+				psecs = append(psecs, run.ProcSecs)
+				var c float64
+				for _, x := range run.RelayCPU {
+					c += x
+				}
+				cpu = append(cpu, c)
+				mcpu = append(mcpu, run.MySQLCPU)
+				kcpu = append(kcpu, run.KafkaCPU)
+				busy = append(busy, run.Busy)
+				waits = append(waits, float64(run.LockWaits))
+				wtime = append(wtime, float64(run.LockTimeMs))
+			}
+			if len(rate) == 0 {
+				continue
+			}
+			r.Summary[mode+"/"+kind] = GroupSum{Rate: kit.Median(rate), MinRate: slices.Min(rate), MaxRate: slices.Max(rate),
+				Ratio: kit.Median(ratio), Seconds: kit.Median(secs), ProcSecs: kit.Median(psecs), RelayCPU: kit.Median(cpu),
+				MySQLCPU: kit.Median(mcpu), KafkaCPU: kit.Median(kcpu), Busy: kit.Median(busy), LockWaits: kit.Median(waits),
+				LockTimeMs: kit.Median(wtime)}
+		}
+	}
+	return r, nil
+}
+
+// waitLeaders waits (30 s at most) until the broker answers for every partition of a new topic:
+// loadgen refuses a topic whose offsets Kafka cannot give yet ("Not leader for partition"), which a
+// topic of 16 partitions hits for a moment after its creation.
+func waitLeaders(e *kit.Env, topic string, partitions int) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		end, err := harness.EndOffsets(e.Brokers, topic)
+		if err == nil && len(end) == partitions {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("topic %s: %d of %d partitions answer after 30 s: %v", topic, len(end), partitions, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// groupOpts is the configuration of kind's processes: one subtask each (group mode's only
+// setting), membership group for the members.
+func groupOpts(r *GroupResult, job, topic, dsn, mode, kind string) kit.RelayOpts {
+	interval, _ := time.ParseDuration(r.Interval)
+	o := kit.RelayOpts{Job: job, Topic: topic, DSN: dsn, Mode: mode, Subtasks: 1, Interval: interval, LogLevel: "info"}
+	if kind != "single" {
+		o.Extra = append(o.Extra, "RELAY_MEMBERSHIP=group")
+	}
+	return o
+}
+
+func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64, mode, kind string, rep int) (GroupRun, error) {
+	run := GroupRun{Mode: mode, Kind: kind, Rep: rep, LoadAvg: loadAvg()}
+	job, dsn, db, err := e.CreateJob()
+	if err != nil {
+		return run, err
+	}
+	defer e.DropNow(job)
+	o := groupOpts(r, job, topic, dsn, mode, kind)
+	r.Commands[mode+"/"+kind] = strings.Join(o.Vars(), " ")
+	n := 1
+	if kind == "two" {
+		n = 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	before, err := lockStatus(ctx, db)
+	if err != nil {
+		return run, err
+	}
+	busy0, err := kit.MachineBusy()
+	if err != nil {
+		return run, err
+	}
+	cpu := e.StartCPU(nil)
+	var ps []*kit.Relay
+	for i := range n {
+		p, err := e.StartRelay(o, fmt.Sprintf("group-%s-%s-%d-%d.log", mode, kind, rep, i))
+		if err != nil {
+			return run, err
+		}
+		defer p.Kill()
+		ps = append(ps, p)
+	}
+	doneAt, err := waitCovered(ctx, db, job, topic, mode == "xa", end, ps)
+	if err != nil {
+		return run, err
+	}
+	run.Busy = (mustBusy() - busy0).Seconds() / doneAt.Sub(ps[0].Start).Seconds()
+	after, err := lockStatus(ctx, db)
+	if err != nil {
+		return run, err
+	}
+	c := cpu.Stop()
+	run.MySQLCPU, run.KafkaCPU = c["mysql"], c["kafka"]
+	run.LockWaits = after["Innodb_row_lock_waits"] - before["Innodb_row_lock_waits"]
+	run.LockTimeMs = after["Innodb_row_lock_time"] - before["Innodb_row_lock_time"]
+	run.Deadlocks = after["Innodb_deadlocks"] - before["Innodb_deadlocks"]
+	var first time.Time
+	for _, p := range ps {
+		for name, v := range map[string]*float64{"relay_rebalances_total": &run.Rebalances, "relay_fenced_decisions_total": &run.Fenced} {
+			got, err := p.ScrapeCounter(name, "")
+			if err != nil {
+				return run, err
+			}
+			*v += got[""]
+		}
+		got, err := p.ScrapeCounter("relay_assigned_partitions", "")
+		if err != nil {
+			return run, err
+		}
+		run.Parts = append(run.Parts, int(got[""]))
+		l, err := p.WaitLog(kit.IsRunning, 5*time.Second)
+		if err != nil {
+			return run, err
+		}
+		if first.IsZero() || l.TS.Before(first) {
+			first = l.TS
+		}
+	}
+	for _, p := range ps {
+		if err := p.Stop(time.Minute); err != nil {
+			return run, err
+		}
+		run.RelayCPU = append(run.RelayCPU, p.CPU().Seconds())
+	}
+	run.Seconds = doneAt.Sub(first).Seconds()
+	run.ProcSecs = doneAt.Sub(ps[0].Start).Seconds()
+	run.Rate = float64(r.Orders) / run.Seconds
+	var orders int64
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(SUM(order_count), 0) FROM order_stats_minute`).Scan(&orders); err != nil {
+		return run, err
+	}
+	if orders != r.Orders {
+		return run, fmt.Errorf("verification failed: sum(order_count)=%d, want %d", orders, r.Orders)
+	}
+	kit.Logf("%s/%s rep %d: %.2fs = %.0f/s (from process start %.2fs; relay CPU %v s, mysql %.1f s, kafka %.1f s, machine %.2f cores busy; "+
+		"row lock waits %d, %d ms, deadlocks %d; rebalances %.0f, fenced %.0f, assigned %v)", mode, kind, rep, run.Seconds, run.Rate, run.ProcSecs,
+		run.RelayCPU, run.MySQLCPU, run.KafkaCPU, run.Busy, run.LockWaits, run.LockTimeMs, run.Deadlocks, run.Rebalances, run.Fenced, run.Parts)
+	return run, nil
+}
+
+func mustBusy() time.Duration {
+	b, _ := kit.MachineBusy()
+	return b
+}
+
+// waitCovered polls the ledger every 25 ms until relay_offsets covers end on every partition
+// (whichever process wrote them) and, in XA mode, no checkpoint is still COMMITTING (its data
+// committed); it returns the time of that poll. A process that exits ends the wait.
+func waitCovered(ctx context.Context, db *sql.DB, job, topic string, xa bool, end map[int32]int64, ps []*kit.Relay) (time.Time, error) {
+	led := ledger.New(db, job)
+	for {
+		offs, _, err := led.PartitionOffsets(ctx)
+		now := time.Now()
+		if err == nil && committed.Reached(offs[topic], end) {
+			if !xa {
+				return now, nil
+			}
+			open, err := led.Committing(ctx)
+			if err == nil && len(open) == 0 {
+				return now, nil
+			}
+		}
+		for _, p := range ps {
+			if !p.Alive() {
+				return now, fmt.Errorf("relay (%s) exited before the ledger covered %s: %s", p.Log, topic, harness.Tail(p.Log, 5))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return now, fmt.Errorf("ledger did not cover the end of %s (last error: %v): %w", topic, err, ctx.Err())
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// lockStatus reads InnoDB's row-lock and deadlock counters (server-wide).
+func lockStatus(ctx context.Context, db *sql.DB) (map[string]int64, error) {
+	rows, err := db.QueryContext(ctx, `SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_row_lock_waits', 'Innodb_row_lock_time', 'Innodb_deadlocks')`)
+	if err != nil {
+		return nil, fmt.Errorf("lock status: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		out[k], _ = strconv.ParseInt(v, 10, 64)
+	}
+	return out, rows.Err()
+}
