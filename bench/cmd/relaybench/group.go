@@ -44,34 +44,54 @@ type GroupResult struct {
 // GroupRun is one measured run. Rates are orders over Seconds; the ratios compare it with the
 // single instance of the same mode and repetition.
 type GroupRun struct {
-	Mode     string    `json:"mode"`
-	Kind     string    `json:"kind"` // single | member | two
-	Rep      int       `json:"rep"`
-	Seconds  float64   `json:"seconds"`      // first `state … running` of any process → end
-	ProcSecs float64   `json:"process_secs"` // first process start → end
-	Rate     float64   `json:"rate"`
-	Ratio    float64   `json:"ratio"` // Rate / the single instance's Rate, same mode and repetition
-	RelayCPU []float64 `json:"relay_cpu"`
-	MySQLCPU float64   `json:"mysql_cpu"`
-	KafkaCPU float64   `json:"kafka_cpu"`
+	Mode     string  `json:"mode"`
+	Kind     string  `json:"kind"` // single | member | two
+	Rep      int     `json:"rep"`
+	Seconds  float64 `json:"seconds"`      // first `state … running` of any process → end
+	ProcSecs float64 `json:"process_secs"` // first process start → end
+	Rate     float64 `json:"rate"`
+	// JoinSecs is first process start → the last of the run's processes to be assigned
+	// partitions (its first "rebalance" of kind assigned; the single instance: its `running`).
+	// SteadyRate is the orders committed after that moment over the time from it to the end: the
+	// rate once every process reads (from the first ledger poll at or after it).
+	JoinSecs   float64 `json:"join_secs"`
+	SteadyRate float64 `json:"steady_rate"`
+	Ratio      float64 `json:"ratio"` // Rate / the single instance's Rate, same mode and repetition
+	// SteadyRatio is SteadyRate / the single instance's SteadyRate, same mode and repetition.
+	SteadyRatio float64   `json:"steady_ratio"`
+	RelayCPU    []float64 `json:"relay_cpu"`
+	MySQLCPU    float64   `json:"mysql_cpu"`
+	KafkaCPU    float64   `json:"kafka_cpu"`
 	// Busy is the machine's busy CPU time over the run (every process, others' tests too), in
 	// cores: at 2 the box was full.
 	Busy float64 `json:"machine_busy_cores"`
 	// InnoDB's global counters over the run (first process start → end): waits for a row lock,
 	// the time spent in them and deadlocks, server-wide (other sessions' tests count too).
-	LockWaits  int64   `json:"lock_waits"`
-	LockTimeMs int64   `json:"lock_time_ms"`
-	Deadlocks  int64   `json:"deadlocks"`
-	Rebalances float64 `json:"rebalances"` // relay_rebalances_total over the processes
-	Fenced     float64 `json:"fenced"`     // relay_fenced_decisions_total over the processes
-	Parts      []int   `json:"assigned"`   // relay_assigned_partitions of each process at the end
-	LoadAvg    string  `json:"loadavg"`
+	LockWaits  int64 `json:"lock_waits"`
+	LockTimeMs int64 `json:"lock_time_ms"`
+	Deadlocks  int64 `json:"deadlocks"`
+	// Sampled every 20 ms: transactions of the run's own database waiting for a row lock
+	// (information_schema.INNODB_TRX in LOCK WAIT), so only relay's connections of this job count.
+	// Waits is how many distinct waits were seen (shorter ones may fall between samples), by the
+	// table locked; WaitMs estimates their time as waiting samples × 20 ms.
+	Waits      map[string]int `json:"sampled_waits"`
+	WaitMs     float64        `json:"sampled_wait_ms"`
+	Samples    int            `json:"samples"`
+	Rebalances float64        `json:"rebalances"` // relay_rebalances_total over the processes
+	Fenced     float64        `json:"fenced"`     // relay_fenced_decisions_total over the processes
+	Parts      []int          `json:"assigned"`   // relay_assigned_partitions of each process at the end
+	// Checkpoints each process completed (relay_checkpoint_phase_duration_seconds{phase="total"}
+	// count) and the mean time of their flush and prepare phases (where a member waits for a row
+	// another member's open branch holds).
+	Checkpoints []int     `json:"checkpoints"`
+	FlushMs     []float64 `json:"flush_prepare_ms"`
+	LoadAvg     string    `json:"loadavg"`
 }
 
 // GroupSum is the medians of one mode/kind, and the spread of its rates.
 type GroupSum struct {
 	Rate, MinRate, MaxRate, Ratio, Seconds, ProcSecs, RelayCPU, MySQLCPU, KafkaCPU, Busy float64
-	LockWaits, LockTimeMs                                                                float64
+	LockWaits, LockTimeMs, SampledWaits, SampledMs, JoinSecs, SteadyRate, SteadyRatio    float64
 }
 
 // groupKinds are the configurations, in run and report order.
@@ -121,17 +141,20 @@ func runGroup(e *kit.Env) (*GroupResult, error) {
 	}
 	for rep := 1; rep <= reps; rep++ {
 		for _, mode := range r.Modes {
-			var single float64
+			var single, singleSteady float64
 			for _, kind := range r.Kinds {
 				run, err := runGroupOnce(e, r, topic, end, mode, kind, rep)
 				if err != nil {
 					return nil, fmt.Errorf("%s/%s rep %d: %w", mode, kind, rep, err)
 				}
 				if kind == "single" {
-					single = run.Rate
+					single, singleSteady = run.Rate, run.SteadyRate
 				}
 				if single > 0 {
 					run.Ratio = run.Rate / single
+				}
+				if singleSteady > 0 {
+					run.SteadyRatio = run.SteadyRate / singleSteady
 				}
 				r.Runs = append(r.Runs, run)
 			}
@@ -139,12 +162,17 @@ func runGroup(e *kit.Env) (*GroupResult, error) {
 	}
 	for _, mode := range r.Modes {
 		for _, kind := range r.Kinds {
-			var rate, ratio, secs, psecs, cpu, mcpu, kcpu, busy, waits, wtime []float64
+			var rate, ratio, secs, psecs, cpu, mcpu, kcpu, busy, waits, wtime, swaits, sms, join, steady, sratio []float64
 			for _, run := range r.Runs {
 				if run.Mode != mode || run.Kind != kind {
 					continue
 				}
 				rate = append(rate, run.Rate)
+				join = append(join, run.JoinSecs)
+				steady = append(steady, run.SteadyRate)
+				if run.SteadyRatio > 0 {
+					sratio = append(sratio, run.SteadyRatio)
+				}
 				if run.Ratio > 0 {
 					ratio = append(ratio, run.Ratio)
 				}
@@ -160,6 +188,12 @@ func runGroup(e *kit.Env) (*GroupResult, error) {
 				busy = append(busy, run.Busy)
 				waits = append(waits, float64(run.LockWaits))
 				wtime = append(wtime, float64(run.LockTimeMs))
+				n := 0
+				for _, c := range run.Waits {
+					n += c
+				}
+				swaits = append(swaits, float64(n))
+				sms = append(sms, run.WaitMs)
 			}
 			if len(rate) == 0 {
 				continue
@@ -167,7 +201,8 @@ func runGroup(e *kit.Env) (*GroupResult, error) {
 			r.Summary[mode+"/"+kind] = GroupSum{Rate: kit.Median(rate), MinRate: slices.Min(rate), MaxRate: slices.Max(rate),
 				Ratio: kit.Median(ratio), Seconds: kit.Median(secs), ProcSecs: kit.Median(psecs), RelayCPU: kit.Median(cpu),
 				MySQLCPU: kit.Median(mcpu), KafkaCPU: kit.Median(kcpu), Busy: kit.Median(busy), LockWaits: kit.Median(waits),
-				LockTimeMs: kit.Median(wtime)}
+				LockTimeMs: kit.Median(wtime), SampledWaits: kit.Median(swaits), SampledMs: kit.Median(sms),
+				JoinSecs: kit.Median(join), SteadyRate: kit.Median(steady), SteadyRatio: kit.Median(sratio)}
 		}
 	}
 	return r, nil
@@ -225,6 +260,10 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 		return run, err
 	}
 	cpu := e.StartCPU(nil)
+	sctx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan lockWaits, 1)
+	go func() { sampled <- sampleLockWaits(sctx, db, 20*time.Millisecond) }()
+	defer stopSampling()
 	var ps []*kit.Relay
 	for i := range n {
 		p, err := e.StartRelay(o, fmt.Sprintf("group-%s-%s-%d-%d.log", mode, kind, rep, i))
@@ -234,11 +273,14 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 		defer p.Kill()
 		ps = append(ps, p)
 	}
-	doneAt, err := waitCovered(ctx, db, job, topic, mode == "xa", end, ps)
+	doneAt, timeline, err := waitCovered(ctx, db, job, topic, mode == "xa", end, ps)
 	if err != nil {
 		return run, err
 	}
 	run.Busy = (mustBusy() - busy0).Seconds() / doneAt.Sub(ps[0].Start).Seconds()
+	stopSampling()
+	lw := <-sampled
+	run.Waits, run.WaitMs, run.Samples = lw.byTable, float64(lw.hits)*20, lw.samples
 	after, err := lockStatus(ctx, db)
 	if err != nil {
 		return run, err
@@ -262,6 +304,13 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 			return run, err
 		}
 		run.Parts = append(run.Parts, int(got[""]))
+		phases, err := p.ScrapeHistograms("relay_checkpoint_phase_duration_seconds", "phase")
+		if err != nil {
+			return run, err
+		}
+		n := phases["total"].Count
+		run.Checkpoints = append(run.Checkpoints, int(n))
+		run.FlushMs = append(run.FlushMs, 1e3*(phases["flush"].Sum+phases["prepare"].Sum)/max(n, 1))
 		l, err := p.WaitLog(kit.IsRunning, 5*time.Second)
 		if err != nil {
 			return run, err
@@ -276,6 +325,32 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 		}
 		run.RelayCPU = append(run.RelayCPU, p.CPU().Seconds())
 	}
+	joined := first
+	if kind != "single" {
+		joined = time.Time{}
+		for _, p := range ps {
+			evs, err := harness.Events(p.Log, "rebalance")
+			if err != nil {
+				return run, err
+			}
+			// A member the group assigned nothing before the end (a short run) did no work: it is
+			// not waited for.
+			l, ok := harness.Find(evs, func(l harness.LogLine) bool { return l.Fields["kind"] == "assigned" })
+			if ok && l.TS.After(joined) {
+				joined = l.TS
+			}
+		}
+	}
+	if joined.IsZero() {
+		return run, fmt.Errorf("no process logged an assignment")
+	}
+	run.JoinSecs = joined.Sub(ps[0].Start).Seconds()
+	for _, s := range timeline {
+		if !s.at.Before(joined) {
+			run.SteadyRate = float64(r.Orders-s.total) / doneAt.Sub(s.at).Seconds()
+			break
+		}
+	}
 	run.Seconds = doneAt.Sub(first).Seconds()
 	run.ProcSecs = doneAt.Sub(ps[0].Start).Seconds()
 	run.Rate = float64(r.Orders) / run.Seconds
@@ -286,9 +361,10 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 	if orders != r.Orders {
 		return run, fmt.Errorf("verification failed: sum(order_count)=%d, want %d", orders, r.Orders)
 	}
-	kit.Logf("%s/%s rep %d: %.2fs = %.0f/s (from process start %.2fs; relay CPU %v s, mysql %.1f s, kafka %.1f s, machine %.2f cores busy; "+
-		"row lock waits %d, %d ms, deadlocks %d; rebalances %.0f, fenced %.0f, assigned %v)", mode, kind, rep, run.Seconds, run.Rate, run.ProcSecs,
-		run.RelayCPU, run.MySQLCPU, run.KafkaCPU, run.Busy, run.LockWaits, run.LockTimeMs, run.Deadlocks, run.Rebalances, run.Fenced, run.Parts)
+	kit.Logf("%s/%s rep %d: %.2fs = %.0f/s (from process start %.2fs; all reading %.2fs after start, %.0f/s after; relay CPU %v s, mysql %.1f s, kafka %.1f s, machine %.2f cores busy; "+
+		"row lock waits %d, %d ms, deadlocks %d; rebalances %.0f, fenced %.0f, assigned %v; checkpoints %v, flush+prepare %v ms; sampled waits %v, ~%.0f ms in %d samples)", mode, kind, rep,
+		run.Seconds, run.Rate, run.ProcSecs, run.JoinSecs, run.SteadyRate, run.RelayCPU, run.MySQLCPU, run.KafkaCPU, run.Busy, run.LockWaits, run.LockTimeMs, run.Deadlocks,
+		run.Rebalances, run.Fenced, run.Parts, run.Checkpoints, run.FlushMs, run.Waits, run.WaitMs, run.Samples)
 	return run, nil
 }
 
@@ -297,31 +373,42 @@ func mustBusy() time.Duration {
 	return b
 }
 
+// polled is one ledger poll: the orders relay_offsets covered at that time.
+type polled struct {
+	at    time.Time
+	total int64
+}
+
 // waitCovered polls the ledger every 25 ms until relay_offsets covers end on every partition
 // (whichever process wrote them) and, in XA mode, no checkpoint is still COMMITTING (its data
-// committed); it returns the time of that poll. A process that exits ends the wait.
-func waitCovered(ctx context.Context, db *sql.DB, job, topic string, xa bool, end map[int32]int64, ps []*kit.Relay) (time.Time, error) {
+// committed); it returns the time of that poll and every poll's total. A process that exits ends
+// the wait.
+func waitCovered(ctx context.Context, db *sql.DB, job, topic string, xa bool, end map[int32]int64, ps []*kit.Relay) (time.Time, []polled, error) {
 	led := ledger.New(db, job)
+	var timeline []polled
 	for {
 		offs, _, err := led.PartitionOffsets(ctx)
 		now := time.Now()
+		if err == nil {
+			timeline = append(timeline, polled{at: now, total: harness.Total(offs[topic])})
+		}
 		if err == nil && committed.Reached(offs[topic], end) {
 			if !xa {
-				return now, nil
+				return now, timeline, nil
 			}
 			open, err := led.Committing(ctx)
 			if err == nil && len(open) == 0 {
-				return now, nil
+				return now, timeline, nil
 			}
 		}
 		for _, p := range ps {
 			if !p.Alive() {
-				return now, fmt.Errorf("relay (%s) exited before the ledger covered %s: %s", p.Log, topic, harness.Tail(p.Log, 5))
+				return now, nil, fmt.Errorf("relay (%s) exited before the ledger covered %s: %s", p.Log, topic, harness.Tail(p.Log, 5))
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return now, fmt.Errorf("ledger did not cover the end of %s (last error: %v): %w", topic, err, ctx.Err())
+			return now, nil, fmt.Errorf("ledger did not cover the end of %s (last error: %v): %w", topic, err, ctx.Err())
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
@@ -343,4 +430,47 @@ func lockStatus(ctx context.Context, db *sql.DB) (map[string]int64, error) {
 		out[k], _ = strconv.ParseInt(v, 10, 64)
 	}
 	return out, rows.Err()
+}
+
+// lockWaits is what sampleLockWaits saw.
+type lockWaits struct {
+	samples int            // samples taken
+	hits    int            // waiting transactions summed over the samples
+	byTable map[string]int // distinct waits (transaction, wait start) by the table of the lock waited for
+}
+
+// sampleLockWaits samples, every interval until ctx ends, the transactions of db's current
+// database that wait for a row lock, and which table that lock is on.
+func sampleLockWaits(ctx context.Context, db *sql.DB, every time.Duration) lockWaits {
+	out := lockWaits{byTable: map[string]int{}}
+	seen := map[string]bool{}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-t.C:
+		}
+		rows, err := db.QueryContext(ctx, `SELECT t.trx_id, COALESCE(t.trx_wait_started, ''), COALESCE(l.lock_table, '')
+			FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
+			LEFT JOIN information_schema.INNODB_LOCKS l ON l.lock_trx_id = t.trx_id AND l.lock_id = t.trx_requested_lock_id
+			WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`)
+		if err != nil {
+			continue // ctx ended mid-query, or a transient error: the next sample counts
+		}
+		out.samples++
+		for rows.Next() {
+			var id, started, table string
+			if rows.Scan(&id, &started, &table) != nil {
+				continue
+			}
+			out.hits++
+			if k := id + "@" + started; !seen[k] {
+				seen[k] = true
+				out.byTable[table]++
+			}
+		}
+		rows.Close()
+	}
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -144,6 +146,9 @@ func render(res *Results) string {
 	}
 	if fl := res.Flink; fl != nil {
 		renderFlink(w, fl)
+	}
+	if g := res.Group; g != nil {
+		renderGroup(w, g)
 	}
 	if lt := res.Latency; lt != nil {
 		cores := 0
@@ -321,6 +326,64 @@ func renderFlink(w func(string, ...any), fl *FlinkResult) {
 	w("\n```sh\n%s\n", fl.Build)
 	for _, kind := range flinkKinds {
 		w("# %s\n%s\n", kind, fl.Commands[kind])
+	}
+	w("```\n\n")
+}
+
+// renderGroup is the group step's section.
+func renderGroup(w func(string, ...any), g *GroupResult) {
+	w("### Group membership: one instance, one member, two members\n\n")
+	w("%d orders in %d partitions, %d skus × %d windows, produced by `%s` (%.0f s). Each repetition runs, per mode, one relay process as today (membership instances), one member of the job's consumer group (membership group) and two members started together, in that order, each on a fresh database and job, reading the topic from offset 0 with one subtask per process, checkpoint interval %s. Time: the first `state … running` of any of the run's processes → the first ledger poll (every 25 ms) at which `relay_offsets` covers the topic's end and no checkpoint is `COMMITTING`; from process start in brackets. Ratios are to the single instance of the same mode and repetition. A member's first `running` comes before the group assigned it anything, and a second member may join a generation later than the first: *every process reading* is process start → the last process's first assignment (`rebalance`, kind assigned; the single instance: its `running`), and the rate *from then on* counts the orders committed after the first ledger poll at or after that moment. CPU seconds of relay (summed over the processes; `÷ wall` is cores), MariaDB and Kafka, and the machine's busy cores (/proc/stat, everyone's processes) are over process start → end. Row-lock waits are InnoDB's server-wide `Innodb_row_lock_waits` and `Innodb_row_lock_time` over the same span (other sessions' tests on the server count too: the single-process runs show that floor).\n\n",
+		g.Orders, g.Partitions, g.SKUs, g.Windows, g.Loadgen, g.ProduceSecs, g.Interval)
+	w("| mode | configuration | median orders/s | range | ÷ one instance | median time (from process start) | every process reading, after start | orders/s from then on (÷ one instance) | relay CPU s (÷ wall) | MariaDB CPU s | Kafka CPU s | machine busy cores | server-wide row-lock waits, ms | this job's waits (sampled), ~ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, mode := range g.Modes {
+		for _, kind := range g.Kinds {
+			s, ok := g.Summary[mode+"/"+kind]
+			if !ok {
+				continue
+			}
+			w("| %s | %s | **%s** | %s–%s | **%.2f×** | %.2f s (%.2f s) | %.2f s | %s (%.2f×) | %.1f (%.2f) | %.1f | %.1f | %.2f | %.0f, %.0f | %.0f, %.0f |\n", mode, groupKindNames[kind],
+				kps(s.Rate), kps(s.MinRate), kps(s.MaxRate), s.Ratio, s.Seconds, s.ProcSecs, s.JoinSecs, kps(s.SteadyRate), s.SteadyRatio, s.RelayCPU, s.RelayCPU/s.ProcSecs, s.MySQLCPU, s.KafkaCPU,
+				s.Busy, s.LockWaits, s.LockTimeMs, s.SampledWaits, s.SampledMs)
+		}
+	}
+	w("\nEvery run, in the order run:\n\n| rep | mode | configuration | orders/s | ÷ one instance | time (from start) | every process reading, after start; orders/s from then on | relay CPU s per process | MariaDB CPU s | busy cores | server-wide row-lock waits / ms / deadlocks | this job's waits, sampled (by table), ~ms | rebalances | fenced decisions | partitions at the end | checkpoints, mean flush+prepare | load avg at start |\n|---:|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---|---|---|\n")
+	for _, r := range g.Runs {
+		var cpu []string
+		for _, c := range r.RelayCPU {
+			cpu = append(cpu, fmt.Sprintf("%.1f", c))
+		}
+		var parts []string
+		for _, n := range r.Parts {
+			parts = append(parts, fmt.Sprint(n))
+		}
+		var cps []string
+		for i, n := range r.Checkpoints {
+			cps = append(cps, fmt.Sprintf("%d, %.0f ms", n, r.FlushMs[i]))
+		}
+		waits := "0"
+		if len(r.Waits) > 0 {
+			var ws []string
+			for _, t := range slices.Sorted(maps.Keys(r.Waits)) {
+				ws = append(ws, fmt.Sprintf("%s %d", strings.Trim(t, "`"), r.Waits[t]))
+			}
+			waits = strings.Join(ws, ", ")
+		}
+		w("| %d | %s | %s | %s | %.2f× | %.2f s (%.2f s) | %.2f s; %s | %s | %.1f | %.2f | %d / %d / %d | %s; %.0f | %.0f | %.0f | %s | %s | %s |\n", r.Rep, r.Mode, r.Kind, kps(r.Rate), r.Ratio,
+			r.Seconds, r.ProcSecs, r.JoinSecs, kps(r.SteadyRate), strings.Join(cpu, " + "), r.MySQLCPU, r.Busy, r.LockWaits, r.LockTimeMs, r.Deadlocks, waits, r.WaitMs, r.Rebalances, r.Fenced,
+			strings.Join(parts, " + "), strings.Join(cps, " + "), r.LoadAvg)
+	}
+	w("\n```sh\n")
+	for _, mode := range g.Modes {
+		for _, kind := range g.Kinds {
+			if c, ok := g.Commands[mode+"/"+kind]; ok {
+				n := ""
+				if kind == "two" {
+					n = " (twice, at once)"
+				}
+				w("# %s/%s%s\n%s RELAY_KAFKA_BROKERS=… RELAY_MYSQL_DSN=… RELAY_HTTP_ADDR=127.0.0.1:<free> bin/relay run\n", mode, kind, n, c)
+			}
+		}
 	}
 	w("```\n\n")
 }
