@@ -13,6 +13,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,12 +75,16 @@ type GroupRun struct {
 	// (information_schema.INNODB_TRX in LOCK WAIT), so only relay's connections of this job count.
 	// Waits is how many distinct waits were seen (shorter ones may fall between samples), by the
 	// table locked; WaitMs estimates their time as waiting samples × 20 ms.
-	Waits      map[string]int `json:"sampled_waits"`
-	WaitMs     float64        `json:"sampled_wait_ms"`
-	Samples    int            `json:"samples"`
-	Rebalances float64        `json:"rebalances"` // relay_rebalances_total over the processes
-	Fenced     float64        `json:"fenced"`     // relay_fenced_decisions_total over the processes
-	Parts      []int          `json:"assigned"`   // relay_assigned_partitions of each process at the end
+	Waits   map[string]int `json:"sampled_waits"`
+	WaitMs  float64        `json:"sampled_wait_ms"`
+	Samples int            `json:"samples"`
+	// PhaseMs (XA, two members): the median over the run's checkpoints of the time from one
+	// member's decision to the other member's nearest decision. Near 0 the members cut and flush
+	// together (their flushes meet on the same rows); near half the interval they alternate.
+	PhaseMs    float64 `json:"phase_ms,omitempty"`
+	Rebalances float64 `json:"rebalances"` // relay_rebalances_total over the processes
+	Fenced     float64 `json:"fenced"`     // relay_fenced_decisions_total over the processes
+	Parts      []int   `json:"assigned"`   // relay_assigned_partitions of each process at the end
 	// Checkpoints each process completed (relay_checkpoint_phase_duration_seconds{phase="total"}
 	// count) and the mean time of their flush and prepare phases (where a member waits for a row
 	// another member's open branch holds).
@@ -354,6 +359,13 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 	run.Seconds = doneAt.Sub(first).Seconds()
 	run.ProcSecs = doneAt.Sub(ps[0].Start).Seconds()
 	run.Rate = float64(r.Orders) / run.Seconds
+	if mode == "xa" && n > 1 {
+		cps, err := ledger.New(db, job).CommittedCheckpoints(ctx)
+		if err != nil {
+			return run, err
+		}
+		run.PhaseMs = decisionPhase(cps)
+	}
 	var orders int64
 	if err := db.QueryRowContext(ctx, `SELECT COALESCE(SUM(order_count), 0) FROM order_stats_minute`).Scan(&orders); err != nil {
 		return run, err
@@ -362,9 +374,9 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 		return run, fmt.Errorf("verification failed: sum(order_count)=%d, want %d", orders, r.Orders)
 	}
 	kit.Logf("%s/%s rep %d: %.2fs = %.0f/s (from process start %.2fs; all reading %.2fs after start, %.0f/s after; relay CPU %v s, mysql %.1f s, kafka %.1f s, machine %.2f cores busy; "+
-		"row lock waits %d, %d ms, deadlocks %d; rebalances %.0f, fenced %.0f, assigned %v; checkpoints %v, flush+prepare %v ms; sampled waits %v, ~%.0f ms in %d samples)", mode, kind, rep,
+		"row lock waits %d, %d ms, deadlocks %d; rebalances %.0f, fenced %.0f, assigned %v; checkpoints %v, flush+prepare %v ms, decisions %.0f ms apart; sampled waits %v, ~%.0f ms in %d samples)", mode, kind, rep,
 		run.Seconds, run.Rate, run.ProcSecs, run.JoinSecs, run.SteadyRate, run.RelayCPU, run.MySQLCPU, run.KafkaCPU, run.Busy, run.LockWaits, run.LockTimeMs, run.Deadlocks,
-		run.Rebalances, run.Fenced, run.Parts, run.Checkpoints, run.FlushMs, run.Waits, run.WaitMs, run.Samples)
+		run.Rebalances, run.Fenced, run.Parts, run.Checkpoints, run.FlushMs, run.PhaseMs, run.Waits, run.WaitMs, run.Samples)
 	return run, nil
 }
 
@@ -473,4 +485,35 @@ func sampleLockWaits(ctx context.Context, db *sql.DB, every time.Duration) lockW
 		}
 		rows.Close()
 	}
+}
+
+// decisionPhase is the median, over checkpoints with records, of the time from a decision to the
+// nearest decision of another process (the instance column names the member), in milliseconds.
+func decisionPhase(cps []ledger.Checkpoint) float64 {
+	by := map[string][]time.Time{}
+	for _, c := range cps {
+		if c.Records > 0 {
+			by[c.Instance] = append(by[c.Instance], c.DecidedAt)
+		}
+	}
+	var gaps []float64
+	for m, own := range by {
+		for _, t := range own {
+			best := -1.0
+			for o, other := range by {
+				if o == m {
+					continue
+				}
+				for _, u := range other {
+					if d := math.Abs(t.Sub(u).Seconds() * 1e3); best < 0 || d < best {
+						best = d
+					}
+				}
+			}
+			if best >= 0 {
+				gaps = append(gaps, best)
+			}
+		}
+	}
+	return kit.Median(gaps)
 }

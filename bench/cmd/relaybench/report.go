@@ -347,7 +347,7 @@ func renderGroup(w func(string, ...any), g *GroupResult) {
 				s.Busy, s.LockWaits, s.LockTimeMs, s.SampledWaits, s.SampledMs)
 		}
 	}
-	w("\nEvery run, in the order run:\n\n| rep | mode | configuration | orders/s | ÷ one instance | time (from start) | every process reading, after start; orders/s from then on | relay CPU s per process | MariaDB CPU s | busy cores | server-wide row-lock waits / ms / deadlocks | this job's waits, sampled (by table), ~ms | rebalances | fenced decisions | partitions at the end | checkpoints, mean flush+prepare | load avg at start |\n|---:|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---|---|---|\n")
+	w("\nEvery run, in the order run:\n\n| rep | mode | configuration | orders/s | ÷ one instance | time (from start) | every process reading, after start; orders/s from then on | relay CPU s per process | MariaDB CPU s | busy cores | server-wide row-lock waits / ms / deadlocks | this job's waits, sampled (by table), ~ms | rebalances | fenced decisions | partitions at the end | checkpoints, mean flush+prepare; XA, two members: decisions apart (median) | load avg at start |\n|---:|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---|---|---|\n")
 	for _, r := range g.Runs {
 		var cpu []string
 		for _, c := range r.RelayCPU {
@@ -361,6 +361,10 @@ func renderGroup(w func(string, ...any), g *GroupResult) {
 		for i, n := range r.Checkpoints {
 			cps = append(cps, fmt.Sprintf("%d, %.0f ms", n, r.FlushMs[i]))
 		}
+		phase := ""
+		if r.PhaseMs > 0 {
+			phase = fmt.Sprintf("; %.0f ms apart", r.PhaseMs)
+		}
 		waits := "0"
 		if len(r.Waits) > 0 {
 			var ws []string
@@ -371,7 +375,7 @@ func renderGroup(w func(string, ...any), g *GroupResult) {
 		}
 		w("| %d | %s | %s | %s | %.2f× | %.2f s (%.2f s) | %.2f s; %s | %s | %.1f | %.2f | %d / %d / %d | %s; %.0f | %.0f | %.0f | %s | %s | %s |\n", r.Rep, r.Mode, r.Kind, kps(r.Rate), r.Ratio,
 			r.Seconds, r.ProcSecs, r.JoinSecs, kps(r.SteadyRate), strings.Join(cpu, " + "), r.MySQLCPU, r.Busy, r.LockWaits, r.LockTimeMs, r.Deadlocks, waits, r.WaitMs, r.Rebalances, r.Fenced,
-			strings.Join(parts, " + "), strings.Join(cps, " + "), r.LoadAvg)
+			strings.Join(parts, " + "), strings.Join(cps, " + ")+phase, r.LoadAvg)
 	}
 	w("\n```sh\n")
 	for _, mode := range g.Modes {
