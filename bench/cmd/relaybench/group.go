@@ -63,6 +63,10 @@ type GroupRun struct {
 	RelayCPU    []float64 `json:"relay_cpu"`
 	MySQLCPU    float64   `json:"mysql_cpu"`
 	KafkaCPU    float64   `json:"kafka_cpu"`
+	// RelayWait is how long each relay process's threads waited on a run queue (runnable, not
+	// running) over its life; MySQLWait the same for MariaDB's threads over the run.
+	RelayWait []float64 `json:"relay_runqueue_secs"`
+	MySQLWait float64   `json:"mysql_runqueue_secs"`
 	// Busy is the machine's busy CPU time over the run (every process, others' tests too), in
 	// cores: at 2 the box was full.
 	Busy float64 `json:"machine_busy_cores"`
@@ -97,6 +101,7 @@ type GroupRun struct {
 type GroupSum struct {
 	Rate, MinRate, MaxRate, Ratio, Seconds, ProcSecs, RelayCPU, MySQLCPU, KafkaCPU, Busy float64
 	LockWaits, LockTimeMs, SampledWaits, SampledMs, JoinSecs, SteadyRate, SteadyRatio    float64
+	RelayWait, MySQLWait                                                                 float64
 }
 
 // groupKinds are the configurations, in run and report order.
@@ -167,7 +172,7 @@ func runGroup(e *kit.Env) (*GroupResult, error) {
 	}
 	for _, mode := range r.Modes {
 		for _, kind := range r.Kinds {
-			var rate, ratio, secs, psecs, cpu, mcpu, kcpu, busy, waits, wtime, swaits, sms, join, steady, sratio []float64
+			var rate, ratio, secs, psecs, cpu, mcpu, kcpu, busy, waits, wtime, swaits, sms, join, steady, sratio, rwait, mwait []float64
 			for _, run := range r.Runs {
 				if run.Mode != mode || run.Kind != kind {
 					continue
@@ -188,6 +193,12 @@ func runGroup(e *kit.Env) (*GroupResult, error) {
 					c += x
 				}
 				cpu = append(cpu, c)
+				var rw float64
+				for _, x := range run.RelayWait {
+					rw += x
+				}
+				rwait = append(rwait, rw)
+				mwait = append(mwait, run.MySQLWait)
 				mcpu = append(mcpu, run.MySQLCPU)
 				kcpu = append(kcpu, run.KafkaCPU)
 				busy = append(busy, run.Busy)
@@ -207,7 +218,8 @@ func runGroup(e *kit.Env) (*GroupResult, error) {
 				Ratio: kit.Median(ratio), Seconds: kit.Median(secs), ProcSecs: kit.Median(psecs), RelayCPU: kit.Median(cpu),
 				MySQLCPU: kit.Median(mcpu), KafkaCPU: kit.Median(kcpu), Busy: kit.Median(busy), LockWaits: kit.Median(waits),
 				LockTimeMs: kit.Median(wtime), SampledWaits: kit.Median(swaits), SampledMs: kit.Median(sms),
-				JoinSecs: kit.Median(join), SteadyRate: kit.Median(steady), SteadyRatio: kit.Median(sratio)}
+				JoinSecs: kit.Median(join), SteadyRate: kit.Median(steady), SteadyRatio: kit.Median(sratio),
+				RelayWait: kit.Median(rwait), MySQLWait: kit.Median(mwait)}
 		}
 	}
 	return r, nil
@@ -264,6 +276,11 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 	if err != nil {
 		return run, err
 	}
+	_, mysqlPID := e.ServicePIDs()
+	var mysqlWait0 time.Duration
+	if mysqlPID > 0 {
+		mysqlWait0, _ = kit.RunDelay(mysqlPID)
+	}
 	cpu := e.StartCPU(nil)
 	sctx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan lockWaits, 1)
@@ -283,6 +300,17 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 		return run, err
 	}
 	run.Busy = (mustBusy() - busy0).Seconds() / doneAt.Sub(ps[0].Start).Seconds()
+	if mysqlPID > 0 {
+		w, _ := kit.RunDelay(mysqlPID)
+		run.MySQLWait = (w - mysqlWait0).Seconds()
+	}
+	for _, p := range ps {
+		w, err := kit.RunDelay(p.PID())
+		if err != nil {
+			return run, err
+		}
+		run.RelayWait = append(run.RelayWait, w.Seconds())
+	}
 	stopSampling()
 	lw := <-sampled
 	run.Waits, run.WaitMs, run.Samples = lw.byTable, float64(lw.hits)*20, lw.samples
@@ -373,9 +401,9 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 	if orders != r.Orders {
 		return run, fmt.Errorf("verification failed: sum(order_count)=%d, want %d", orders, r.Orders)
 	}
-	kit.Logf("%s/%s rep %d: %.2fs = %.0f/s (from process start %.2fs; all reading %.2fs after start, %.0f/s after; relay CPU %v s, mysql %.1f s, kafka %.1f s, machine %.2f cores busy; "+
+	kit.Logf("%s/%s rep %d: %.2fs = %.0f/s (from process start %.2fs; all reading %.2fs after start, %.0f/s after; relay CPU %v s, mysql %.1f s, kafka %.1f s, machine %.2f cores busy; run queue: relay %.1f s, mysql %.1f s; "+
 		"row lock waits %d, %d ms, deadlocks %d; rebalances %.0f, fenced %.0f, assigned %v; checkpoints %v, flush+prepare %v ms, decisions %.0f ms apart; sampled waits %v, ~%.0f ms in %d samples)", mode, kind, rep,
-		run.Seconds, run.Rate, run.ProcSecs, run.JoinSecs, run.SteadyRate, run.RelayCPU, run.MySQLCPU, run.KafkaCPU, run.Busy, run.LockWaits, run.LockTimeMs, run.Deadlocks,
+		run.Seconds, run.Rate, run.ProcSecs, run.JoinSecs, run.SteadyRate, run.RelayCPU, run.MySQLCPU, run.KafkaCPU, run.Busy, run.RelayWait, run.MySQLWait, run.LockWaits, run.LockTimeMs, run.Deadlocks,
 		run.Rebalances, run.Fenced, run.Parts, run.Checkpoints, run.FlushMs, run.PhaseMs, run.Waits, run.WaitMs, run.Samples)
 	return run, nil
 }

@@ -222,3 +222,27 @@ func MachineBusy() (time.Duration, error) {
 	}
 	return time.Duration(busy) * 10 * time.Millisecond, nil
 }
+
+// RunDelay is how long the threads of process pid now alive have waited on a run queue, runnable
+// but not running (the second field of /proc/PID/task/TID/schedstat): CPU time the process wanted
+// and the machine did not have.
+func RunDelay(pid int) (time.Duration, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			continue
+		}
+		ns, _ := strconv.ParseInt(f[1], 10, 64)
+		sum += time.Duration(ns)
+	}
+	return sum, nil
+}
