@@ -28,6 +28,7 @@ import (
 // GroupResult compares membership instances (one process) with membership group (one and two
 // members).
 type GroupResult struct {
+	Host        string              `json:"host,omitempty"` // CPU, cores and kernel of the run (hosts change between sittings)
 	Orders      int64               `json:"orders"`
 	Partitions  int                 `json:"partitions"`
 	SKUs        int                 `json:"skus"`
@@ -151,22 +152,22 @@ func runGroup(e *kit.Env) (*GroupResult, error) {
 	}
 	for rep := 1; rep <= reps; rep++ {
 		for _, mode := range r.Modes {
-			var single, singleSteady float64
 			for _, kind := range r.Kinds {
 				run, err := runGroupOnce(e, r, topic, end, mode, kind, rep)
 				if err != nil {
 					return nil, fmt.Errorf("%s/%s rep %d: %w", mode, kind, rep, err)
 				}
-				if kind == "single" {
-					single, singleSteady = run.Rate, run.SteadyRate
-				}
-				if single > 0 {
-					run.Ratio = run.Rate / single
-				}
-				if singleSteady > 0 {
-					run.SteadyRatio = run.SteadyRate / singleSteady
-				}
 				r.Runs = append(r.Runs, run)
+			}
+		}
+	}
+	// Ratios pair each run with the single instance of its mode and repetition, whichever ran first
+	// (BENCH_GROUP_KINDS=member,single reverses the order within a repetition).
+	for i, run := range r.Runs {
+		for _, base := range r.Runs {
+			if base.Kind == "single" && base.Mode == run.Mode && base.Rep == run.Rep {
+				r.Runs[i].Ratio = run.Rate / base.Rate
+				r.Runs[i].SteadyRatio = run.SteadyRate / base.SteadyRate
 			}
 		}
 	}

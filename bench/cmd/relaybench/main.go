@@ -154,7 +154,13 @@ func run() error {
 	step("rss", func() (err error) { res.RSS, err = runRSS(e); return })
 	step("profile", func() (err error) { res.Profile, err = runProfile(e, tpTopic, tpEnd); return })
 	step("flink", func() (err error) { res.Flink, err = runFlink(e); return })
-	step("group", func() (err error) { res.Group, err = runGroup(e); return })
+	step("group", func() (err error) {
+		if res.Group, err = runGroup(e); res.Group != nil {
+			m := res.Machine
+			res.Group.Host = fmt.Sprintf("%s, %d cores, kernel %s, %s, librdkafka %s", m.CPUModel, m.NProc, m.Kernel, m.MySQL, m.Librdkafka)
+		}
+		return
+	})
 	if len(errs) == 0 && len(want) == 0 {
 		return errors.New("no step ran")
 	}

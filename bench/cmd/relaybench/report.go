@@ -333,6 +333,9 @@ func renderFlink(w func(string, ...any), fl *FlinkResult) {
 // renderGroup is the group step's section.
 func renderGroup(w func(string, ...any), g *GroupResult) {
 	w("### Group membership: one instance, one member, two members\n\n")
+	if g.Host != "" {
+		w("Measured on: %s.\n\n", g.Host)
+	}
 	w("%d orders in %d partitions, %d skus × %d windows, produced by `%s` (%.0f s). Each repetition runs, per mode, one relay process as today (membership instances), one member of the job's consumer group (membership group) and two members started together, in that order, each on a fresh database and job, reading the topic from offset 0 with one subtask per process, checkpoint interval %s. Time: the first `state … running` of any of the run's processes → the first ledger poll (every 25 ms) at which `relay_offsets` covers the topic's end and no checkpoint is `COMMITTING`; from process start in brackets. Ratios are to the single instance of the same mode and repetition. A member's first `running` comes before the group assigned it anything, and a second member may join a generation later than the first: *every process reading* is process start → the last process's first assignment (`rebalance`, kind assigned; the single instance: its `running`), and the rate *from then on* counts the orders committed after the first ledger poll at or after that moment. CPU seconds of relay (summed over the processes; `÷ wall` is cores), MariaDB and Kafka, and the machine's busy cores (/proc/stat, everyone's processes) are over process start → end; run-queue wait is the time the threads were runnable but not running (/proc/PID/task/*/schedstat: relay's over its life, MariaDB's over the run), the CPU they wanted and did not get. Row-lock waits are InnoDB's server-wide `Innodb_row_lock_waits` and `Innodb_row_lock_time` over the same span (other sessions' tests on the server count too: the single-process runs show that floor).\n\n",
 		g.Orders, g.Partitions, g.SKUs, g.Windows, g.Loadgen, g.ProduceSecs, g.Interval)
 	w("| mode | configuration | median orders/s | range | ÷ one instance | median time (from process start) | every process reading, after start | orders/s from then on (÷ one instance) | relay CPU s (÷ wall) | MariaDB CPU s | Kafka CPU s | machine busy cores | run-queue wait s, relay / MariaDB | server-wide row-lock waits, ms | this job's waits (sampled), ~ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -369,7 +372,7 @@ func renderGroup(w func(string, ...any), g *GroupResult) {
 		if len(r.Waits) > 0 {
 			var ws []string
 			for _, t := range slices.Sorted(maps.Keys(r.Waits)) {
-				ws = append(ws, fmt.Sprintf("%s %d", strings.Trim(t, "`"), r.Waits[t]))
+				ws = append(ws, fmt.Sprintf("%s %d", tableName(t), r.Waits[t]))
 			}
 			waits = strings.Join(ws, ", ")
 		}
@@ -394,4 +397,12 @@ func renderGroup(w func(string, ...any), g *GroupResult) {
 		}
 	}
 	w("```\n\n")
+}
+
+// tableName is the table of INNODB_LOCKS' "`db`.`table`" without the run's random database.
+func tableName(t string) string {
+	if i := strings.LastIndex(t, "."); i >= 0 {
+		t = t[i+1:]
+	}
+	return strings.Trim(t, "`")
 }
