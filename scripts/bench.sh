@@ -12,7 +12,7 @@
 # in-process, perf of the binary); flink (relay against Apache Flink's XA JDBC sink, bench/flink; only
 # when BENCH_STEPS names it: it needs Maven and ≈85 MB of Flink jars); group (one instance against one
 # and two consumer-group members, alternating on a 16-partition topic; only when BENCH_STEPS names it,
-# scale BENCH_GROUP_ORDERS=8000000 BENCH_GROUP_PARTITIONS=16 BENCH_GROUP_MODES=xa,held
+# scale BENCH_GROUP_ORDERS=25000000 BENCH_GROUP_PARTITIONS=16 BENCH_GROUP_MODES=xa,held
 # BENCH_GROUP_KINDS=single,member,two).
 #
 # Scale (defaults): BENCH_ORDERS=4000000 BENCH_REPS=3 BENCH_SKUS=1000 BENCH_WINDOWS=10

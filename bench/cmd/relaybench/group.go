@@ -115,7 +115,7 @@ var groupKindNames = map[string]string{
 }
 
 func runGroup(e *kit.Env) (*GroupResult, error) {
-	r := &GroupResult{Orders: int64(kit.EnvInt("BENCH_GROUP_ORDERS", 8000000)), Partitions: kit.EnvInt("BENCH_GROUP_PARTITIONS", 16),
+	r := &GroupResult{Orders: int64(kit.EnvInt("BENCH_GROUP_ORDERS", 25000000)), Partitions: kit.EnvInt("BENCH_GROUP_PARTITIONS", 16),
 		SKUs: kit.EnvInt("BENCH_SKUS", 1000), Windows: kit.EnvInt("BENCH_WINDOWS", 10),
 		Interval: kit.EnvDuration("BENCH_TP_INTERVAL", time.Second).String(),
 		Modes:    strings.Split(kit.EnvString("BENCH_GROUP_MODES", "xa,held"), ","),
