@@ -161,16 +161,7 @@ func runGroup(e *kit.Env) (*GroupResult, error) {
 			}
 		}
 	}
-	// Ratios pair each run with the single instance of its mode and repetition, whichever ran first
-	// (BENCH_GROUP_KINDS=member,single reverses the order within a repetition).
-	for i, run := range r.Runs {
-		for _, base := range r.Runs {
-			if base.Kind == "single" && base.Mode == run.Mode && base.Rep == run.Rep {
-				r.Runs[i].Ratio = run.Rate / base.Rate
-				r.Runs[i].SteadyRatio = run.SteadyRate / base.SteadyRate
-			}
-		}
-	}
+	r.pairRatios()
 	for _, mode := range r.Modes {
 		for _, kind := range r.Kinds {
 			var rate, ratio, secs, psecs, cpu, mcpu, kcpu, busy, waits, wtime, swaits, sms, join, steady, sratio, rwait, mwait []float64
@@ -240,6 +231,19 @@ func waitLeaders(e *kit.Env, topic string, partitions int) error {
 			return fmt.Errorf("topic %s: %d of %d partitions answer after 30 s: %v", topic, len(end), partitions, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// pairRatios compares each run with the single instance of its mode and repetition, whichever
+// ran first (BENCH_GROUP_KINDS=member,single reverses the order within a repetition).
+func (r *GroupResult) pairRatios() {
+	for i, run := range r.Runs {
+		for _, base := range r.Runs {
+			if base.Kind == "single" && base.Mode == run.Mode && base.Rep == run.Rep {
+				r.Runs[i].Ratio = run.Rate / base.Rate
+				r.Runs[i].SteadyRatio = run.SteadyRate / base.SteadyRate
+			}
+		}
 	}
 }
 
