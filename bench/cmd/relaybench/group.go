@@ -304,7 +304,11 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 	if err != nil {
 		return run, err
 	}
-	run.Busy = (mustBusy() - busy0).Seconds() / doneAt.Sub(ps[0].Start).Seconds()
+	busy1, err := kit.MachineBusy()
+	if err != nil {
+		return run, err
+	}
+	run.Busy = (busy1 - busy0).Seconds() / doneAt.Sub(ps[0].Start).Seconds()
 	if mysqlPID > 0 {
 		w, _ := kit.RunDelay(mysqlPID)
 		run.MySQLWait = (w - mysqlWait0).Seconds()
@@ -411,11 +415,6 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 		run.Seconds, run.Rate, run.ProcSecs, run.JoinSecs, run.SteadyRate, run.RelayCPU, run.MySQLCPU, run.KafkaCPU, run.Busy, run.RelayWait, run.MySQLWait, run.LockWaits, run.LockTimeMs, run.Deadlocks,
 		run.Rebalances, run.Fenced, run.Parts, run.Checkpoints, run.FlushMs, run.PhaseMs, run.Waits, run.WaitMs, run.Samples)
 	return run, nil
-}
-
-func mustBusy() time.Duration {
-	b, _ := kit.MachineBusy()
-	return b
 }
 
 // polled is one ledger poll: the orders relay_offsets covered at that time.
