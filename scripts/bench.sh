@@ -10,7 +10,10 @@
 # 10s intervals under half the measured maximum load), recovery (start-up with 100 in-doubt XA
 # branches), rss (peak memory with ~1M keys in one epoch), profile (pprof of relay's pipeline
 # in-process, perf of the binary); flink (relay against Apache Flink's XA JDBC sink, bench/flink; only
-# when BENCH_STEPS names it: it needs Maven and ≈85 MB of Flink jars).
+# when BENCH_STEPS names it: it needs Maven and ≈85 MB of Flink jars); group (one instance against one
+# and two consumer-group members, alternating on a 16-partition topic; only when BENCH_STEPS names it,
+# scale BENCH_GROUP_ORDERS=25000000 BENCH_GROUP_PARTITIONS=16 BENCH_GROUP_MODES=xa,held
+# BENCH_GROUP_KINDS=single,member,two).
 #
 # Scale (defaults): BENCH_ORDERS=4000000 BENCH_REPS=3 BENCH_SKUS=1000 BENCH_WINDOWS=10
 # BENCH_SUBTASKS=2 BENCH_TP_INTERVAL=1s BENCH_TP_CLIENTS=tuned,shipped BENCH_LAT_DURATION=30s

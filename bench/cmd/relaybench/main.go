@@ -4,7 +4,8 @@
 //
 // Steps (BENCH_STEPS, comma-separated; default all): micro, throughput, latency, recovery, rss,
 // profile; and, only when named, flink (relay against Apache Flink's XA JDBC sink; needs Maven and
-// Java 17). A step that is not run keeps its previous results from last-run.json, so one step can be
+// Java 17) and group (one instance against one and two members of a consumer group, issue 26). A
+// step that is not run keeps its previous results from last-run.json, so one step can be
 // re-measured alone. Every topic, database and job is created with a random suffix and removed at
 // the end.
 package main
@@ -36,6 +37,7 @@ type Results struct {
 	RSS        *RSSResult        `json:"rss,omitempty"`
 	Profile    *ProfileResult    `json:"profile,omitempty"`
 	Flink      *FlinkResult      `json:"flink,omitempty"`
+	Group      *GroupResult      `json:"group,omitempty"`
 }
 
 // Step records the provenance of one step's results.
@@ -50,8 +52,9 @@ type Step struct {
 
 var allSteps = []string{"micro", "throughput", "latency", "recovery", "rss", "profile"}
 
-// extraSteps run only when BENCH_STEPS names them (flink needs Maven and ≈85 MB of jars).
-var extraSteps = []string{"flink"}
+// extraSteps run only when BENCH_STEPS names them (flink needs Maven and ≈85 MB of jars; group
+// produces a topic of its own and runs nine configurations per mode).
+var extraSteps = []string{"flink", "group"}
 
 // reportOnly re-renders docs/BENCHMARKS.md from last-run.json (BENCH_STEPS=report).
 const reportOnly = "report"
@@ -151,6 +154,13 @@ func run() error {
 	step("rss", func() (err error) { res.RSS, err = runRSS(e); return })
 	step("profile", func() (err error) { res.Profile, err = runProfile(e, tpTopic, tpEnd); return })
 	step("flink", func() (err error) { res.Flink, err = runFlink(e); return })
+	step("group", func() (err error) {
+		if res.Group, err = runGroup(e); res.Group != nil {
+			m := res.Machine
+			res.Group.Host = fmt.Sprintf("%s, %d cores, kernel %s, %s, librdkafka %s", m.CPUModel, m.NProc, m.Kernel, m.MySQL, m.Librdkafka)
+		}
+		return
+	})
 	if len(errs) == 0 && len(want) == 0 {
 		return errors.New("no step ran")
 	}

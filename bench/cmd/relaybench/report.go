@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -144,6 +146,9 @@ func render(res *Results) string {
 	}
 	if fl := res.Flink; fl != nil {
 		renderFlink(w, fl)
+	}
+	if g := res.Group; g != nil {
+		renderGroup(w, g)
 	}
 	if lt := res.Latency; lt != nil {
 		cores := 0
@@ -323,4 +328,81 @@ func renderFlink(w func(string, ...any), fl *FlinkResult) {
 		w("# %s\n%s\n", kind, fl.Commands[kind])
 	}
 	w("```\n\n")
+}
+
+// renderGroup is the group step's section.
+func renderGroup(w func(string, ...any), g *GroupResult) {
+	w("### Group membership: one instance, one member, two members\n\n")
+	if g.Host != "" {
+		w("Measured on: %s.\n\n", g.Host)
+	}
+	w("%d orders in %d partitions, %d skus × %d windows, produced by `%s` (%.0f s). Each repetition runs, per mode, one relay process as today (membership instances), one member of the job's consumer group (membership group) and two members started together, in that order, each on a fresh database and job, reading the topic from offset 0 with one subtask per process, checkpoint interval %s. Time: the first `state … running` of any of the run's processes → the first ledger poll (every 25 ms) at which `relay_offsets` covers the topic's end and no checkpoint is `COMMITTING`; from process start in brackets. Ratios are to the single instance of the same mode and repetition. A member's first `running` comes before the group assigned it anything, and a second member may join a generation later than the first: *every process reading* is process start → the last process's first assignment (`rebalance`, kind assigned; the single instance: its `running`), and the rate *from then on* counts the orders committed after the first ledger poll at or after that moment. CPU seconds of relay (summed over the processes; `÷ wall` is cores), MariaDB and Kafka, and the machine's busy cores (/proc/stat, everyone's processes) are over process start → end; run-queue wait is the time the threads were runnable but not running (/proc/PID/task/*/schedstat: relay's over its life, MariaDB's over the run), the CPU they wanted and did not get. Row-lock waits are InnoDB's server-wide `Innodb_row_lock_waits` and `Innodb_row_lock_time` over the same span (other sessions' tests on the server count too: the single-process runs show that floor).\n\n",
+		g.Orders, g.Partitions, g.SKUs, g.Windows, g.Loadgen, g.ProduceSecs, g.Interval)
+	w("| mode | configuration | median orders/s | range | ÷ one instance | median time (from process start) | every process reading, after start | orders/s from then on (÷ one instance) | relay CPU s (÷ wall) | MariaDB CPU s | Kafka CPU s | machine busy cores | run-queue wait s, relay / MariaDB | server-wide row-lock waits, ms | this job's waits (sampled), ~ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, mode := range g.Modes {
+		for _, kind := range g.Kinds {
+			s, ok := g.Summary[mode+"/"+kind]
+			if !ok {
+				continue
+			}
+			w("| %s | %s | **%s** | %s–%s | **%.2f×** | %.2f s (%.2f s) | %.2f s | %s (%.2f×) | %.1f (%.2f) | %.1f | %.1f | %.2f | %.1f / %.1f | %.0f, %.0f | %.0f, %.0f |\n", mode, groupKindNames[kind],
+				kps(s.Rate), kps(s.MinRate), kps(s.MaxRate), s.Ratio, s.Seconds, s.ProcSecs, s.JoinSecs, kps(s.SteadyRate), s.SteadyRatio, s.RelayCPU, s.RelayCPU/s.ProcSecs, s.MySQLCPU, s.KafkaCPU,
+				s.Busy, s.RelayWait, s.MySQLWait, s.LockWaits, s.LockTimeMs, s.SampledWaits, s.SampledMs)
+		}
+	}
+	w("\nEvery run, in the order run:\n\n| rep | mode | configuration | orders/s | ÷ one instance | time (from start) | every process reading, after start; orders/s from then on | relay CPU s per process | MariaDB CPU s | busy cores | run-queue wait s, relay per process / MariaDB | server-wide row-lock waits / ms / deadlocks | this job's waits, sampled (by table), ~ms | rebalances | fenced decisions | partitions at the end | checkpoints, mean flush+prepare; XA, two members: decisions apart (median) | load avg at start |\n|---:|---|---|---:|---:|---:|---:|---|---:|---:|---|---:|---|---:|---:|---|---|---|\n")
+	for _, r := range g.Runs {
+		var cpu []string
+		for _, c := range r.RelayCPU {
+			cpu = append(cpu, fmt.Sprintf("%.1f", c))
+		}
+		var parts []string
+		for _, n := range r.Parts {
+			parts = append(parts, fmt.Sprint(n))
+		}
+		var cps []string
+		for i, n := range r.Checkpoints {
+			cps = append(cps, fmt.Sprintf("%d, %.0f ms", n, r.FlushMs[i]))
+		}
+		phase := ""
+		if r.PhaseMs > 0 {
+			phase = fmt.Sprintf("; %.0f ms apart", r.PhaseMs)
+		}
+		waits := "0"
+		if len(r.Waits) > 0 {
+			var ws []string
+			for _, t := range slices.Sorted(maps.Keys(r.Waits)) {
+				ws = append(ws, fmt.Sprintf("%s %d", tableName(t), r.Waits[t]))
+			}
+			waits = strings.Join(ws, ", ")
+		}
+		var rw []string
+		for _, x := range r.RelayWait {
+			rw = append(rw, fmt.Sprintf("%.1f", x))
+		}
+		w("| %d | %s | %s | %s | %.2f× | %.2f s (%.2f s) | %.2f s; %s | %s | %.1f | %.2f | %s / %.1f | %d / %d / %d | %s; %.0f | %.0f | %.0f | %s | %s | %s |\n", r.Rep, r.Mode, r.Kind, kps(r.Rate), r.Ratio,
+			r.Seconds, r.ProcSecs, r.JoinSecs, kps(r.SteadyRate), strings.Join(cpu, " + "), r.MySQLCPU, r.Busy, strings.Join(rw, " + "), r.MySQLWait, r.LockWaits, r.LockTimeMs, r.Deadlocks, waits, r.WaitMs, r.Rebalances, r.Fenced,
+			strings.Join(parts, " + "), strings.Join(cps, " + ")+phase, r.LoadAvg)
+	}
+	w("\n```sh\n")
+	for _, mode := range g.Modes {
+		for _, kind := range g.Kinds {
+			if c, ok := g.Commands[mode+"/"+kind]; ok {
+				n := ""
+				if kind == "two" {
+					n = " (twice, at once)"
+				}
+				w("# %s/%s%s\n%s RELAY_KAFKA_BROKERS=… RELAY_MYSQL_DSN=… RELAY_HTTP_ADDR=127.0.0.1:<free> bin/relay run\n", mode, kind, n, c)
+			}
+		}
+	}
+	w("```\n\n")
+}
+
+// tableName is the table of INNODB_LOCKS' "`db`.`table`" without the run's random database.
+func tableName(t string) string {
+	if i := strings.LastIndex(t, "."); i >= 0 {
+		t = t[i+1:]
+	}
+	return strings.Trim(t, "`")
 }

@@ -194,3 +194,55 @@ func (c *CPUMeter) Stop() map[string]float64 {
 	}
 	return out
 }
+
+// MachineBusy is the CPU time every core of the machine spent not idle since boot (/proc/stat:
+// all but idle and iowait), whoever ran: the difference over an interval, divided by its length,
+// is how many cores were busy.
+func MachineBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var busy int64
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		// user nice system idle iowait irq softirq steal (guest time is inside user already)
+		if i == 3 || i == 4 || i >= 8 {
+			continue
+		}
+		busy += n
+	}
+	return time.Duration(busy) * 10 * time.Millisecond, nil
+}
+
+// RunDelay is how long the threads of process pid now alive have waited on a run queue, runnable
+// but not running (the second field of /proc/PID/task/TID/schedstat): CPU time the process wanted
+// and the machine did not have.
+func RunDelay(pid int) (time.Duration, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			continue
+		}
+		ns, _ := strconv.ParseInt(f[1], 10, 64)
+		sum += time.Duration(ns)
+	}
+	return sum, nil
+}
