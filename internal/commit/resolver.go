@@ -66,6 +66,12 @@ func (p *Resolver) Loop(ctx context.Context) error {
 				continue
 			}
 		}
+		// Nothing before this process holds its fence: one that is about to be refused (another
+		// layout, an operator holding the job) must not act on other processes' keys.
+		if p.Fence() == nil {
+			t.Reset(time.Second)
+			continue
+		}
 		// Until this process's recovery finished, its own branches are recovery's; another
 		// process's (stalled or dead) are resolved meanwhile: this recovery may be waiting on them.
 		recovered := p.Recovered()
@@ -163,9 +169,13 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger, own bool) (
 	if err != nil {
 		return next, err
 	}
+	listed := map[int64]bool{}
+	for _, b := range branches {
+		listed[b.Checkpoint] = true
+	}
 	for _, c := range cs {
 		key := c.Instance
-		if _, ok := byOwner[key]; ok || key == p.Ledger.Key() {
+		if _, ok := byOwner[key]; ok || key == p.Ledger.Key() || listed[c.ID] {
 			continue
 		}
 		other := p.Ledger.ForKey(key)
@@ -293,6 +303,16 @@ func (p *Resolver) resolveAll(ctx context.Context, led *ledger.Ledger, epoch int
 			action = "commit"
 		}
 		p.Metrics.Transactions.WithLabelValues(action, metrics.OriginResolver).Inc()
+	}
+	// A checkpoint is COMMITTED only once none of its branches is listed any more: whatever was not
+	// in bs (a branch no id block attributes, one skipped this pass) keeps its row COMMITTING, which
+	// pruning never deletes, so its verdict stays readable.
+	still, err := JobBranches(ctx, p.Sink, p.Job)
+	if err != nil {
+		return err
+	}
+	for _, b := range still {
+		pending[b.Checkpoint] = true
 	}
 	return markDone(ctx, led, pending, below, log, metrics.OriginResolver)
 }

@@ -46,25 +46,11 @@ type Consumer struct {
 	// in place of the instance's share; discovery then adds none (the group assigns new ones).
 	only map[string]map[int32]bool
 	// total is how many partitions the topics had at the last metadata read.
-	total     int
-	fromStart bool // NewFromStart
+	total int
 }
 
 // TopicPartitions is how many partitions the topics had at the last metadata read.
 func (c *Consumer) TopicPartitions() int { return c.total }
-
-// NewFromStart makes Assign start a partition the ledger has no offset for at its beginning rather
-// than at kafka.start_offset, which applies to a job's first run only: a partition a group member
-// is given after the job committed anything is one added since, or one nobody decided yet, and its
-// records are new (as Discover treats partitions added to an instance's share).
-func (c *Consumer) NewFromStart() { c.fromStart = true }
-
-func (c *Consumer) start() string {
-	if c.fromStart {
-		return "earliest"
-	}
-	return c.opts.StartOffset
-}
 
 // Only restricts the partitions Assign reads to parts (a group member's assignment, as taken in
 // the ledger). Call it before Assign.
@@ -212,7 +198,7 @@ func (c *Consumer) Assign(ctx context.Context, from partition.Offsets) (partitio
 			lo, hi := marks[t][p][0], marks[t][p][1]
 			off, ok := from.Get(t, p)
 			if !ok {
-				off = startOffset(lo, hi, c.start())
+				off = startOffset(lo, hi, c.opts.StartOffset)
 			}
 			start.Set(t, p, off)
 			topic := t

@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -33,7 +34,8 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 	}
 	var layout int
 	var jobConn int64
-	if err := tx.QueryRowContext(ctx, `SELECT layout, conn_id FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&layout, &jobConn); err != nil {
+	var jobOwner string
+	if err := tx.QueryRowContext(ctx, `SELECT layout, conn_id, owner FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&layout, &jobConn, &jobOwner); err != nil {
 		return fmt.Errorf("fence %s: %w", l.key, err)
 	}
 	if !f.cfg.Operator && l.key != l.job {
@@ -43,7 +45,7 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		if err != nil {
 			return fmt.Errorf("fence %s: %w", l.key, err)
 		}
-		if holder.Valid && holder.Int64 == jobConn {
+		if holder.Valid && holder.Int64 == jobConn && !strings.HasPrefix(jobOwner, ResolverOwner) {
 			return fmt.Errorf("%w: job %s is held by an operator command: %s; start again once it is done", ErrFenced, l.job, Holder(ctx, l.ForKey(l.job)))
 		}
 	}

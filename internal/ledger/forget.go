@@ -1,11 +1,13 @@
 // Forgetting dead members: a group member's key is its process's, so each process start leaves a
-// relay_jobs, relay_leases and relay_owners row behind once it stopped.
+// relay_leases and a relay_owners row behind once it stopped, which every lease and stalled-process
+// read goes over. Its relay_jobs row stays (small, read only by key): it keeps the key's epoch, so
+// a static member starting again under the key claims above every epoch it ever had.
 //
-// Invariant: a member's rows are deleted only when nothing of it can still matter: its lock is free,
+// Invariant: a member's lease and owner rows are deleted only when nothing of it can still matter: its lock is free,
 // its lease ran out longer ago than the caller's bound, it left no checkpoint that is not COMMITTED
 // (the resolver finishes those first), and the caller found none of its branches in XA RECOVER.
-// A zombie of it, should one wake, finds no row to decide under (its decisions check the epoch in
-// relay_jobs and write relay_owners) and fails.
+// A zombie of it, should one wake, finds no owner row to decide under (its decisions write
+// relay_owners conditional on its epoch) and no lease to renew, and fails.
 package ledger
 
 import (
@@ -16,13 +18,13 @@ import (
 	"time"
 )
 
-// ForgetMembers deletes the rows of the job's group members stopped longer than after, except keep
+// ForgetMembers deletes the lease and owner rows of the job's group members stopped longer than after, except keep
 // (keys with branches still in XA RECOVER), and returns how many it forgot.
 func ForgetMembers(ctx context.Context, l *Ledger, after time.Duration, keep map[string]bool) (int, error) {
 	rows, err := l.db.QueryContext(ctx, `SELECT j.job FROM relay_jobs j
-		LEFT JOIN relay_leases s ON s.job = j.job
+		JOIN relay_leases s ON s.job = j.job
 		WHERE j.job LIKE ? AND j.job <> ? AND IS_USED_LOCK(CONCAT('relay/', j.job)) IS NULL
-			AND (s.lease_until IS NULL OR s.lease_until < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)
+			AND s.lease_until < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
 			AND NOT EXISTS (SELECT 1 FROM relay_checkpoints c WHERE c.job = ? AND c.instance = j.job AND c.state <> ?)`,
 		likePrefix(MemberKey(l.job, "")), l.key, after.Microseconds(), l.job, Committed)
 	if err != nil {
@@ -56,7 +58,7 @@ func ForgetMembers(ctx context.Context, l *Ledger, after time.Duration, keep map
 	return n, nil
 }
 
-// forget deletes member key's rows, under its relay_jobs row's lock (which a claim of the key
+// forget deletes member key's lease and owner rows, under its relay_jobs row's lock (which a claim of the key
 // takes first), if its lock is still free: a process taking the key meanwhile waits and then
 // claims it anew.
 func (l *Ledger) forget(ctx context.Context, key string) (bool, error) {
@@ -79,9 +81,6 @@ func (l *Ledger) forget(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM relay_owners WHERE job = ? AND scope = ?`, l.job, key); err != nil {
-		return false, err
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM relay_jobs WHERE job = ?`, key); err != nil {
 		return false, err
 	}
 	return true, tx.Commit()

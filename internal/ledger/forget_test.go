@@ -41,8 +41,8 @@ func TestForgetMembers(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("forgot %d (%v), want 1", n, err)
 	}
-	var left []string
-	rows, err := l.DB().QueryContext(ctx, `SELECT job FROM relay_jobs WHERE job LIKE ? ORDER BY job`, likePrefix(MemberKey(l.Job(), "")))
+	var left []string // members whose lease row is still there
+	rows, err := l.DB().QueryContext(ctx, `SELECT job FROM relay_leases WHERE job LIKE ? ORDER BY job`, likePrefix(MemberKey(l.Job(), "")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,5 +58,14 @@ func TestForgetMembers(t *testing.T) {
 	var owners int
 	if err := l.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM relay_owners WHERE job = ? AND scope = ?`, l.Job(), MemberKey(l.Job(), "gone")).Scan(&owners); err != nil || owners != 0 {
 		t.Fatalf("the forgotten member's owner row: %d (%v)", owners, err)
+	}
+	// Its relay_jobs row stays: a later claim of the key continues above its epoch.
+	var epoch int64
+	if err := l.DB().QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, MemberKey(l.Job(), "gone")).Scan(&epoch); err != nil || epoch < 1 {
+		t.Fatalf("the forgotten member's relay_jobs row: epoch %d (%v)", epoch, err)
+	}
+	// A second pass without keep forgets "kept" only: "gone" is forgotten already (not again).
+	if n, err := ForgetMembers(ctx, NewMember(l.DB(), l.Job(), "self"), time.Second, nil); err != nil || n != 1 {
+		t.Fatalf("second pass forgot %d (%v), want 1", n, err)
 	}
 }

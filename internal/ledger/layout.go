@@ -91,6 +91,12 @@ func SwitchLayout(ctx context.Context, db *sql.DB, job string, to int, apply boo
 			job); err != nil {
 			return p, fmt.Errorf("layout switch: %w", err)
 		}
+		// The leases move with the epochs: they are read joined on the epoch, and a renewal of an
+		// old process (conditional on its epoch) now fails, so it learns its fence is gone.
+		if _, err := tx.ExecContext(ctx, `UPDATE relay_leases SET owner_epoch = owner_epoch + 1 WHERE job = ? OR job LIKE ?`,
+			job, likePrefix(job+"/")); err != nil {
+			return p, fmt.Errorf("layout switch: %w", err)
+		}
 		if _, err := tx.ExecContext(ctx, `UPDATE relay_partition_owners SET owner_epoch = owner_epoch + 1, member = '', written_at = UTC_TIMESTAMP(6) WHERE job = ?`, job); err != nil {
 			return p, fmt.Errorf("layout switch: %w", err)
 		}

@@ -77,7 +77,9 @@ func (s *session) run(ctx context.Context) (err error) {
 			if s.inflight != nil {
 				err := <-s.inflight
 				s.inflight = nil
-				p.countFenced(err)
+				if err != nil && !p.countFenced(err) {
+					return &errReassigned{ch, err}
+				}
 			}
 			return &errReassigned{ch, nil}
 		case err := <-s.inflight:

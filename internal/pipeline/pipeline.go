@@ -322,13 +322,17 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 }
 
-// countFenced counts a checkpoint whose decision was refused because this process no longer held
+// countFenced counts (and reports) a checkpoint whose decision was refused because this process no longer held
 // what it decided: a partition another member took (its owner epoch moved; the next session
 // leaves it out), or its fence's lease. Nothing of such a checkpoint is committed.
-func (p *Pipeline) countFenced(err error) {
-	if errors.Is(err, ledger.ErrPartitionTaken) || errors.Is(err, commit.ErrFenceLost) || errors.Is(err, ledger.ErrFenced) {
+func (p *Pipeline) countFenced(err error) bool {
+	var ce *commit.CheckpointError
+	fenced := errors.Is(err, ledger.ErrPartitionTaken) ||
+		errors.As(err, &ce) && (errors.Is(err, commit.ErrFenceLost) || errors.Is(err, ledger.ErrFenced))
+	if fenced {
 		p.Metrics.FencedDecisions.Inc()
 	}
+	return fenced
 }
 
 // settle resolves what the failed session left in doubt, as the next session's recovery would: the

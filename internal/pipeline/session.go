@@ -105,7 +105,6 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
 	var claims partition.Epochs
-	started := from.Len() > 0 // the job committed offsets before (any member's)
 	if p.Member != nil {
 		if claims, from, err = p.take(rctx, fence); err != nil {
 			return nil, fmt.Errorf("take partitions: %w", err)
@@ -117,9 +116,6 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	}
 	if claims != nil {
 		cons.Only(claims)
-		if started {
-			cons.NewFromStart()
-		}
 	}
 	start, err := cons.Assign(rctx, from)
 	if err == nil {
