@@ -197,7 +197,10 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	if cfg.Group() {
 		// A revoke waits for the session's drain: the checkpoint in flight and the final one.
 		drain := 2*cfg.Checkpoint.Timeout + cfg.Checkpoint.Interval
-		if member, err = membership.Join(membership.Options{Kafka: copts, InstanceID: cfg.Kafka.GroupInstanceID, Drain: drain,
+		// Half a checkpoint interval (within 100 ms to 1 s): a rebalance's rounds add about one
+		// heartbeat each to how long moving partitions wait.
+		heartbeat := min(max(cfg.Checkpoint.Interval/2, 100*time.Millisecond), time.Second)
+		if member, err = membership.Join(membership.Options{Kafka: copts, InstanceID: cfg.Kafka.GroupInstanceID, Drain: drain, Heartbeat: heartbeat,
 			Discovery: cfg.Kafka.DiscoveryInterval, Regrant: 2 * cfg.GroupSessionTimeout()},
 			log.Named("membership"), m); err != nil {
 			return err

@@ -186,16 +186,83 @@ func (c *Consumer) Assign(ctx context.Context, from partition.Offsets) (partitio
 	if err != nil {
 		return nil, err
 	}
-	marks, err := c.watermarks(ctx, parts)
+	c.marks = map[string]map[int32][2]int64{}
+	c.assigned = map[string]map[int32]bool{}
+	start, tps, err := c.positions(ctx, parts, from)
 	if err != nil {
 		return nil, err
 	}
-	c.marks = marks
+	if err := c.c.Assign(tps); err != nil {
+		return nil, fmt.Errorf("assign: %w", err)
+	}
+	return start, nil
+}
+
+// Add starts reading parts as well (a group member took them during its session), each from its
+// offset in from, else from the start position, like Assign. It returns their starting positions;
+// their watermarks join AssignedWatermarks.
+func (c *Consumer) Add(ctx context.Context, parts partition.Epochs, from partition.Offsets) (partition.Offsets, error) {
+	list := map[string][]int32{}
+	if c.only == nil {
+		c.only = map[string]map[int32]bool{}
+	}
+	for t, ps := range parts {
+		for p := range ps {
+			list[t] = append(list[t], p)
+			if c.only[t] == nil {
+				c.only[t] = map[int32]bool{}
+			}
+			c.only[t][p] = true
+		}
+	}
+	start, tps, err := c.positions(ctx, list, from)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.c.IncrementalAssign(tps); err != nil {
+		return nil, fmt.Errorf("assign: %w", err)
+	}
+	return start, nil
+}
+
+// Remove stops reading parts. librdkafka drops what it fetched of them and had not delivered (its
+// queued fetches carry the assignment's version); what was delivered is the caller's to drop.
+func (c *Consumer) Remove(parts partition.Epochs) error {
+	var tps []kafka.TopicPartition
+	for t, ps := range parts {
+		for p := range ps {
+			topic := t
+			tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p})
+			delete(c.only[t], p)
+			delete(c.assigned[t], p)
+			delete(c.marks[t], p)
+		}
+	}
+	if len(tps) == 0 {
+		return nil
+	}
+	if err := c.c.IncrementalUnassign(tps); err != nil {
+		return fmt.Errorf("unassign: %w", err)
+	}
+	return nil
+}
+
+// positions reads the watermarks of parts (kept for AssignedWatermarks) and resolves where each
+// starts: its offset in from, else the start position. It marks them assigned.
+func (c *Consumer) positions(ctx context.Context, parts map[string][]int32, from partition.Offsets) (partition.Offsets, []kafka.TopicPartition, error) {
+	marks, err := c.watermarks(ctx, parts)
+	if err != nil {
+		return nil, nil, err
+	}
 	start := partition.Offsets{}
 	var tps []kafka.TopicPartition
 	for t, ps := range parts {
+		if c.marks[t] == nil {
+			c.marks[t] = map[int32][2]int64{}
+		}
 		for _, p := range ps {
 			lo, hi := marks[t][p][0], marks[t][p][1]
+			c.marks[t][p] = marks[t][p]
 			off, ok := from.Get(t, p)
 			if !ok {
 				off = startOffset(lo, hi, c.opts.StartOffset)
@@ -203,16 +270,10 @@ func (c *Consumer) Assign(ctx context.Context, from partition.Offsets) (partitio
 			start.Set(t, p, off)
 			topic := t
 			tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.Offset(off)})
+			c.mark(t, p)
 		}
 	}
-	if err := c.c.Assign(tps); err != nil {
-		return nil, fmt.Errorf("assign: %w", err)
-	}
-	c.assigned = map[string]map[int32]bool{}
-	for _, tp := range tps {
-		c.mark(*tp.Topic, tp.Partition)
-	}
-	return start, nil
+	return start, tps, nil
 }
 
 func (c *Consumer) mark(t string, p int32) {
@@ -334,6 +395,10 @@ func (c *Consumer) queryWatermarks(ctx context.Context, t string, p int32) (lo, 
 	}
 	return lo, hi, nil
 }
+
+// Wake makes a Read waiting for its first record return at once, with an empty batch. It may be
+// called from any goroutine while the consumer is open.
+func (c *Consumer) Wake() { c.r.wake() }
 
 // Read fills b with the next records: it waits up to timeout for the first, then takes only what
 // librdkafka has queued already. An empty batch is a timeout. Only one goroutine may Read.

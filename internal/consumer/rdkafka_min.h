@@ -38,6 +38,7 @@ typedef struct rd_kafka_message_s {
 #endif
 
 rd_kafka_event_t *rd_kafka_queue_poll(rd_kafka_queue_t *rkqu, int timeout_ms);
+void rd_kafka_queue_yield(rd_kafka_queue_t *rkqu);
 rd_kafka_event_type_t rd_kafka_event_type(const rd_kafka_event_t *rkev);
 const rd_kafka_message_t *rd_kafka_event_message_next(rd_kafka_event_t *rkev);
 void rd_kafka_event_destroy(rd_kafka_event_t *rkev);

@@ -250,6 +250,10 @@ func (r *reader) read(timeout time.Duration, b *Batch) (event *kafka.Error, err 
 	return nil, nil
 }
 
+// wake makes a read waiting for its first record return at once, empty (a read not waiting yet
+// returns at once instead).
+func (r *reader) wake() { C.rd_kafka_queue_yield(r.c.q) }
+
 // close destroys the held event: before the consumer closes, which waits for its records.
 func (r *reader) close() {
 	if r.c != nil {

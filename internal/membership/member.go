@@ -6,7 +6,7 @@
 //     who may decide it. A member reads a partition only after taking it in the ledger, and takes
 //     it from another member only on a grant of the group newer than its own hold.
 //   - A cooperative revoke is acknowledged to the group (the partitions unassigned) only after the
-//     pipeline ended the session that read them: the open epoch decided or aborted. A lost
+//     pipeline released them: every record it read of them decided, none read after. A lost
 //     assignment (the member's group session expired) is dropped at once: the group gave it away.
 //   - The group consumer never reads records: its partitions are paused as soon as they are
 //     assigned. The session's own consumer reads them from the ledger's offsets.
@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,16 +42,18 @@ const (
 
 func (k Kind) String() string { return [...]string{"assigned", "revoked", "lost"}[k] }
 
-// Change tells the pipeline that its assignment changed: the live session must end (drained for
-// Assigned and Revoked, aborted for Lost) and a new one start on Partitions(). Done must be called
-// once the session has ended; a revoke is acknowledged to the group only then.
+// Change tells the pipeline that its assignment changed (Wants has the new one): the live session
+// takes granted partitions and drains and releases revoked ones; a lost assignment ends it without
+// another decision. Done must be called once nothing more of the revoked or lost partitions is
+// read or decided; a revoke is acknowledged to the group only then.
 type Change struct {
 	Kind Kind
 	done chan struct{}
 	once sync.Once
 }
 
-// Done reports that the session which read the old assignment has ended.
+// Done reports that the revoked or lost partitions are released: nothing more of them is read or
+// decided here.
 func (c *Change) Done() { c.once.Do(func() { close(c.done) }) }
 
 type tp struct {
@@ -63,7 +66,9 @@ type Member struct {
 	c       *kafka.Consumer
 	log     *zap.Logger
 	m       *metrics.Metrics
-	drain   time.Duration // longest wait for the pipeline to end a revoked session
+	topic   string        // one of the topics, for metadata requests (rejoin)
+	tick    time.Duration // how often Run wakes librdkafka's group state machine (Run)
+	drain   time.Duration // longest wait for the pipeline to release revoked partitions
 	changes chan *Change
 	mu      sync.Mutex
 	// held maps every partition of the assignment to the owner epoch this member took it at in
@@ -94,7 +99,10 @@ type Options struct {
 	// while the group still assigns it here (about twice the group's session timeout: the group
 	// has settled by then, and still gives it to this member).
 	Regrant time.Duration
-	// Drain bounds the wait for the pipeline to end the session that read revoked partitions
+	// Heartbeat is librdkafka's heartbeat.interval.ms unless kafka.properties sets it: how soon a
+	// member learns that the group rebalances (about half a checkpoint interval, run.go).
+	Heartbeat time.Duration
+	// Drain bounds the wait for the pipeline to drain and release revoked partitions
 	// (checkpoint timeout and interval): past it the revoke is acknowledged anyway, since the
 	// partition owner epochs keep a late decision out.
 	Drain time.Duration
@@ -113,12 +121,22 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 			return nil, err
 		}
 	}
-	// librdkafka's 3 s heartbeat makes a member learn of a join up to 3 s late, twice per
-	// cooperative rebalance (the bench saw a second member assigned ~6 s after it started; 1.6 s
-	// with 500 ms). A second is a tenth of the smallest session timeout brokers allow by default.
-	if _, set := o.Kafka.Properties["heartbeat.interval.ms"]; !set {
-		if err := cm.SetKey("heartbeat.interval.ms", 1000); err != nil {
+	// librdkafka's 3 s heartbeat makes a member learn of a rebalance up to 3 s late, and a
+	// cooperative rebalance asks each member twice: the partitions moving wait for it (see
+	// Options.Heartbeat).
+	if _, set := o.Kafka.Properties["heartbeat.interval.ms"]; !set && o.Heartbeat > 0 {
+		if err := cm.SetKey("heartbeat.interval.ms", int(o.Heartbeat/time.Millisecond)); err != nil {
 			return nil, err
+		}
+	}
+	hb := o.Heartbeat
+	if v, err := cm.Get("heartbeat.interval.ms", 3000); err == nil {
+		if ms, ok := v.(int); ok {
+			hb = time.Duration(ms) * time.Millisecond
+		} else if str, ok := v.(string); ok {
+			if ms, err := strconv.Atoi(str); err == nil {
+				hb = time.Duration(ms) * time.Millisecond
+			}
 		}
 	}
 	if o.Discovery > 0 {
@@ -135,7 +153,7 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 		return nil, fmt.Errorf("group member: %w", err)
 	}
 	go consumer.ForwardLogs(c.Logs(), log.Named("librdkafka"))
-	mb := &Member{c: c, log: log, m: m, drain: o.Drain, changes: make(chan *Change, 16), held: map[tp]int64{},
+	mb := &Member{c: c, log: log, m: m, topic: o.Kafka.Topics[0], tick: min(max(hb/2, 10*time.Millisecond), 100*time.Millisecond), drain: o.Drain, changes: make(chan *Change, 16), held: map[tp]int64{},
 		stolen: map[tp]bool{}, regrant: o.Regrant, closing: make(chan struct{})}
 	if err := c.SubscribeTopics(o.Kafka.Topics, mb.rebalance); err != nil {
 		_ = c.Close()
@@ -148,15 +166,22 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 func (mb *Member) Changes() <-chan *Change { return mb.changes }
 
 // Run serves the group (rebalances, heartbeats are librdkafka's) until ctx ends, then leaves it.
+//
+// librdkafka's main thread runs the group's state machine (heartbeats included) only when it wakes
+// for a request or a timer of its own, at least once a second: a member with nothing else going on
+// heartbeats about once a second whatever heartbeat.interval.ms says, and learns of a rebalance
+// that late. Run hands it a request every tick (reading the assignment, in process) so that the
+// heartbeat interval holds.
 func (mb *Member) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
-		switch ev := mb.c.Poll(100).(type) {
+		switch ev := mb.c.Poll(int(mb.tick / time.Millisecond)).(type) {
 		case kafka.Error:
 			if ev.IsFatal() {
 				return fmt.Errorf("group member: %w", ev)
 			}
 			mb.log.Warn("kafka group client error", zap.Error(ev))
 		}
+		_, _ = mb.c.Assignment()
 	}
 	return nil
 }
@@ -179,6 +204,7 @@ func (mb *Member) Close() {
 // rebalance runs inside Poll, on Run's goroutine. The cooperative protocol tells every member of
 // each rebalance, most of them with nothing to add or revoke: those keep their session.
 func (mb *Member) rebalance(c *kafka.Consumer, ev kafka.Event) error {
+	defer mb.rejoinSoon()
 	switch e := ev.(type) {
 	case kafka.AssignedPartitions:
 		if len(e.Partitions) == 0 {
@@ -220,13 +246,13 @@ func (mb *Member) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 		start := time.Now()
 		ch := mb.notify(kind, e.Partitions)
 		if kind == Revoked && mb.reading.Load() {
-			// Hand the partitions back only once the session that read them ended (or the bound).
+			// Hand the partitions back only once the pipeline released them (or the bound).
 			t := time.NewTimer(mb.drain)
 			select {
 			case <-ch.done:
 			case <-mb.closing:
 			case <-t.C:
-				mb.log.Warn("revoke acknowledged before the session ended: its late decisions are refused by the partitions' owner epochs",
+				mb.log.Warn("revoke acknowledged before the pipeline released the partitions: its late decisions are refused by the partitions' owner epochs",
 					zap.Duration("waited", mb.drain))
 			}
 			t.Stop()
@@ -237,6 +263,21 @@ func (mb *Member) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 		}
 	}
 	return nil
+}
+
+// rejoinSoon lets the group client join again as soon as the group asks it to, after a rebalance.
+// librdkafka (classic protocol) sends a JoinGroup at most once a second, unless a metadata response
+// came in since; a cooperative rebalance asks every member to join twice in a row (once to revoke,
+// once to hand the revoked partitions on), so a member that just joined the group held the second
+// round, and the partitions moving to it, back for up to a second (measured: 0.9-1 s of the 1.1 s
+// a join stalled a partition). A metadata request after each rebalance callback makes the next
+// join immediate.
+func (mb *Member) rejoinSoon() {
+	go func() {
+		if _, err := mb.c.GetMetadata(&mb.topic, false, 5000); err != nil {
+			mb.log.Debug("metadata request after a rebalance", zap.Error(err))
+		}
+	}()
 }
 
 // notify hands the pipeline a change (never blocking the group's thread for long: the channel has
@@ -256,7 +297,7 @@ func (mb *Member) notify(k Kind, parts []kafka.TopicPartition) *Change {
 	return ch
 }
 
-// Wants is the assignment a new session takes in the ledger: each partition with the epoch this
+// Wants is the assignment a session takes in the ledger: each partition with the epoch this
 // member holds it at (0 for a fresh grant), leaving out the stolen ones.
 func (mb *Member) Wants() []ledger.Want {
 	mb.mu.Lock()

@@ -109,7 +109,7 @@ func New(job string) *Metrics {
 		Rebalances: f.counterVec("relay_rebalances_total",
 			"Consumer-group rebalance events this member handled, by kind: assigned (partitions granted), revoked (handed back after a drain), lost (taken away without a drain: the session expired).", "kind"),
 		RevokeDrain: f.histogramBuckets("relay_revoke_drain_seconds",
-			"Per cooperative revocation, time from the group's revoke to handing the partitions back: the open epoch decided (or aborted) and the session ended.",
+			"Per cooperative revocation, time from the group's revoke to handing the partitions back: the open epoch decided and the partitions released (or the session ended).",
 			prometheus.ExponentialBuckets(0.01, 2, 14)),
 		FencedDecisions: f.counter("relay_fenced_decisions_total",
 			"Checkpoints whose decision was refused because this process no longer held what it decided: a partition another member took (its owner epoch moved), or its fence and lease. Nothing of them was committed."),

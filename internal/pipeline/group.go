@@ -1,10 +1,12 @@
-// Group membership in the pipeline: each change of the assignment ends the session, and each
-// session reads only the partitions it took in the ledger (docs/PROTOCOL.md, "Group membership").
+// Group membership in the pipeline: a change of the assignment moves partitions in and out of the
+// running session (docs/PROTOCOL.md, "Group membership").
 //
-// Invariant: a session of a group member reads exactly the partitions it took in the ledger at its
-// start (TakePartitions, after recovery), and decides them under the epochs it took them at (the
-// fence's claims); a change of the assignment ends the session (drained, or aborted when the
-// assignment was lost) before the group is told the partitions are handed back.
+// Invariant: a session of a group member reads exactly the partitions it took in the ledger
+// (TakePartitions: at its start, after recovery, and at each grant while it runs), and decides them
+// under the epochs it took them at (the fence's claims). A revoked partition leaves the session
+// only once every record read of it is decided (the drain), with the poll stopped so nothing more
+// of it is read; the group is told it is handed back only then. A lost assignment ends the session
+// without another decision.
 package pipeline
 
 import (
@@ -19,8 +21,9 @@ import (
 	"github.com/relay-sh/relay/internal/partition"
 )
 
-// errReassigned ends a session because the group changed this member's assignment. Without err
-// (the drain failed) it is not a failure: the next session starts at once on the new assignment.
+// errReassigned ends a session on a change of this member's assignment it could not make in
+// place: a lost assignment, or a drain or take that failed (err). Without err it is not a failure:
+// the next session starts at once on the new assignment.
 type errReassigned struct {
 	change *membership.Change
 	err    error
@@ -28,7 +31,7 @@ type errReassigned struct {
 
 func (e *errReassigned) Error() string {
 	if e.err != nil {
-		return fmt.Sprintf("the consumer group changed this member's partitions (%s), and the drain failed: %v", e.change.Kind, e.err)
+		return fmt.Sprintf("the consumer group changed this member's partitions (%s), and moving them failed: %v", e.change.Kind, e.err)
 	}
 	return fmt.Sprintf("the consumer group changed this member's partitions (%s)", e.change.Kind)
 }
@@ -59,16 +62,146 @@ func (p *Pipeline) settleChanges() {
 	}
 }
 
-// take takes the member's assignment in the ledger for a new session: the partitions it may read
-// and decide, at the owner epochs it took them at (set as the fence's claims), and their committed
-// offsets, read after the owner rows' locks: the latest, whoever decided them.
-func (p *Pipeline) take(ctx context.Context, fence *ledger.Fence) (partition.Epochs, partition.Offsets, error) {
-	taken, err := p.Ledger.TakePartitions(ctx, p.Member.Wants())
+// take takes partitions in the ledger (want: the member's assignment at a session's start, the
+// partitions granted since while it runs) and adds them to the fence's claims at the owner epochs
+// it took them at. It returns those epochs and the partitions' committed offsets, read after the
+// owner rows' locks: the latest, whoever decided them.
+func (p *Pipeline) take(ctx context.Context, fence *ledger.Fence, want []ledger.Want) (partition.Epochs, partition.Offsets, error) {
+	taken, err := p.Ledger.TakePartitions(ctx, want)
 	if err != nil {
 		return nil, nil, err
 	}
 	p.Member.Took(taken)
-	fence.SetClaims(taken.Epochs)
+	claims := fence.Claims().Clone()
+	for t, ps := range taken.Epochs {
+		for part, e := range ps {
+			claims.Set(t, part, e)
+		}
+	}
+	fence.SetClaims(claims)
 	p.Log.Info("partitions taken", zap.Any("owner_epochs", taken.Epochs), zap.Int("taken_by_others", len(taken.Lost)))
 	return taken.Epochs, taken.Offsets, nil
+}
+
+// reassign brings the session to the member's assignment as the group has it now: partitions
+// revoked since are drained and released, partitions granted are taken and read. The poll is
+// stopped meanwhile (quiesce): every record read before is folded into the epoch the drain decides,
+// and none of a released partition is read after.
+func (s *session) reassign(batches <-chan *polled, free chan<- *polled) error {
+	p := s.p
+	claims := s.fence.Claims()
+	wanted := partition.Epochs{}
+	var add []ledger.Want
+	for _, w := range p.Member.Wants() {
+		wanted.Set(w.Topic, w.Partition, w.Held)
+		if _, ok := claims.Get(w.Topic, w.Partition); !ok {
+			add = append(add, w)
+		}
+	}
+	release := partition.Epochs{}
+	for t, ps := range claims {
+		for part, e := range ps {
+			if _, ok := wanted.Get(t, part); !ok {
+				release.Set(t, part, e)
+			}
+		}
+	}
+	if len(add) == 0 && release.Len() == 0 {
+		return nil
+	}
+	resume, err := s.quiesce(batches, free)
+	if err != nil {
+		return err
+	}
+	defer resume()
+	if release.Len() > 0 {
+		if err := s.drain(); err != nil {
+			return err
+		}
+		if err := s.release(release); err != nil {
+			return err
+		}
+	}
+	if len(add) > 0 {
+		if err := s.add(add); err != nil {
+			return err
+		}
+	}
+	p.Metrics.AssignedPartitions.Set(float64(s.positions.Len()))
+	p.setState(Running)
+	return nil
+}
+
+// release stops reading partitions whose every record read is decided (after the drain, with no
+// checkpoint in flight), and gives up their claims: this session decides nothing more of them.
+func (s *session) release(parts partition.Epochs) error {
+	if err := s.cons.Remove(parts); err != nil {
+		return err
+	}
+	claims, decided := s.fence.Claims().Clone(), s.decided.Load().Clone()
+	for t, ps := range parts {
+		for part := range ps {
+			delete(claims[t], part)
+			delete(decided[t], part)
+			delete(s.positions[t], part)
+			delete(s.begin[t], part)
+			s.p.Metrics.ConsumerLag.DeleteLabelValues(t, fmt.Sprint(part))
+		}
+	}
+	s.fence.SetClaims(claims)
+	s.decided.Store(&decided)
+	s.p.Log.Info("partitions released", zap.Any("owner_epochs", parts))
+	return nil
+}
+
+// add takes granted partitions and starts reading them from their committed offsets (or the start
+// position), once the checkpoint in flight (cut without them) is decided.
+func (s *session) add(want []ledger.Want) error {
+	p := s.p
+	if s.inflight != nil {
+		err := <-s.inflight
+		s.inflight = nil
+		if err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, p.Config.Checkpoint.RestartAllowance)
+	defer cancel()
+	epochs, from, err := p.take(ctx, s.fence, want)
+	if err != nil {
+		return fmt.Errorf("take partitions: %w", err)
+	}
+	if epochs.Len() == 0 {
+		return nil
+	}
+	start, err := s.cons.Add(ctx, epochs, from)
+	if err == nil {
+		err = ledger.CheckRange(ctx, start, s.cons.AssignedWatermarks)
+	}
+	if err != nil {
+		return err
+	}
+	decided := s.decided.Load().Clone()
+	for t, ps := range p.proto.Decided(start, from) {
+		for part, off := range ps {
+			decided.Set(t, part, off)
+		}
+	}
+	s.decided.Store(&decided)
+	for t, ps := range start {
+		for part, off := range ps {
+			s.positions.Set(t, part, off)
+			s.begin.Set(t, part, off)
+		}
+	}
+	// librdkafka knows the new partitions' watermarks only after their first fetch: until then,
+	// those Add read.
+	s.exportLag(func(t string, part int32) (int64, bool) {
+		if hi, ok := s.cons.HighWatermark(t, part); ok {
+			return hi, true
+		}
+		_, hi, err := s.cons.AssignedWatermarks(t, part, 0)
+		return hi, err == nil
+	})
+	return nil
 }

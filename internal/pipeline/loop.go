@@ -64,24 +64,13 @@ func (s *session) run(ctx context.Context) (err error) {
 		case <-s.fence.Lost():
 			return commit.ErrFenceLost
 		case ch := <-changes:
-			// A lost assignment is another member's already: nothing more is decided here. Otherwise
-			// what was read is decided first, so the partitions move on with nothing left open.
-			if ch.Kind != membership.Lost {
-				if err := s.drain(); err != nil {
-					return &errReassigned{ch, err}
-				}
-				return &errReassigned{ch, nil}
+			if ch.Kind == membership.Lost {
+				return s.lost(ch)
 			}
-			// No new epoch is cut; a checkpoint already in flight finishes (a zombie's decision is
-			// refused by the partitions' epochs: counted, not abandoned with the session).
-			if s.inflight != nil {
-				err := <-s.inflight
-				s.inflight = nil
-				if err != nil && !p.countFenced(err) {
-					return &errReassigned{ch, err}
-				}
+			if err := s.reassign(batches, free); err != nil {
+				return &errReassigned{ch, err}
 			}
-			return &errReassigned{ch, nil}
+			ch.Done()
 		case err := <-s.inflight:
 			s.inflight = nil
 			if err != nil {
@@ -108,17 +97,9 @@ func (s *session) run(ctx context.Context) (err error) {
 			s.exportLag(s.cons.HighWatermark)
 		case <-wake.C:
 		case b := <-batches:
-			s.lastRecord = time.Now()
-			// Whole batches only: a barrier falls between two records, never inside the fold of one.
-			for i := range b.recs.Records {
-				if err := s.fold(&b.recs.Records[i], &b.dec[i]); err != nil {
-					return err
-				}
+			if err := s.foldBatch(b, free); err != nil {
+				return err
 			}
-			if b.err != nil {
-				return b.err
-			}
-			free <- b // nothing folded keeps a value: keys, dead letters and details are copies
 		}
 		if s.inflight == nil && (!time.Now().Before(nextCut) || s.idle()) {
 			if err := s.cut(); err != nil {
@@ -127,6 +108,70 @@ func (s *session) run(ctx context.Context) (err error) {
 			nextCut = time.Now().Add(cfg.Checkpoint.Interval)
 		}
 		wake.Reset(max(time.Until(s.due(nextCut)), time.Millisecond))
+	}
+}
+
+// lost ends the session on a lost assignment: the partitions are another member's already, so no
+// new epoch is cut. A checkpoint already in flight finishes (a zombie's decision is refused by the
+// partitions' epochs: counted, not abandoned with the session).
+func (s *session) lost(ch *membership.Change) error {
+	if s.inflight != nil {
+		err := <-s.inflight
+		s.inflight = nil
+		if err != nil && !s.p.countFenced(err) {
+			return &errReassigned{ch, err}
+		}
+	}
+	return &errReassigned{ch, nil}
+}
+
+// foldBatch folds a whole batch (a barrier falls between two records, never inside the fold of
+// one) and hands its memory back to the poll.
+func (s *session) foldBatch(b *polled, free chan<- *polled) error {
+	s.lastRecord = time.Now()
+	for i := range b.recs.Records {
+		if err := s.fold(&b.recs.Records[i], &b.dec[i]); err != nil {
+			return err
+		}
+	}
+	if b.err != nil {
+		return b.err
+	}
+	free <- b // nothing folded keeps a value: keys, dead letters and details are copies
+	return nil
+}
+
+// quiesce parks the poll goroutine and folds every batch it read before: from then until resume
+// is called no record is read, and every record read is in the current epoch. The request waits in
+// a buffered channel for the poll's next look (between two reads) rather than meeting it there: a
+// loop busy folding would miss that moment, read after read.
+func (s *session) quiesce(batches <-chan *polled, free chan<- *polled) (resume func(), err error) {
+	r := make(chan struct{})
+	s.pause <- r
+	s.cons.Wake() // a poll waiting for records (an idle partition) would see the request only after 100 ms
+	for {
+		select {
+		case <-s.parked:
+			for {
+				select {
+				case b := <-batches:
+					if err := s.foldBatch(b, free); err != nil {
+						close(r)
+						return nil, err
+					}
+				default:
+					return func() { close(r) }, nil
+				}
+			}
+		case b := <-batches:
+			if err := s.foldBatch(b, free); err != nil {
+				// The poll may still park on the request: let it go on (the session is ending).
+				close(r)
+				return nil, err
+			}
+		case <-s.ctx.Done():
+			return nil, context.Cause(s.ctx)
+		}
 	}
 }
 
@@ -182,8 +227,28 @@ const pollBatches = 6
 // record once the batches exist. Decoding is pure: where a record goes, and what a bad one does,
 // is the fold's.
 func (s *session) poll(out chan<- *polled, free chan *polled) {
+	// parked waits while the loop moves partitions (quiesce); false when the session ended.
+	parked := func() bool {
+		select {
+		case resume := <-s.pause:
+			select {
+			case s.parked <- struct{}{}:
+			case <-resume:
+				// The loop gave up waiting (it failed folding).
+			case <-s.ctx.Done():
+				return false
+			}
+			select {
+			case <-resume:
+			case <-s.ctx.Done():
+				return false
+			}
+		default:
+		}
+		return s.ctx.Err() == nil
+	}
 	made := 0
-	for s.ctx.Err() == nil {
+	for parked() {
 		var b *polled
 		select {
 		case b = <-free:
@@ -205,7 +270,7 @@ func (s *session) poll(out chan<- *polled, free chan *polled) {
 			if len(b.recs.Records) > 0 || b.err != nil {
 				break
 			}
-			if s.ctx.Err() != nil {
+			if !parked() {
 				return
 			}
 		}
@@ -229,7 +294,13 @@ func (s *session) poll(out chan<- *polled, free chan *polled) {
 func (s *session) fold(msg *consumer.Record, d *decoded) error {
 	p := s.p
 	e := s.cur
-	s.positions.Set(msg.Topic, msg.Partition, msg.Offset+1)
+	ps := s.positions[msg.Topic]
+	if _, ok := ps[msg.Partition]; !ok {
+		// librdkafka drops what it fetched of a partition before its unassignment, and the poll is
+		// parked while partitions move: a record of a partition not read here is a bug, not input.
+		return fmt.Errorf("a record of %s/%d, which this session does not read", msg.Topic, msg.Partition)
+	}
+	ps[msg.Partition] = msg.Offset + 1
 	if e.records == 0 {
 		e.firstPoll = time.Now()
 	}

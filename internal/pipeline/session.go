@@ -80,6 +80,10 @@ type session struct {
 	committedAny atomic.Bool
 	coord        *commit.Coordinator // completes the checkpoints cut in this session
 	blockLast    int64               // last checkpoint id of the block reserved for this session
+	// pause asks the poll goroutine to park until the channel it carries is closed; parked is its
+	// answer once it parked (quiesce).
+	pause  chan chan struct{}
+	parked chan struct{}
 	// group holds the latest committed offsets for the consumer group (kafka.commit_group_offsets),
 	// published off the commit path: the group coordinator being slow must not delay checkpoints.
 	group chan partition.Offsets
@@ -106,7 +110,8 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	}
 	var claims partition.Epochs
 	if p.Member != nil {
-		if claims, from, err = p.take(rctx, fence); err != nil {
+		fence.SetClaims(partition.Epochs{})
+		if claims, from, err = p.take(rctx, fence, p.Member.Wants()); err != nil {
 			return nil, fmt.Errorf("take partitions: %w", err)
 		}
 	}
@@ -134,7 +139,8 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	p.sessionFirstID.Store(first)
 	p.Metrics.AssignedPartitions.Set(float64(start.Len()))
 	p.Metrics.TopicPartitions.Set(float64(cons.TopicPartitions()))
-	s := &session{p: p, fence: fence, cons: cons, positions: start, begin: start.Clone(), cur: p.newEpoch(first), blockLast: last}
+	s := &session{p: p, fence: fence, cons: cons, positions: start, begin: start.Clone(), cur: p.newEpoch(first), blockLast: last,
+		pause: make(chan chan struct{}, 1), parked: make(chan struct{})}
 	decided := p.proto.Decided(start, from)
 	s.decided.Store(&decided)
 	s.ctx, s.fail = context.WithCancelCause(context.Background())

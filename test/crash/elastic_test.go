@@ -27,6 +27,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/loadgen"
@@ -41,18 +43,19 @@ const (
 	groupSession = 6 * time.Second
 	// checkpointInterval is env's RELAY_CHECKPOINT_INTERVAL.
 	checkpointInterval = 200 * time.Millisecond
-	// stallAllowance is what a graceful join or leave may stall a partition beyond 2 checkpoint
-	// intervals plus the drain: the group protocol's own rounds (a heartbeat, the join and sync of
-	// every member, twice for a cooperative revoke) and the noise of 2 shared cores. Below the
-	// session timeout: a leave the group only noticed by the member's silence stalls past it.
-	stallAllowance = groupSession - time.Second
+	// stallAllowance is what the test lets a graceful join or leave stall a partition beyond 2
+	// checkpoint intervals plus the drain before it fails: the noise of 2 shared cores (a
+	// checkpoint's commit, a heartbeat round). Every event is printed, and the report counts those
+	// within the bound itself. Restarting the sessions of the members whose assignment changed
+	// (relay before 5 Dec) stalled them 0.8-2.2 s, past it.
+	stallAllowance = time.Second
 	// steadyFor is how long the group runs unchanged before a measured join or leave.
 	steadyFor = 2 * time.Second
 )
 
 // groupEnv makes a relay process a member of the job's consumer group.
 var groupEnv = []string{"RELAY_MEMBERSHIP=group", "RELAY_SUBTASKS=1",
-	fmt.Sprintf("RELAY_KAFKA_PROPERTIES=session.timeout.ms=%d,heartbeat.interval.ms=500", groupSession.Milliseconds())}
+	fmt.Sprintf("RELAY_KAFKA_PROPERTIES=session.timeout.ms=%d", groupSession.Milliseconds())}
 
 // member is one running member of a group job.
 type member struct {
@@ -283,44 +286,95 @@ func settled(rows map[int32]partRow, live []*member) (bool, string) {
 	return true, ""
 }
 
-// stall is the longest time a partition went without its offset advancing.
+// readWatch reads the topic as any read_committed consumer would (its own librdkafka client, none
+// of relay's code) and keeps when each record became readable: a partition stalls while records
+// it could read wait for a decision.
+type readWatch struct {
+	mu     sync.Mutex
+	seen   map[int32][]readable // per partition, in offset order
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type readable struct {
+	off int64
+	at  time.Time
+}
+
+func (e *env) watchReadable() *readWatch {
+	t := e.t
+	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": e.brokers, "group.id": "readable-" + e.job,
+		"isolation.level": "read_committed", "enable.auto.commit": false, "fetch.wait.max.ms": 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tps []kafka.TopicPartition
+	for p := int32(0); p < elasticPartitions; p++ {
+		tps = append(tps, kafka.TopicPartition{Topic: &e.topic, Partition: p, Offset: kafka.OffsetBeginning})
+	}
+	if err := c.Assign(tps); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &readWatch{seen: map[int32][]readable{}, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		defer c.Close()
+		for ctx.Err() == nil {
+			if m, ok := c.Poll(50).(*kafka.Message); ok {
+				r.mu.Lock()
+				r.seen[m.TopicPartition.Partition] = append(r.seen[m.TopicPartition.Partition], readable{int64(m.TopicPartition.Offset), time.Now()})
+				r.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { r.cancel(); <-r.done })
+	return r
+}
+
+// stall is the longest a record readable in a span waited for its partition's decision.
 type stall struct {
-	gap       time.Duration
-	p         int32
-	from, to  advance // the advances around the gap; to.key is "" when the partition has not advanced since
-	partition bool    // a partition was found at all
+	wait     time.Duration
+	p        int32
+	off      int64
+	readable time.Time
+	decided  advance // key "" when not decided by the span's end
+	found    bool
 }
 
 func (s stall) String() string {
-	if !s.partition {
-		return "no partition advanced"
+	if !s.found {
+		return "no record readable"
 	}
-	to := "nothing since"
-	if s.to.key != "" {
-		to = fmt.Sprintf("%s by %s", s.to.at.Format("15:04:05.000"), s.to.key)
+	by := "not decided by the end of the span"
+	if s.decided.key != "" {
+		by = fmt.Sprintf("decided %s by %s", s.decided.at.Format("15:04:05.000"), s.decided.key)
 	}
-	return fmt.Sprintf("%s on partition %d (decided %s by %s, next %s)", s.gap.Round(time.Millisecond), s.p,
-		s.from.at.Format("15:04:05.000"), s.from.key, to)
+	return fmt.Sprintf("%s: partition %d offset %d readable %s, %s", s.wait.Round(time.Millisecond), s.p, s.off,
+		s.readable.Format("15:04:05.000"), by)
 }
 
-// stall is the longest gap between a partition's advances that overlaps [from, to] (a partition
-// not advanced since counts until to).
-func (w *ledgerWatch) stall(from, to time.Time) stall {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+// stall is the longest wait, from readable (r) to decided (w's advances), of the records readable
+// in [from, to]; one not decided by to waits until to.
+func (g *group) stall(from, to time.Time) stall {
+	g.r.mu.Lock()
+	defer g.r.mu.Unlock()
+	g.w.mu.Lock()
+	defer g.w.mu.Unlock()
 	var worst stall
-	for p, advs := range w.adv {
-		advs = slices.Clone(advs)
-		if len(advs) > 0 && advs[len(advs)-1].at.Before(to) {
-			advs = append(advs, advance{at: to})
-		}
-		for i := 1; i < len(advs); i++ {
-			a, b := advs[i-1], advs[i]
-			if b.at.Before(from) || a.at.After(to) {
+	for p, recs := range g.r.seen {
+		advs := g.w.adv[p]
+		for _, rec := range recs {
+			if rec.at.Before(from) || rec.at.After(to) {
 				continue
 			}
-			if gap := b.at.Sub(a.at); gap > worst.gap {
-				worst = stall{gap: gap, p: p, from: a, to: b, partition: true}
+			i := sort.Search(len(advs), func(i int) bool { return advs[i].next > rec.off })
+			end, by := to, advance{}
+			if i < len(advs) && advs[i].at.Before(to) {
+				end, by = advs[i].at, advs[i]
+			}
+			if w := end.Sub(rec.at); w > worst.wait || !worst.found {
+				worst = stall{wait: w, p: p, off: rec.off, readable: rec.at, decided: by, found: true}
 			}
 		}
 	}
@@ -332,6 +386,7 @@ func (w *ledgerWatch) stall(from, to time.Time) stall {
 type group struct {
 	e     *env
 	w     *ledgerWatch
+	r     *readWatch
 	live  []*member
 	stats map[string]memberStats // each member's last scrape, by key
 	dead  map[string]bool        // keys of the members SIGKILLed
@@ -339,10 +394,11 @@ type group struct {
 	takeovers []time.Duration
 	joins     []time.Duration // the longest stall of each join
 	leaves    []time.Duration
+	within    int // joins and leaves within 2 checkpoint intervals plus the drain
 }
 
 func (e *env) group() *group {
-	return &group{e: e, w: e.watch(), stats: map[string]memberStats{}, dead: map[string]bool{}}
+	return &group{e: e, w: e.watch(), r: e.watchReadable(), stats: map[string]memberStats{}, dead: map[string]bool{}}
 }
 
 func (g *group) keys() []string {
@@ -410,11 +466,11 @@ func (g *group) drained(before map[string]memberStats) time.Duration {
 
 // steady runs the settled group a while before a measured event (the scenario: members join and
 // leave a group that has been running, not one still settling from the last change), and prints
-// the longest stall of a partition meanwhile, for comparison.
+// the longest wait of a readable record meanwhile, for comparison.
 func (g *group) steady() {
 	start := time.Now()
 	time.Sleep(steadyFor)
-	g.e.t.Logf("steady %s: longest stall %s; advances per partition %v", steadyFor, g.w.stall(start, time.Now()), g.w.advancesIn(start, time.Now()))
+	g.e.t.Logf("steady %s: longest wait of a readable record %s; advances per partition %v", steadyFor, g.stall(start, time.Now()), g.w.advancesIn(start, time.Now()))
 }
 
 // advancesIn counts each partition's advances in [from, to].
@@ -457,20 +513,24 @@ func (g *group) join(n int, measure bool) {
 	g.joins = append(g.joins, g.stalled(fmt.Sprintf("join %d → %d", from, len(g.live)), t0, at, g.drained(before), "the longest revoke drain of a member"))
 }
 
-// stalled prints the longest stall of a partition in [t0, at], an event's start and the group's
+// stalled prints the longest stall in [t0, at] (the longest wait of a record readable then for its
+// decision), an event's start and the group's
 // settling, with the event's drain, and requires it within 2 checkpoint intervals plus the drain
 // plus stallAllowance.
 func (g *group) stalled(what string, t0, at time.Time, drain time.Duration, drainIs string) time.Duration {
 	t := g.e.t
 	t.Helper()
-	st := g.w.stall(t0, at)
+	st := g.stall(t0, at)
 	bound := 2*checkpointInterval + drain
 	t.Logf("%s at %s: settled after %s; longest stall %s; drain %s (%s); 2 intervals + drain = %s",
 		what, t0.Format("15:04:05.000"), at.Sub(t0).Round(time.Millisecond), st, drain.Round(time.Millisecond), drainIs, bound.Round(time.Millisecond))
-	if st.gap > bound+stallAllowance {
+	if st.wait <= bound {
+		g.within++
+	}
+	if st.wait > bound+stallAllowance {
 		t.Fatalf("%s stalled a partition longer than 2 checkpoint intervals + the drain (%s) + %s: %s", what, bound.Round(time.Millisecond), stallAllowance, st)
 	}
-	return st.gap
+	return st.wait
 }
 
 // leave, after a steady while, stops member i with SIGTERM, requires a clean exit, waits for the
@@ -639,8 +699,8 @@ func (g *group) report() {
 	t.Logf("%d members ran; rebalances (last scrape of each) assigned %.0f revoked %.0f lost %.0f; revoke drains %d, mean %s; fenced decisions %.0f",
 		len(g.stats), sum["assigned"], sum["revoked"], sum["lost"], drains, mean.Round(time.Millisecond), fenced)
 	if len(g.takeovers)+len(g.joins)+len(g.leaves) > 0 {
-		t.Logf("takeover after SIGKILL %v; longest stall per join %v, per leave %v; ledger reads %d",
-			rounded(g.takeovers), rounded(g.joins), rounded(g.leaves), g.w.polls)
+		t.Logf("takeover after SIGKILL %v; longest stall per join %v, per leave %v (%d of %d within 2 checkpoint intervals + the drain); ledger reads %d",
+			rounded(g.takeovers), rounded(g.joins), rounded(g.leaves), g.within, len(g.joins)+len(g.leaves), g.w.polls)
 	}
 }
 

@@ -82,10 +82,10 @@ func (e *env) rollbackLeftovers() {
 	}
 }
 
-// keepLogsIfFailed copies a failed test's relay logs out of its temporary directory, which the
-// testing package removes, and says where.
+// keepLogsIfFailed copies a failed test's relay logs (every test's with RELAY_TEST_KEEP_LOGS set)
+// out of its temporary directory, which the testing package removes, and says where.
 func (e *env) keepLogsIfFailed() {
-	if !e.t.Failed() || len(e.logs) == 0 {
+	if (!e.t.Failed() && os.Getenv("RELAY_TEST_KEEP_LOGS") == "") || len(e.logs) == 0 {
 		return
 	}
 	dst := filepath.Join(os.TempDir(), "relay-crash-logs", strings.NewReplacer("/", "_").Replace(e.t.Name())+"-"+e.job)
