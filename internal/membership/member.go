@@ -153,7 +153,7 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 		return nil, fmt.Errorf("group member: %w", err)
 	}
 	go consumer.ForwardLogs(c.Logs(), log.Named("librdkafka"))
-	mb := &Member{c: c, log: log, m: m, topic: o.Kafka.Topics[0], tick: min(max(hb/2, 10*time.Millisecond), 100*time.Millisecond), drain: o.Drain, changes: make(chan *Change, 16), held: map[tp]int64{},
+	mb := &Member{c: c, log: log, m: m, topic: o.Kafka.Topics[0], tick: max(hb/2, 10*time.Millisecond), drain: o.Drain, changes: make(chan *Change, 16), held: map[tp]int64{},
 		stolen: map[tp]bool{}, regrant: o.Regrant, closing: make(chan struct{})}
 	if err := c.SubscribeTopics(o.Kafka.Topics, mb.rebalance); err != nil {
 		_ = c.Close()

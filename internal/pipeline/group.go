@@ -194,6 +194,7 @@ func (s *session) add(want []ledger.Want) error {
 			s.begin.Set(t, part, off)
 		}
 	}
+	p.Log.Info("partitions added", zap.Any("offsets", start))
 	// librdkafka knows the new partitions' watermarks only after their first fetch: until then,
 	// those Add read.
 	s.exportLag(func(t string, part int32) (int64, bool) {

@@ -75,12 +75,14 @@ func (e *env) partitionsOf(member string) []int32 {
 	return out
 }
 
-// resumed says whether every partition of parts is in the offsets of a session that recovered
-// (read its offsets, about to read records) after since, in one of rs's logs.
+// resumed says whether every partition of parts is in the offsets a session read after since
+// (about to read records), at its start or at a take while it ran, in one of rs's logs.
 func (e *env) resumed(parts []int32, since time.Time, rs ...*harness.Relay) bool {
 	seen := map[string]bool{}
 	for _, r := range rs {
-		for _, l := range logLines(e.t, r.Log, "recovered") {
+		// A session reads from the offsets it logs when it starts ("recovered") or when it takes
+		// partitions while it runs ("partitions added").
+		for _, l := range append(logLines(e.t, r.Log, "recovered"), logLines(e.t, r.Log, "partitions added")...) {
 			if !l.TS.After(since) {
 				continue
 			}
