@@ -83,9 +83,10 @@ type Member struct {
 	regrant time.Duration
 	// reading says a session may be reading partitions: a revoke then waits for it to end. While
 	// none runs (between two sessions, a back-off), a revoke is acknowledged at once.
-	reading atomic.Bool
-	closing chan struct{}
-	leave   sync.Once
+	reading  atomic.Bool
+	closing  chan struct{}
+	leave    sync.Once
+	metadata sync.WaitGroup // rejoinSoon's requests in flight
 }
 
 // Options configure a member.
@@ -196,6 +197,7 @@ func (mb *Member) Leaving() { mb.leave.Do(func() { close(mb.closing) }) }
 // pipeline stopped: a revoke during Close is not waited for.
 func (mb *Member) Close() {
 	mb.Leaving()
+	mb.metadata.Wait()
 	if err := mb.c.Close(); err != nil {
 		mb.log.Warn("leaving the consumer group", zap.Error(err))
 	}
@@ -272,8 +274,17 @@ func (mb *Member) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 // round, and the partitions moving to it, back for up to a second (measured: 0.9-1 s of the 1.1 s
 // a join stalled a partition). A metadata request after each rebalance callback makes the next
 // join immediate.
+// The request runs off the group thread and is waited for by Close (the client must not be closed
+// under it); none starts once the member is leaving.
 func (mb *Member) rejoinSoon() {
+	select {
+	case <-mb.closing:
+		return
+	default:
+	}
+	mb.metadata.Add(1)
 	go func() {
+		defer mb.metadata.Done()
 		if _, err := mb.c.GetMetadata(&mb.topic, false, 5000); err != nil {
 			mb.log.Debug("metadata request after a rebalance", zap.Error(err))
 		}
