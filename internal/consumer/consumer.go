@@ -226,11 +226,13 @@ func (c *Consumer) Add(ctx context.Context, parts partition.Epochs, from partiti
 }
 
 // Remove stops reading parts. librdkafka drops what it fetched of them and had not delivered (its
-// queued fetches carry the assignment's version); what was delivered is the caller's to drop.
+// queued fetches carry the assignment's version), and so does the reader with a record it held
+// back for the next Read; what was delivered is the caller's to drop. No Read may be running.
 func (c *Consumer) Remove(parts partition.Epochs) error {
 	var tps []kafka.TopicPartition
 	for t, ps := range parts {
 		for p := range ps {
+			c.r.forget(t, p)
 			topic := t
 			tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p})
 			delete(c.only[t], p)

@@ -133,6 +133,19 @@ static int relay_read(relay_reader *r, int timeout_ms, relay_rec *recs, int max,
 	return n;
 }
 
+// relay_forget drops the held record if it is of topic/partition (being unassigned): it left
+// librdkafka's queue already, so the unassignment's version barrier cannot drop it.
+static void relay_forget(relay_reader *r, const char *topic, int32_t partition) {
+	if (!r->held || !r->held_msg || r->held_msg->partition != partition)
+		return;
+	const char *t = r->held_msg->rkt ? rd_kafka_topic_name(r->held_msg->rkt) : "";
+	if (strcmp(t, topic) != 0)
+		return;
+	rd_kafka_event_destroy(r->held);
+	r->held = NULL;
+	r->held_msg = NULL;
+}
+
 static void relay_reader_free(relay_reader *r) {
 	if (r->held)
 		rd_kafka_event_destroy(r->held);
@@ -253,6 +266,14 @@ func (r *reader) read(timeout time.Duration, b *Batch) (event *kafka.Error, err 
 // wake makes a read waiting for its first record return at once, empty (a read not waiting yet
 // returns at once instead).
 func (r *reader) wake() { C.rd_kafka_queue_yield(r.c.q) }
+
+// forget drops a record read from librdkafka but held for the next read (it did not fit the last
+// batch) if it is of topic/part. No read may be running.
+func (r *reader) forget(topic string, part int32) {
+	t := C.CString(topic)
+	defer C.free(unsafe.Pointer(t))
+	C.relay_forget(r.c, t, C.int32_t(part))
+}
 
 // close destroys the held event: before the consumer closes, which waits for its records.
 func (r *reader) close() {

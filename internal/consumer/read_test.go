@@ -211,3 +211,65 @@ int main(void) {
 	run("prototypes", fmt.Sprintf("#include %q\n#define RELAY_RDKAFKA_PROTOTYPES_ONLY\n#include %q\nint main(void) { return 0; }\n", real, ours))
 	t.Logf("%s", want)
 }
+
+// Remove drops every record of the removed partitions not yet returned: librdkafka's queued ones
+// and the one the reader held back for the next Read (it did not fit the last batch), which had
+// left librdkafka's queue already. A group member releases partitions so (pipeline, group.go);
+// a record of them read after would end its session.
+func TestRemoveDropsHeldRecord(t *testing.T) {
+	brokers := testenv.Brokers(t)
+	ctx := testenv.Context(t, 2*time.Minute)
+	topic := testenv.Topic(t, 2)
+	p, err := kafka.NewProducer(&kafka.ConfigMap{"bootstrap.servers": brokers, "linger.ms": 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const perPartition = 200
+	done := make(chan kafka.Event, 2*perPartition)
+	for part := int32(0); part < 2; part++ {
+		for range perPartition {
+			if err := p.Produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: part}, Value: make([]byte, 1000)}, done); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for range 2 * perPartition {
+		if m := (<-done).(*kafka.Message); m.TopicPartition.Error != nil {
+			t.Fatal(m.TopicPartition.Error)
+		}
+	}
+	c, err := New(Options{Brokers: brokers, Topics: []string{topic}, GroupID: "g-" + topic, StartOffset: "earliest"}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start, err := c.Assign(ctx, partition.Offsets{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Four 1000-byte records fill the 4096-byte buffer; a fifth queued behind them is held back.
+	b := NewBatch(64, 4096)
+	read := 0
+	for deadline := time.Now().Add(time.Minute); ; {
+		if err := c.Read(100*time.Millisecond, b); err != nil {
+			t.Fatal(err)
+		}
+		read += len(b.Records)
+		if len(b.Records) == 4 && read >= 20 {
+			break
+		}
+		if time.Now().After(deadline) || read >= 2*perPartition-10 {
+			t.Fatalf("no full batch with records queued behind it (%d records read)", read)
+		}
+	}
+	if err := c.Remove(start); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Read(300*time.Millisecond, b); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range b.Records {
+		t.Errorf("record %s/%d@%d read after its partition was removed", r.Topic, r.Partition, r.Offset)
+	}
+}

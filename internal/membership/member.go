@@ -291,8 +291,10 @@ func (mb *Member) rejoinSoon() {
 	}()
 }
 
-// notify hands the pipeline a change (never blocking the group's thread for long: the channel has
-// room for a burst, and a full one means the pipeline will start over from Partitions anyway).
+// notify hands the pipeline a change. While no session reads, nothing waits for it: acknowledged
+// at once (the next session takes the assignment as it is then). Otherwise the channel has room
+// for a burst; a full one is waited for, as long as a revoke waits for its drain, since a change
+// acknowledged before its partitions were released would hand them on while they are read here.
 func (mb *Member) notify(k Kind, parts []kafka.TopicPartition) *Change {
 	mb.m.Rebalances.WithLabelValues(k.String()).Inc()
 	mb.mu.Lock()
@@ -302,7 +304,21 @@ func (mb *Member) notify(k Kind, parts []kafka.TopicPartition) *Change {
 	ch := &Change{Kind: k, done: make(chan struct{})}
 	select {
 	case mb.changes <- ch:
+		return ch
 	default:
+	}
+	if !mb.reading.Load() {
+		ch.Done()
+		return ch
+	}
+	t := time.NewTimer(mb.drain)
+	defer t.Stop()
+	select {
+	case mb.changes <- ch:
+	case <-mb.closing:
+		ch.Done()
+	case <-t.C:
+		mb.log.Warn("the pipeline took no change of the assignment for the drain's bound: acknowledged unread", zap.Duration("waited", mb.drain))
 		ch.Done()
 	}
 	return ch

@@ -89,23 +89,7 @@ func (p *Pipeline) take(ctx context.Context, fence *ledger.Fence, want []ledger.
 // and none of a released partition is read after.
 func (s *session) reassign(batches <-chan *polled, free chan<- *polled) error {
 	p := s.p
-	claims := s.fence.Claims()
-	wanted := partition.Epochs{}
-	var add []ledger.Want
-	for _, w := range p.Member.Wants() {
-		wanted.Set(w.Topic, w.Partition, w.Held)
-		if _, ok := claims.Get(w.Topic, w.Partition); !ok {
-			add = append(add, w)
-		}
-	}
-	release := partition.Epochs{}
-	for t, ps := range claims {
-		for part, e := range ps {
-			if _, ok := wanted.Get(t, part); !ok {
-				release.Set(t, part, e)
-			}
-		}
-	}
+	add, release := moves(s.fence.Claims(), p.Member.Wants())
 	if len(add) == 0 && release.Len() == 0 {
 		return nil
 	}
@@ -130,6 +114,35 @@ func (s *session) reassign(batches <-chan *polled, free chan<- *polled) error {
 	p.Metrics.AssignedPartitions.Set(float64(s.positions.Len()))
 	p.setState(Running)
 	return nil
+}
+
+// moves compares what the session claims with what the member wants now: the partitions to take
+// (add) and to drain and release (release).
+func moves(claims partition.Epochs, wants []ledger.Want) (add []ledger.Want, release partition.Epochs) {
+	wanted := partition.Epochs{}
+	release = partition.Epochs{}
+	for _, w := range wants {
+		wanted.Set(w.Topic, w.Partition, w.Held)
+		e, claimed := claims.Get(w.Topic, w.Partition)
+		switch {
+		case !claimed:
+			add = append(add, w)
+		case w.Held == 0:
+			// Granted anew while claimed: the group took it back since (a revoke acknowledged on
+			// the drain's bound) and may have let another member take it meanwhile. Released and
+			// taken again, so the session reads it from the ledger's offset at a new epoch.
+			release.Set(w.Topic, w.Partition, e)
+			add = append(add, w)
+		}
+	}
+	for t, ps := range claims {
+		for part, e := range ps {
+			if _, ok := wanted.Get(t, part); !ok {
+				release.Set(t, part, e)
+			}
+		}
+	}
+	return add, release
 }
 
 // release stops reading partitions whose every record read is decided (after the drain, with no

@@ -111,7 +111,8 @@ type Deps struct {
 	// NewConsumer opens a consumer for a session (tests may wrap it).
 	NewConsumer func() (*consumer.Consumer, error)
 	// Member is this process in the job's consumer group (membership group; nil for instances):
-	// it says which partitions each session takes, and each change of them ends the session.
+	// it says which partitions each session takes; a change of them moves partitions in and out of
+	// the running session (group.go).
 	Member *membership.Member
 }
 
