@@ -125,19 +125,16 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 	// librdkafka's 3 s heartbeat makes a member learn of a rebalance up to 3 s late, and a
 	// cooperative rebalance asks each member twice: the partitions moving wait for it (see
 	// Options.Heartbeat).
-	if _, set := o.Kafka.Properties["heartbeat.interval.ms"]; !set && o.Heartbeat > 0 {
-		if err := cm.SetKey("heartbeat.interval.ms", int(o.Heartbeat/time.Millisecond)); err != nil {
-			return nil, err
-		}
-	}
-	hb := o.Heartbeat
-	if v, err := cm.Get("heartbeat.interval.ms", 3000); err == nil {
-		if ms, ok := v.(int); ok {
+	// hb is the heartbeat librdkafka runs with: the user's, else o.Heartbeat, else its default.
+	hb := 3 * time.Second
+	if v, set := o.Kafka.Properties["heartbeat.interval.ms"]; set {
+		if ms, err := strconv.Atoi(v); err == nil {
 			hb = time.Duration(ms) * time.Millisecond
-		} else if str, ok := v.(string); ok {
-			if ms, err := strconv.Atoi(str); err == nil {
-				hb = time.Duration(ms) * time.Millisecond
-			}
+		}
+	} else if o.Heartbeat > 0 {
+		hb = o.Heartbeat
+		if err := cm.SetKey("heartbeat.interval.ms", int(hb/time.Millisecond)); err != nil {
+			return nil, err
 		}
 	}
 	if o.Discovery > 0 {

@@ -171,12 +171,8 @@ func (s *session) release(parts partition.Epochs) error {
 // position), once the checkpoint in flight (cut without them) is decided.
 func (s *session) add(want []ledger.Want) error {
 	p := s.p
-	if s.inflight != nil {
-		err := <-s.inflight
-		s.inflight = nil
-		if err != nil {
-			return err
-		}
+	if err := s.awaitInflight(); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, p.Config.Checkpoint.RestartAllowance)
 	defer cancel()

@@ -115,12 +115,8 @@ func (s *session) run(ctx context.Context) (err error) {
 // new epoch is cut. A checkpoint already in flight finishes (a zombie's decision is refused by the
 // partitions' epochs: counted, not abandoned with the session).
 func (s *session) lost(ch *membership.Change) error {
-	if s.inflight != nil {
-		err := <-s.inflight
-		s.inflight = nil
-		if err != nil && !s.p.countFenced(err) {
-			return &errReassigned{ch, err}
-		}
+	if err := s.awaitInflight(); err != nil && !s.p.countFenced(err) {
+		return &errReassigned{ch, err}
 	}
 	return &errReassigned{ch, nil}
 }
@@ -432,24 +428,26 @@ func (s *session) cut() error {
 	return nil
 }
 
+// awaitInflight waits for the checkpoint in flight, if any, and returns its error.
+func (s *session) awaitInflight() error {
+	if s.inflight == nil {
+		return nil
+	}
+	err := <-s.inflight
+	s.inflight = nil
+	return err
+}
+
 // drain runs the final checkpoint on SIGTERM: finish the one in flight, then commit what was read.
 func (s *session) drain() error {
 	s.p.setState(Draining)
-	wait := func() error {
-		if s.inflight == nil {
-			return nil
-		}
-		err := <-s.inflight
-		s.inflight = nil
-		return err
-	}
-	if err := wait(); err != nil {
+	if err := s.awaitInflight(); err != nil {
 		return err
 	}
 	if err := s.cut(); err != nil {
 		return err
 	}
-	if err := wait(); err != nil {
+	if err := s.awaitInflight(); err != nil {
 		return err
 	}
 	s.p.Log.Info("drained", zap.Any("offsets", *s.decided.Load()))
