@@ -8,6 +8,7 @@ package ledger
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -88,7 +89,10 @@ func (f *Fence) claimRow(ctx context.Context, l *Ledger) error {
 			}
 			continue
 		}
-		if !fault.Retryable(err) || attempt >= p.Attempts {
+		// A claim from another node found inside the transaction: otherNode, next, waits for that
+		// owner's lease or refuses.
+		again := fault.Retryable(err) || errors.Is(err, errClaimedElsewhere)
+		if !again || attempt >= p.Attempts {
 			return err
 		}
 		if err := fault.SleepContext(ctx, p.Backoff(attempt)); err != nil {

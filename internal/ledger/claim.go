@@ -76,6 +76,18 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 			}
 		}
 	}
+	if f.cfg.Cluster {
+		// GET_LOCK is this node's alone: the holder is read again here, its rows locked, so a claim
+		// committed on another node since otherNode looked is seen now; one committing meanwhile
+		// writes the same rows as this claim, and one of the two fails certification.
+		h, err := holderOf(ctx, tx, l.key, " FOR UPDATE")
+		if err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
+		}
+		if f.elsewhere(h) {
+			return fmt.Errorf("%w: job %s: owner %s (epoch %d)", errClaimedElsewhere, l.key, h.owner, h.epoch)
+		}
+	}
 	own := m
 	if f.cfg.Operator && l.key == l.job {
 		own = layout // the job row itself: an operator command keeps the recorded layout

@@ -27,17 +27,23 @@ type holderRow struct {
 }
 
 func readHolder(ctx context.Context, l *Ledger) (holderRow, error) {
+	return holderOf(ctx, l.db, l.key, "")
+}
+
+// holderOf reads the holder of key through q (a transaction: the claim's), with lock appended to
+// the read of the job and lease rows (" FOR UPDATE" inside the claim).
+func holderOf(ctx context.Context, q Execer, key, lock string) (holderRow, error) {
 	var h holderRow
 	var err error
-	if h.holder, err = lockHolder(ctx, l.db, l.key); err != nil {
+	if h.holder, err = lockHolder(ctx, q, key); err != nil {
 		return h, err
 	}
 	var us sql.NullInt64
 	var js string
-	err = l.db.QueryRowContext(ctx, `SELECT j.conn_id, j.owner, j.owner_epoch, j.acquired_at, l.lease_until,
+	err = q.QueryRowContext(ctx, `SELECT j.conn_id, j.owner, j.owner_epoch, j.acquired_at, l.lease_until,
 		TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.lease_until), COALESCE(l.sessions, '')
-		FROM relay_jobs j LEFT JOIN relay_leases l ON l.job = j.job AND l.owner_epoch = j.owner_epoch WHERE j.job = ?`,
-		l.key).Scan(&h.connID, &h.owner, &h.epoch, &h.acquired, &h.lease, &us, &js)
+		FROM relay_jobs j LEFT JOIN relay_leases l ON l.job = j.job AND l.owner_epoch = j.owner_epoch WHERE j.job = ?`+lock,
+		key).Scan(&h.connID, &h.owner, &h.epoch, &h.acquired, &h.lease, &us, &js)
 	if errors.Is(err, sql.ErrNoRows) {
 		return h, nil
 	}

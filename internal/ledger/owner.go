@@ -79,7 +79,8 @@ func (l *Ledger) stampOwner(ctx context.Context, tx Execer, epoch int64) error {
 // there. A lease that is live and was recorded by another node (or by this node in an earlier
 // lifetime) is watched like a lock holder's: renewed meanwhile, the job runs elsewhere (ErrFenced);
 // run out, it is taken over. Its sessions live on another node and are not ended: the owner row
-// keeps its decisions out.
+// keeps its decisions out. The claim checks again inside its transaction (elsewhere): this read
+// and the claim are two steps, and another node may claim between them.
 func (f *Fence) otherNode(ctx context.Context, l *Ledger) error {
 	var seen sql.NullTime
 	start := time.Now()
@@ -88,22 +89,13 @@ func (f *Fence) otherNode(ctx context.Context, l *Ledger) error {
 		if err != nil {
 			return fmt.Errorf("fence %s: %w", l.key, err)
 		}
-		prev := f.cfg.Prev
 		switch {
-		case !h.claimed || !h.lease.Valid || h.remaining <= 0:
-			if seen.Valid {
+		case !f.elsewhere(h):
+			if seen.Valid && !live(h) {
 				f.TookOver = &Takeover{Owner: h.owner, Epoch: h.epoch, ExpiredFor: -h.remaining, WaitedLease: time.Since(start)}
 			}
 			return nil
-		case len(h.sessions.Lock.IDs) == 0:
-			return nil // released cleanly
-		case h.sessions.Node == f.node && database.SameBoot(h.sessions.Lock.Boot, f.boot):
-			return nil // this node's lifetime: its lock session is gone, since this one got the lock
-		case prev != nil && h.epoch == prev.Epoch():
-			return nil // this process's own earlier fence
-		case !f.cfg.TakeOver:
-			return fmt.Errorf("%w: job %s is running on another Galera node: owner %s (epoch %d) renews its lease", ErrFenced, l.key, h.owner, h.epoch)
-		case seen.Valid && !seen.Time.Equal(h.lease.Time):
+		case !f.cfg.TakeOver || seen.Valid && !seen.Time.Equal(h.lease.Time):
 			return fmt.Errorf("%w: job %s is running on another Galera node: owner %s (epoch %d) renews its lease", ErrFenced, l.key, h.owner, h.epoch)
 		}
 		seen = h.lease
@@ -112,3 +104,27 @@ func (f *Fence) otherNode(ctx context.Context, l *Ledger) error {
 		}
 	}
 }
+
+// live: the job row names an owner whose lease has not run out by the server's clock.
+func live(h holderRow) bool { return h.claimed && h.lease.Valid && h.remaining > 0 }
+
+// elsewhere reports whether h is an owner that may still decide from another node (or from an
+// earlier lifetime of this one): its lease is live, it did not let go, and it is neither this
+// node's lifetime (whose lock session is gone, since this process got the lock) nor this process's
+// own earlier fence.
+func (f *Fence) elsewhere(h holderRow) bool {
+	prev := f.cfg.Prev
+	switch {
+	case !live(h), len(h.sessions.Lock.IDs) == 0: // run out, or released cleanly
+		return false
+	case h.sessions.Node == f.node && database.SameBoot(h.sessions.Lock.Boot, f.boot):
+		return false
+	case prev != nil && h.epoch == prev.Epoch():
+		return false
+	}
+	return true
+}
+
+// errClaimedElsewhere: the claim's own read of the holder found a live owner on another node that
+// otherNode's earlier read did not (it claimed in between); claimRow looks again through otherNode.
+var errClaimedElsewhere = fmt.Errorf("%w: claimed from another Galera node meanwhile", ErrFenced)
