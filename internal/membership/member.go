@@ -78,8 +78,10 @@ type Member struct {
 	// until the group grants them again (it is about to tell this member they are lost), or until
 	// regrant passed with the group still assigning them here: then the other member took them on
 	// a grant older than this one's (a zombie that woke with a stale fresh grant), and this member
-	// takes them back, fresh.
-	stolen  map[tp]bool
+	// takes them back, fresh. Each maps to the number of its latest steal: regrant runs from that
+	// steal, and the timer of an earlier one does nothing (regranted).
+	stolen  map[tp]uint64
+	steals  uint64
 	regrant time.Duration
 	// reading says a session may be reading partitions: a revoke then waits for it to end. While
 	// none runs (between two sessions, a back-off), a revoke is acknowledged at once.
@@ -152,7 +154,7 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 	}
 	go consumer.ForwardLogs(c.Logs(), log.Named("librdkafka"))
 	mb := &Member{c: c, log: log, m: m, topic: o.Kafka.Topics[0], tick: max(hb/2, 10*time.Millisecond), drain: o.Drain, changes: make(chan *Change, 16), held: map[tp]int64{},
-		stolen: map[tp]bool{}, regrant: o.Regrant, closing: make(chan struct{})}
+		stolen: map[tp]uint64{}, regrant: o.Regrant, closing: make(chan struct{})}
 	if err := c.SubscribeTopics(o.Kafka.Topics, mb.rebalance); err != nil {
 		_ = c.Close()
 		return nil, fmt.Errorf("group member: subscribe: %w", err)
@@ -328,7 +330,7 @@ func (mb *Member) Wants() []ledger.Want {
 	defer mb.mu.Unlock()
 	out := make([]ledger.Want, 0, len(mb.held))
 	for k, e := range mb.held {
-		if !mb.stolen[k] {
+		if _, stolen := mb.stolen[k]; !stolen {
 			out = append(out, ledger.Want{Topic: k.topic, Partition: k.part, Held: e})
 		}
 	}
@@ -349,21 +351,24 @@ func (mb *Member) Took(t ledger.Taken) {
 	}
 	for _, w := range t.Lost {
 		k := tp{w.Topic, w.Partition}
-		mb.stolen[k] = true
+		mb.steals++
+		n := mb.steals
+		mb.stolen[k] = n
+		if mb.regrant > 0 {
+			time.AfterFunc(mb.regrant, func() { mb.regranted(k, n) })
+		}
 		mb.log.Warn("partition taken by another member: not read until the group grants it again",
 			zap.String("topic", w.Topic), zap.Int32("partition", w.Partition), zap.Int64("held_epoch", w.Held),
 			zap.Duration("regrant", mb.regrant))
-		if mb.regrant > 0 {
-			time.AfterFunc(mb.regrant, func() { mb.regranted(k) })
-		}
 	}
 }
 
-// regranted takes back a partition that stayed stolen while the group kept assigning it here.
-func (mb *Member) regranted(k tp) {
+// regranted takes back a partition that stayed stolen while the group kept assigning it here:
+// steal n must be its latest (stolen again since, its regrant runs from then).
+func (mb *Member) regranted(k tp, n uint64) {
 	mb.mu.Lock()
 	_, held := mb.held[k]
-	again := held && mb.stolen[k]
+	again := held && mb.stolen[k] == n
 	if again {
 		delete(mb.stolen, k)
 		mb.held[k] = 0
