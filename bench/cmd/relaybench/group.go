@@ -60,10 +60,15 @@ type GroupRun struct {
 	SteadyRate float64 `json:"steady_rate"`
 	Ratio      float64 `json:"ratio"` // Rate / the single instance's Rate, same mode and repetition
 	// SteadyRatio is SteadyRate / the single instance's SteadyRate, same mode and repetition.
-	SteadyRatio float64   `json:"steady_ratio"`
-	RelayCPU    []float64 `json:"relay_cpu"`
-	MySQLCPU    float64   `json:"mysql_cpu"`
-	KafkaCPU    float64   `json:"kafka_cpu"`
+	SteadyRatio float64 `json:"steady_ratio"`
+	// StepRate is the rate between checkpoints (stepRate): unlike Rate and SteadyRate it does not
+	// include the wait for the checkpoint that covers the end, whose length depends on where in
+	// its interval the reading ended. StepRatio is its ratio to the single instance's.
+	StepRate  float64   `json:"step_rate"`
+	StepRatio float64   `json:"step_ratio"`
+	RelayCPU  []float64 `json:"relay_cpu"`
+	MySQLCPU  float64   `json:"mysql_cpu"`
+	KafkaCPU  float64   `json:"kafka_cpu"`
 	// RelayWait is how long each relay process's threads waited on a run queue (runnable, not
 	// running) over its life; MySQLWait the same for MariaDB's threads over the run.
 	RelayWait []float64 `json:"relay_runqueue_secs"`
@@ -100,9 +105,9 @@ type GroupRun struct {
 
 // GroupSum is the medians of one mode/kind, and the spread of its rates.
 type GroupSum struct {
-	Rate, MinRate, MaxRate, Ratio, Seconds, ProcSecs, RelayCPU, MySQLCPU, KafkaCPU, Busy float64
-	LockWaits, LockTimeMs, SampledWaits, SampledMs, JoinSecs, SteadyRate, SteadyRatio    float64
-	RelayWait, MySQLWait                                                                 float64
+	Rate, MinRate, MaxRate, Ratio, Seconds, ProcSecs, RelayCPU, MySQLCPU, KafkaCPU, Busy                   float64
+	LockWaits, LockTimeMs, SampledWaits, SampledMs, JoinSecs, SteadyRate, SteadyRatio, StepRate, StepRatio float64
+	RelayWait, MySQLWait                                                                                   float64
 }
 
 // groupKinds are the configurations, in run and report order.
@@ -164,7 +169,7 @@ func runGroup(e *kit.Env) (*GroupResult, error) {
 	r.pairRatios()
 	for _, mode := range r.Modes {
 		for _, kind := range r.Kinds {
-			var rate, ratio, secs, psecs, cpu, mcpu, kcpu, busy, waits, wtime, swaits, sms, join, steady, sratio, rwait, mwait []float64
+			var rate, ratio, secs, psecs, cpu, mcpu, kcpu, busy, waits, wtime, swaits, sms, join, steady, sratio, step, stepRatio, rwait, mwait []float64
 			for _, run := range r.Runs {
 				if run.Mode != mode || run.Kind != kind {
 					continue
@@ -174,6 +179,12 @@ func runGroup(e *kit.Env) (*GroupResult, error) {
 				steady = append(steady, run.SteadyRate)
 				if run.SteadyRatio > 0 {
 					sratio = append(sratio, run.SteadyRatio)
+				}
+				if run.StepRate > 0 {
+					step = append(step, run.StepRate)
+				}
+				if run.StepRatio > 0 {
+					stepRatio = append(stepRatio, run.StepRatio)
 				}
 				if run.Ratio > 0 {
 					ratio = append(ratio, run.Ratio)
@@ -211,6 +222,7 @@ func runGroup(e *kit.Env) (*GroupResult, error) {
 				MySQLCPU: kit.Median(mcpu), KafkaCPU: kit.Median(kcpu), Busy: kit.Median(busy), LockWaits: kit.Median(waits),
 				LockTimeMs: kit.Median(wtime), SampledWaits: kit.Median(swaits), SampledMs: kit.Median(sms),
 				JoinSecs: kit.Median(join), SteadyRate: kit.Median(steady), SteadyRatio: kit.Median(sratio),
+				StepRate: kit.Median(step), StepRatio: kit.Median(stepRatio),
 				RelayWait: kit.Median(rwait), MySQLWait: kit.Median(mwait)}
 		}
 	}
@@ -242,6 +254,9 @@ func (r *GroupResult) pairRatios() {
 			if base.Kind == "single" && base.Mode == run.Mode && base.Rep == run.Rep {
 				r.Runs[i].Ratio = run.Rate / base.Rate
 				r.Runs[i].SteadyRatio = run.SteadyRate / base.SteadyRate
+				if base.StepRate > 0 {
+					r.Runs[i].StepRatio = run.StepRate / base.StepRate
+				}
 			}
 		}
 	}
@@ -393,6 +408,7 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 			break
 		}
 	}
+	run.StepRate = stepRate(timeline, joined)
 	run.Seconds = doneAt.Sub(first).Seconds()
 	run.ProcSecs = doneAt.Sub(ps[0].Start).Seconds()
 	run.Rate = float64(r.Orders) / run.Seconds
@@ -415,6 +431,26 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 		run.Seconds, run.Rate, run.ProcSecs, run.JoinSecs, run.SteadyRate, run.RelayCPU, run.MySQLCPU, run.KafkaCPU, run.Busy, run.RelayWait, run.MySQLWait, run.LockWaits, run.LockTimeMs, run.Deadlocks,
 		run.Rebalances, run.Fenced, run.Parts, run.Checkpoints, run.FlushMs, run.PhaseMs, run.Waits, run.WaitMs, run.Samples)
 	return run, nil
+}
+
+// stepRate is the rate between the checkpoints decided after from: the orders the ledger's
+// offsets advanced from the first poll that saw a new checkpoint after from to the first poll that
+// saw the last checkpoint before the final one, over the time between those polls. Both ends are
+// checkpoint boundaries (±1 poll), so the rate is that of whole checkpoint intervals of reading;
+// the final checkpoint, which waits for its interval after the reading ended, is left out. 0 when
+// fewer than three checkpoints were decided after from.
+func stepRate(timeline []polled, from time.Time) float64 {
+	var steps []polled
+	for i := 1; i < len(timeline); i++ {
+		if timeline[i].total != timeline[i-1].total && !timeline[i].at.Before(from) {
+			steps = append(steps, timeline[i])
+		}
+	}
+	if len(steps) < 3 {
+		return 0
+	}
+	a, b := steps[0], steps[len(steps)-2]
+	return float64(b.total-a.total) / b.at.Sub(a.at).Seconds()
 }
 
 // polled is one ledger poll: the orders relay_offsets covered at that time.

@@ -82,3 +82,24 @@ func TestGroupSectionTablesAreRectangular(t *testing.T) {
 		t.Errorf("waits not listed by table:\n%s", b.String())
 	}
 }
+
+// The rate between checkpoints counts whole checkpoint intervals after every process read: not the
+// polls before `from`, and not the final checkpoint, however long it waited after the reading.
+func TestStepRate(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 7, 0, 0, 0, time.UTC)
+	var tl []polled
+	add := func(ms int, total int64) { tl = append(tl, polled{at: t0.Add(time.Duration(ms) * time.Millisecond), total: total}) }
+	add(0, 0)
+	add(500, 100)   // before from: left out
+	add(1000, 300)  // first checkpoint after from
+	add(1025, 300)  // a poll that saw nothing new
+	add(2000, 1300) // 1000 orders a second
+	add(3000, 2300) // last before the final one
+	add(5000, 2400) // the final checkpoint, 2 s later for 100 orders: left out
+	if got := stepRate(tl, t0.Add(600*time.Millisecond)); got != 1000 {
+		t.Errorf("step rate %.1f, want 1000", got)
+	}
+	if got := stepRate(tl[:5], t0.Add(600*time.Millisecond)); got != 0 {
+		t.Errorf("step rate %.1f with two checkpoints after from, want 0 (too few)", got)
+	}
+}
