@@ -48,6 +48,20 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		if holder.Valid && holder.Int64 == jobConn && !strings.HasPrefix(jobOwner, ResolverOwner) {
 			return fmt.Errorf("%w: job %s is held by an operator command: %s; start again once it is done", ErrFenced, l.job, Holder(ctx, l.ForKey(l.job)))
 		}
+		if f.cfg.Cluster && layout == m {
+			// On Galera the lock is this node's alone: a command holding the job from another
+			// node shows as a live lease on the job's own key, recorded by that node. (Under this
+			// layout only an operator command or a resolver holds that key; another layout's
+			// process is refused below, by the layout.)
+			h, err := holderOf(ctx, tx, l.job, "")
+			if err != nil {
+				return fmt.Errorf("fence %s: %w", l.key, err)
+			}
+			if live(h) && len(h.sessions.Lock.IDs) > 0 && h.sessions.Node != f.node && !strings.HasPrefix(h.owner, ResolverOwner) {
+				return fmt.Errorf("%w: job %s is held by an operator command on another Galera node: owner %s (epoch %d) renews its lease; start again once it is done",
+					ErrFenced, l.job, h.owner, h.epoch)
+			}
+		}
 	}
 	if layout != m {
 		// A partition must never have two owners: no instance of the last layout may still run.

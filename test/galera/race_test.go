@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -172,4 +173,45 @@ func TestRacingClaims(t *testing.T) {
 		}
 	}
 	t.Logf("%d rounds: node 1 took the job %d times, node 2 %d times, the other refused each time", rounds, won[0], won[1])
+}
+
+// TestOperatorOnAnotherNode holds a job with an operator command's fence on node 1 while a member
+// of the job's group starts on node 2. GET_LOCK is node-local, so node 2 cannot see the command's
+// lock: the member must find its live lease and be refused until the command lets go.
+func TestOperatorOnAnotherNode(t *testing.T) {
+	dbs := racePools(t)
+	ctx := context.Background()
+	if err := ledger.EnsureSchema(ctx, dbs[0]); err != nil {
+		t.Fatal(err)
+	}
+	job := "op" + testenv.Suffix()
+	member := func() (*ledger.Fence, error) {
+		return ledger.Acquire(ctx, ledger.NewMember(dbs[1], job, "m1"), ledger.FenceConfig{
+			Owner: "member m1", Lease: time.Second, Cluster: true, TakeOver: true})
+	}
+	f, err := member() // records the job's layout: a consumer group
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	op, err := ledger.Acquire(ctx, ledger.New(dbs[0], job), ledger.FenceConfig{
+		Owner: "relay offsets reset by the test", Lease: time.Second, Operator: true, Cluster: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := member(); err == nil {
+		f.Release()
+		op.Release()
+		t.Fatal("a member started on node 2 while an operator command held the job on node 1")
+	} else if !errors.Is(err, ledger.ErrFenced) || !strings.Contains(err.Error(), "operator command") {
+		t.Fatalf("member on node 2: %v, want refused for the operator command", err)
+	} else {
+		t.Logf("refused: %v", err)
+	}
+	op.Release()
+	f, err = member()
+	if err != nil {
+		t.Fatalf("member on node 2 after the command let go: %v", err)
+	}
+	f.Release()
 }
