@@ -88,7 +88,9 @@ func TestGroupSectionTablesAreRectangular(t *testing.T) {
 func TestStepRate(t *testing.T) {
 	t0 := time.Date(2026, 12, 5, 7, 0, 0, 0, time.UTC)
 	var tl []polled
-	add := func(ms int, total int64) { tl = append(tl, polled{at: t0.Add(time.Duration(ms) * time.Millisecond), total: total}) }
+	add := func(ms int, total int64) {
+		tl = append(tl, polled{at: t0.Add(time.Duration(ms) * time.Millisecond), total: total})
+	}
 	add(0, 0)
 	add(500, 100)   // before from: left out
 	add(1000, 300)  // first checkpoint after from
