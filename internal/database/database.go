@@ -58,7 +58,7 @@ func Open(dsn string, s Session) (*sql.DB, error) {
 	// replicated write aborts (BF abort) while its client sits between such commands can lose its
 	// deadlock error: the server rolled the transaction back, the client's next statements run
 	// in autocommit and its COMMIT succeeds with nothing (seen here with MariaDB 10.11.19 and
-	// galera 26.4.23 in about 1 of 100 racing transactions; test/galera TestRacingTransactions).
+	// galera 26.4.23 in about 1 of 200–500 racing rounds; test/galera TestRacingTransactions).
 	// Every statement relay sends through the text protocol gets the error. It also saves two
 	// round trips per statement. The driver refuses it with a multi-byte charset that is unsafe to
 	// escape (big5, cp932, gb2312, gbk, sjis): relay's DSN must not name one.
