@@ -344,6 +344,29 @@ func (e *env) waitCheckpointAbove(r *harness.Relay, id int64, d time.Duration) {
 	}
 }
 
+// waitDecided waits until the job committed a decision after this call: the offsets its ledger
+// holds, summed, grow. (A group's members take checkpoint ids from blocks of their own, so a
+// decision of a member whose block lies below a dead member's is no checkpoint "above" it.)
+func (e *env) waitDecided(r *harness.Relay, d time.Duration) {
+	e.t.Helper()
+	total := func() int64 {
+		offs, _, err := ledger.New(e.check, e.job).PartitionOffsets(context.Background())
+		if err != nil {
+			return -1
+		}
+		return harness.Total(offs[e.topic])
+	}
+	base := total()
+	if !testenv.Poll(d, func() bool {
+		if r != nil && !r.Alive() {
+			e.t.Fatalf("relay exited: %v\n%s", r.Err(), harness.Tail(r.Log, 30))
+		}
+		return total() > base
+	}) {
+		e.t.Fatalf("no decision advanced the offsets (%d) within %s", base, d)
+	}
+}
+
 // TestXARefused: mode xa on a Galera node is refused by relay run within seconds, before anything
 // is written, and by preflight, both naming held mode. With mode unset relay picks held and says so.
 func TestXARefused(t *testing.T) {

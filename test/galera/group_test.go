@@ -264,12 +264,12 @@ func TestGroupMembersAcrossNodes(t *testing.T) {
 	}
 
 	// A dies: B (back in the group) and C take its partitions.
-	e.waitCheckpointAbove(c, e.lastCheckpoint(), 60*time.Second)
+	e.waitDecided(c, 60*time.Second)
 	killedOwners := e.owners()
 	a.Kill()
 	killed := time.Now()
 	killTakeover := e.takenFrom(keyA, killed, b, c)
-	e.waitCheckpointAbove(c, e.lastCheckpoint(), 60*time.Second)
+	e.waitDecided(c, 60*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
