@@ -72,7 +72,10 @@ type GroupRun struct {
 	// RelayWait is how long each relay process's threads waited on a run queue (runnable, not
 	// running) over its life; MySQLWait the same for MariaDB's threads over the run.
 	RelayWait []float64 `json:"relay_runqueue_secs"`
-	MySQLWait float64   `json:"mysql_runqueue_secs"`
+	// RelayRdkCPU is the part of each process's CPU its librdkafka threads ran (kit.ThreadCPU, at
+	// the end, before it stops): a member has a second client, the group's.
+	RelayRdkCPU []float64 `json:"relay_librdkafka_cpu"`
+	MySQLWait   float64   `json:"mysql_runqueue_secs"`
 	// Busy is the machine's busy CPU time over the run (every process, others' tests too), in
 	// cores: at 2 the box was full.
 	Busy float64 `json:"machine_busy_cores"`
@@ -334,6 +337,11 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 			return run, err
 		}
 		run.RelayWait = append(run.RelayWait, w.Seconds())
+		_, rdk, err := kit.ThreadCPU(p.PID())
+		if err != nil {
+			return run, err
+		}
+		run.RelayRdkCPU = append(run.RelayRdkCPU, rdk.Seconds())
 	}
 	stopSampling()
 	lw := <-sampled
@@ -426,9 +434,9 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 	if orders != r.Orders {
 		return run, fmt.Errorf("verification failed: sum(order_count)=%d, want %d", orders, r.Orders)
 	}
-	kit.Logf("%s/%s rep %d: %.2fs = %.0f/s (from process start %.2fs; all reading %.2fs after start, %.0f/s after; relay CPU %v s, mysql %.1f s, kafka %.1f s, machine %.2f cores busy; run queue: relay %.1f s, mysql %.1f s; "+
+	kit.Logf("%s/%s rep %d: %.2fs = %.0f/s (from process start %.2fs; all reading %.2fs after start, %.0f/s after; relay CPU %v s (librdkafka threads %v s), mysql %.1f s, kafka %.1f s, machine %.2f cores busy; run queue: relay %.1f s, mysql %.1f s; "+
 		"row lock waits %d, %d ms, deadlocks %d; rebalances %.0f, fenced %.0f, assigned %v; checkpoints %v, flush+prepare %v ms, decisions %.0f ms apart; sampled waits %v, ~%.0f ms in %d samples)", mode, kind, rep,
-		run.Seconds, run.Rate, run.ProcSecs, run.JoinSecs, run.SteadyRate, run.RelayCPU, run.MySQLCPU, run.KafkaCPU, run.Busy, run.RelayWait, run.MySQLWait, run.LockWaits, run.LockTimeMs, run.Deadlocks,
+		run.Seconds, run.Rate, run.ProcSecs, run.JoinSecs, run.SteadyRate, run.RelayCPU, run.RelayRdkCPU, run.MySQLCPU, run.KafkaCPU, run.Busy, run.RelayWait, run.MySQLWait, run.LockWaits, run.LockTimeMs, run.Deadlocks,
 		run.Rebalances, run.Fenced, run.Parts, run.Checkpoints, run.FlushMs, run.PhaseMs, run.Waits, run.WaitMs, run.Samples)
 	return run, nil
 }

@@ -223,6 +223,35 @@ func MachineBusy() (time.Duration, error) {
 	return time.Duration(busy) * 10 * time.Millisecond, nil
 }
 
+// ThreadCPU is the CPU time the threads of process pid now alive have run (the first field of
+// /proc/PID/task/TID/schedstat), split into librdkafka's threads (named rdk:…) and the rest (Go's
+// runtime and relay's goroutines): where a process's CPU goes, without a profiler.
+func ThreadCPU(pid int) (goThreads, rdk time.Duration, err error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, t := range tasks {
+		dir := fmt.Sprintf("/proc/%d/task/%s/", pid, t.Name())
+		b, err := os.ReadFile(dir + "schedstat")
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 1 {
+			continue
+		}
+		ns, _ := strconv.ParseInt(f[0], 10, 64)
+		comm, _ := os.ReadFile(dir + "comm")
+		if strings.HasPrefix(string(comm), "rdk:") {
+			rdk += time.Duration(ns)
+		} else {
+			goThreads += time.Duration(ns)
+		}
+	}
+	return goThreads, rdk, nil
+}
+
 // RunDelay is how long the threads of process pid now alive have waited on a run queue, runnable
 // but not running (the second field of /proc/PID/task/TID/schedstat): CPU time the process wanted
 // and the machine did not have.
