@@ -179,19 +179,48 @@ func Recover(ctx context.Context, led *ledger.Ledger, epoch int64, sinkDB *sql.D
 	return r, nil
 }
 
-// owned keeps the branches this instance answers for: those whose checkpoint id lies in a block it
-// reserved, and, when the job runs as a single instance, those no block covers (older ledgers).
-// Another instance's branches are the resolver's, once that instance's fence is free.
+// owned keeps the branches this instance answers for (attribution.mine).
 func owned(ctx context.Context, led *ledger.Ledger, branches []Branch) ([]Branch, error) {
+	by, err := attribute(ctx, led, branches)
+	if err != nil {
+		return nil, err
+	}
 	var out []Branch
 	for _, b := range branches {
+		if by[b.Checkpoint].mine(led) {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// attribution is whose id block a checkpoint id lies in: the key of the process that reserved it,
+// or none (!ok: a ledger older than id blocks, or a branch no block of this job covers).
+type attribution struct {
+	key string
+	ok  bool
+}
+
+// mine: the branches a process answers for are those of its own blocks and, when the job runs as
+// a single instance, those no block covers. Another process's are the resolver's, once that
+// process's fence is free.
+func (a attribution) mine(led *ledger.Ledger) bool {
+	return a.key == led.Key() || (!a.ok && led.Key() == led.Job())
+}
+
+// attribute reads the id block of each branch's checkpoint, once per checkpoint (its branches share
+// it; blocks are recorded before any of their ids is used, so the answer cannot change).
+func attribute(ctx context.Context, led *ledger.Ledger, branches []Branch) (map[int64]attribution, error) {
+	out := map[int64]attribution{}
+	for _, b := range branches {
+		if _, seen := out[b.Checkpoint]; seen {
+			continue
+		}
 		key, ok, err := led.BlockOwner(ctx, b.Checkpoint)
 		if err != nil {
 			return nil, err
 		}
-		if key == led.Key() || (!ok && led.Key() == led.Job()) {
-			out = append(out, b)
-		}
+		out[b.Checkpoint] = attribution{key, ok}
 	}
 	return out, nil
 }

@@ -105,13 +105,9 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger, own bool) (
 	if err != nil {
 		return next, err
 	}
-	mine, err := owned(ctx, p.Ledger, branches)
+	blocks, err := attribute(ctx, p.Ledger, branches)
 	if err != nil {
 		return next, err
-	}
-	isMine := map[string]bool{}
-	for _, b := range mine {
-		isMine[b.Tag] = true
 	}
 	// A process that holds its lock but let its lease run out (frozen, cut off) keeps its row locks
 	// for as long as it stays so, and the live processes' checkpoints wait on them: it is taken over
@@ -132,19 +128,16 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger, own bool) (
 	var doubt []Branch // left behind: resolvable now or waiting for an operator
 	for _, b := range branches {
 		key := p.Ledger.Key()
-		if isMine[b.Tag] {
+		if a := blocks[b.Checkpoint]; a.mine(p.Ledger) {
 			if !own || b.Checkpoint >= live {
 				continue // recovery's, or the live session's own, in flight
 			}
 		} else {
-			var ok bool
-			if key, ok, err = p.Ledger.BlockOwner(ctx, b.Checkpoint); err != nil {
-				return next, err
-			}
-			if !ok {
+			if !a.ok {
 				doubt = append(doubt, b) // no block says whose: only an operator can tell
 				continue
 			}
+			key = a.key
 			if running, err := ledger.IsHeld(ctx, p.Ledger.ForKey(key)); err != nil || running && !stalled[key] {
 				continue // its instance is up and answers for it
 			}
