@@ -79,23 +79,12 @@ func LeaseLeft(ctx context.Context, l *Ledger) (time.Duration, error) {
 // they stopped deciding before their lease ran out. One query, cheap enough to ask every few
 // seconds: the lease read is the server's, the lock's holder must be the session the claim recorded.
 func Stalled(ctx context.Context, l *Ledger) ([]string, error) {
-	rows, err := l.db.QueryContext(ctx, `SELECT j.job FROM relay_jobs j
-		JOIN relay_leases s ON s.job = j.job AND s.owner_epoch = j.owner_epoch
-		WHERE (j.job = ? OR j.job LIKE ?) AND j.job <> ? AND s.sessions <> '' AND s.lease_until < UTC_TIMESTAMP(6)
-			AND IS_USED_LOCK(CONCAT('relay/', j.job)) = j.conn_id`, l.job, likePrefix(l.job+"/"), l.key)
+	keys, err := l.processes(ctx, l.db, `j.job <> ? AND s.sessions <> '' AND s.lease_until < UTC_TIMESTAMP(6)
+		AND IS_USED_LOCK(CONCAT('relay/', j.job)) = j.conn_id`, l.key)
 	if err != nil {
 		return nil, fmt.Errorf("stalled processes: %w", err)
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			return nil, err
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
+	return keys, nil
 }
 
 // Holder describes who holds the job's lock, for error messages and `relay status`.

@@ -116,9 +116,17 @@ func SwitchLayout(ctx context.Context, db *sql.DB, job string, to int, apply boo
 
 // liveLeases lists the processes of the job whose lease has not run out and was not released.
 func (l *Ledger) liveLeases(ctx context.Context, tx *sql.Tx) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT j.job FROM relay_jobs j
+	return l.processes(ctx, tx, `s.sessions <> '' AND s.lease_until > UTC_TIMESTAMP(6)`)
+}
+
+// processes lists the keys of the job's processes (the job's own and job/…) whose current lease
+// (the relay_leases row of the owner epoch in relay_jobs, as s and j) meets cond.
+func (l *Ledger) processes(ctx context.Context, q interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}, cond string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, `SELECT j.job FROM relay_jobs j
 		JOIN relay_leases s ON s.job = j.job AND s.owner_epoch = j.owner_epoch
-		WHERE (j.job = ? OR j.job LIKE ?) AND s.sessions <> '' AND s.lease_until > UTC_TIMESTAMP(6)`, l.job, likePrefix(l.job+"/"))
+		WHERE (j.job = ? OR j.job LIKE ?) AND `+cond, append([]any{l.job, likePrefix(l.job + "/")}, args...)...)
 	if err != nil {
 		return nil, err
 	}
