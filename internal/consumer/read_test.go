@@ -27,11 +27,6 @@ func TestReadDeliversEveryRecordOnce(t *testing.T) {
 	brokers := testenv.Brokers(t)
 	ctx := testenv.Context(t, 2*time.Minute)
 	topics := []string{testenv.Topic(t, 2), testenv.Topic(t, 2)}
-	p, err := kafka.NewProducer(&kafka.ConfigMap{"bootstrap.servers": brokers, "linger.ms": 5, "enable.idempotence": true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
 	type sent struct {
 		value []byte
 		ts    time.Time
@@ -40,32 +35,20 @@ func TestReadDeliversEveryRecordOnce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_SEED", 1), 2))
 	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 	const perPartition = 300
-	done := make(chan kafka.Event, 4*perPartition)
 	for _, topic := range topics {
 		want[topic] = map[int32][]sent{}
-		for part := int32(0); part < 2; part++ {
-			for i := 0; i < perPartition; i++ {
-				v := make([]byte, rng.IntN(3000))
-				if i%50 == 7 {
-					v = nil
-				}
-				for j := range v {
-					v[j] = byte(rng.Uint32())
-				}
-				ts := base.Add(time.Duration(i) * time.Millisecond)
-				tp := topic
-				if err := p.Produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &tp, Partition: part}, Value: v, Timestamp: ts}, done); err != nil {
-					t.Fatal(err)
-				}
-				want[topic][part] = append(want[topic][part], sent{v, ts})
+		produceAll(t, brokers, topic, 2, perPartition, func(part int32, i int) ([]byte, time.Time) {
+			v := make([]byte, rng.IntN(3000))
+			if i%50 == 7 {
+				v = nil
 			}
-		}
-	}
-	// Idempotent: each partition keeps the order of Produce, so the offsets are the indexes.
-	for range 4 * perPartition {
-		if m := (<-done).(*kafka.Message); m.TopicPartition.Error != nil {
-			t.Fatal(m.TopicPartition.Error)
-		}
+			for j := range v {
+				v[j] = byte(rng.Uint32())
+			}
+			ts := base.Add(time.Duration(i) * time.Millisecond)
+			want[topic][part] = append(want[topic][part], sent{v, ts})
+			return v, ts
+		})
 	}
 
 	c, err := New(Options{Brokers: brokers, Topics: topics, GroupID: "g-" + topics[0], StartOffset: "earliest"}, zap.NewNop())
@@ -220,25 +203,8 @@ func TestRemoveDropsHeldRecord(t *testing.T) {
 	brokers := testenv.Brokers(t)
 	ctx := testenv.Context(t, 2*time.Minute)
 	topic := testenv.Topic(t, 2)
-	p, err := kafka.NewProducer(&kafka.ConfigMap{"bootstrap.servers": brokers, "linger.ms": 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
 	const perPartition = 200
-	done := make(chan kafka.Event, 2*perPartition)
-	for part := int32(0); part < 2; part++ {
-		for range perPartition {
-			if err := p.Produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: part}, Value: make([]byte, 1000)}, done); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for range 2 * perPartition {
-		if m := (<-done).(*kafka.Message); m.TopicPartition.Error != nil {
-			t.Fatal(m.TopicPartition.Error)
-		}
-	}
+	produceAll(t, brokers, topic, 2, perPartition, func(int32, int) ([]byte, time.Time) { return make([]byte, 1000), time.Time{} })
 	c, err := New(Options{Brokers: brokers, Topics: []string{topic}, GroupID: "g-" + topic, StartOffset: "earliest"}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
@@ -271,5 +237,31 @@ func TestRemoveDropsHeldRecord(t *testing.T) {
 	}
 	for _, r := range b.Records {
 		t.Errorf("record %s/%d@%d read after its partition was removed", r.Topic, r.Partition, r.Offset)
+	}
+}
+
+// produceAll writes n records to each of the topic's partitions 0..parts-1, in order (idempotent:
+// the i-th record of a partition is at offset i), each value and timestamp from rec (a zero time:
+// the producer's), and waits until every one is acknowledged.
+func produceAll(t *testing.T, brokers, topic string, parts int32, n int, rec func(part int32, i int) ([]byte, time.Time)) {
+	t.Helper()
+	p, err := kafka.NewProducer(&kafka.ConfigMap{"bootstrap.servers": brokers, "linger.ms": 5, "enable.idempotence": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	done := make(chan kafka.Event, int(parts)*n)
+	for part := range parts {
+		for i := range n {
+			v, ts := rec(part, i)
+			if err := p.Produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: part}, Value: v, Timestamp: ts}, done); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for range int(parts) * n {
+		if m := (<-done).(*kafka.Message); m.TopicPartition.Error != nil {
+			t.Fatal(m.TopicPartition.Error)
+		}
 	}
 }
