@@ -72,7 +72,7 @@ type GroupRun struct {
 	// RelayWait is how long each relay process's threads waited on a run queue (runnable, not
 	// running) over its life; MySQLWait the same for MariaDB's threads over the run.
 	RelayWait []float64 `json:"relay_runqueue_secs"`
-	// RelayRdkCPU is the part of each process's CPU its librdkafka threads ran (kit.ThreadCPU, at
+	// RelayRdkCPU is the part of each process's CPU its librdkafka threads ran (kit.Threads, at
 	// the end, before it stops): a member has a second client, the group's.
 	RelayRdkCPU []float64 `json:"relay_librdkafka_cpu"`
 	MySQLWait   float64   `json:"mysql_runqueue_secs"`
@@ -302,7 +302,8 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 	_, mysqlPID := e.ServicePIDs()
 	var mysqlWait0 time.Duration
 	if mysqlPID > 0 {
-		mysqlWait0, _ = kit.RunDelay(mysqlPID)
+		th, _ := kit.ReadThreads(mysqlPID)
+		mysqlWait0 = th.Wait
 	}
 	cpu := e.StartCPU(nil)
 	sctx, stopSampling := context.WithCancel(ctx)
@@ -328,20 +329,16 @@ func runGroupOnce(e *kit.Env, r *GroupResult, topic string, end map[int32]int64,
 	}
 	run.Busy = (busy1 - busy0).Seconds() / doneAt.Sub(ps[0].Start).Seconds()
 	if mysqlPID > 0 {
-		w, _ := kit.RunDelay(mysqlPID)
-		run.MySQLWait = (w - mysqlWait0).Seconds()
+		th, _ := kit.ReadThreads(mysqlPID)
+		run.MySQLWait = (th.Wait - mysqlWait0).Seconds()
 	}
 	for _, p := range ps {
-		w, err := kit.RunDelay(p.PID())
+		th, err := kit.ReadThreads(p.PID())
 		if err != nil {
 			return run, err
 		}
-		run.RelayWait = append(run.RelayWait, w.Seconds())
-		_, rdk, err := kit.ThreadCPU(p.PID())
-		if err != nil {
-			return run, err
-		}
-		run.RelayRdkCPU = append(run.RelayRdkCPU, rdk.Seconds())
+		run.RelayWait = append(run.RelayWait, th.Wait.Seconds())
+		run.RelayRdkCPU = append(run.RelayRdkCPU, th.Rdk.Seconds())
 	}
 	stopSampling()
 	lw := <-sampled

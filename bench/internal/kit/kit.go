@@ -223,55 +223,40 @@ func MachineBusy() (time.Duration, error) {
 	return time.Duration(busy) * 10 * time.Millisecond, nil
 }
 
-// ThreadCPU is the CPU time the threads of process pid now alive have run (the first field of
-// /proc/PID/task/TID/schedstat), split into librdkafka's threads (named rdk:…) and the rest (Go's
-// runtime and relay's goroutines): where a process's CPU goes, without a profiler.
-func ThreadCPU(pid int) (goThreads, rdk time.Duration, err error) {
+// Threads sums /proc/PID/task/TID/schedstat over the threads of process pid now alive (one that
+// exits between the listing and its read is skipped).
+type Threads struct {
+	// Wait is how long they waited on a run queue, runnable but not running (schedstat's second
+	// field): CPU time the process wanted and the machine did not have.
+	Wait time.Duration
+	// Rdk is how long librdkafka's threads (named rdk:…) ran (the first field): the rest of the
+	// process's CPU is Go's runtime and relay's goroutines. Where its CPU goes, without a profiler.
+	Rdk time.Duration
+}
+
+// ReadThreads reads Threads of process pid.
+func ReadThreads(pid int) (Threads, error) {
+	var out Threads
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
-		return 0, 0, err
+		return out, err
 	}
 	for _, t := range tasks {
 		dir := fmt.Sprintf("/proc/%d/task/%s/", pid, t.Name())
 		b, err := os.ReadFile(dir + "schedstat")
 		if err != nil {
-			continue // the thread exited
-		}
-		f := strings.Fields(string(b))
-		if len(f) < 1 {
 			continue
-		}
-		ns, _ := strconv.ParseInt(f[0], 10, 64)
-		comm, _ := os.ReadFile(dir + "comm")
-		if strings.HasPrefix(string(comm), "rdk:") {
-			rdk += time.Duration(ns)
-		} else {
-			goThreads += time.Duration(ns)
-		}
-	}
-	return goThreads, rdk, nil
-}
-
-// RunDelay is how long the threads of process pid now alive have waited on a run queue, runnable
-// but not running (the second field of /proc/PID/task/TID/schedstat): CPU time the process wanted
-// and the machine did not have.
-func RunDelay(pid int) (time.Duration, error) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return 0, err
-	}
-	var sum time.Duration
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
-		if err != nil {
-			continue // the thread exited
 		}
 		f := strings.Fields(string(b))
 		if len(f) < 2 {
 			continue
 		}
-		ns, _ := strconv.ParseInt(f[1], 10, 64)
-		sum += time.Duration(ns)
+		ran, _ := strconv.ParseInt(f[0], 10, 64)
+		waited, _ := strconv.ParseInt(f[1], 10, 64)
+		out.Wait += time.Duration(waited)
+		if comm, _ := os.ReadFile(dir + "comm"); strings.HasPrefix(string(comm), "rdk:") {
+			out.Rdk += time.Duration(ran)
+		}
 	}
-	return sum, nil
+	return out, nil
 }
