@@ -1,8 +1,9 @@
 // The claim: the owner epoch bump and the layout rule, under the job row's lock.
 //
-// Invariant: the epoch, the owner row and the lease move together in one transaction that holds
-// the job row exclusively from its first statement; a new layout is recorded only when no
-// instance of the old one holds its lock and claim.
+// Invariant: the epoch, the owner row and the lease move together in one transaction that writes
+// the job row (so holds it exclusively, and on a Galera cluster certifies against every other
+// claim of the job) from its first statement; a new layout is recorded only when no process of
+// the old one holds its lock and claim, nor, on a Galera cluster, renews a lease from another node.
 package ledger
 
 import (
@@ -28,8 +29,11 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 	defer func() { _ = tx.Rollback() }()
 	// Lock the job row exclusively from the first statement: a shared lock taken first (as INSERT
 	// IGNORE's duplicate check does) and upgraded later deadlocks against a sibling doing the same.
-	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout)
-		VALUES (?, 0, '', UTC_TIMESTAMP(6), ?) ON DUPLICATE KEY UPDATE layout = layout`, l.job, m); err != nil {
+	// And write it (claims): on a Galera cluster locks are the node's alone and only written rows
+	// are certified, so two claims on two nodes, each finding no other process up, must write one
+	// row, and the later to commit fails (1213) and claims again, seeing the first.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout, claims)
+		VALUES (?, 0, '', UTC_TIMESTAMP(6), ?, 1) ON DUPLICATE KEY UPDATE claims = claims + 1`, l.job, m); err != nil {
 		return fmt.Errorf("fence %s: %w", l.key, err)
 	}
 	var layout int
@@ -71,11 +75,22 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		if err != nil {
 			return fmt.Errorf("fence %s: %w", l.key, err)
 		}
-		for _, u := range up {
-			if u.layout != m {
-				return fmt.Errorf("%w: job %s runs as %s (%s is up); stop them all before running it as %s",
-					ErrFenced, l.job, layoutName(u.layout), u.key, layoutName(m))
+		if f.cfg.Cluster {
+			remote, err := f.remoteUp(ctx, tx, l)
+			if err != nil {
+				return fmt.Errorf("fence %s: %w", l.key, err)
 			}
+			up = append(up, remote...)
+		}
+		for _, u := range up {
+			if u.layout == m {
+				continue
+			}
+			if f.cfg.Operator {
+				return fmt.Errorf("%w: job %s runs as %s (%s is up); stop them all first", ErrFenced, l.job, layoutName(u.layout), u.key)
+			}
+			return fmt.Errorf("%w: job %s runs as %s (%s is up); stop them all before running it as %s",
+				ErrFenced, l.job, layoutName(u.layout), u.key, layoutName(m))
 		}
 		// Operator commands and the resolver act within the recorded layout; only relay run moves it,
 		// and between instances and a group only after `relay membership switch` recorded it.
@@ -132,6 +147,31 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 	}
 	f.renewed(sent)
 	return nil
+}
+
+// remoteUp lists the processes of the job (of any layout, operator commands and resolvers too)
+// that hold their fence from another Galera node: GET_LOCK is node-local, so up cannot see them;
+// their live lease, recorded by their node, can. A process killed there a moment ago counts until
+// its lease runs out: from here it cannot be told from one that still decides.
+func (f *Fence) remoteUp(ctx context.Context, tx *sql.Tx, l *Ledger) ([]upProcess, error) {
+	keys, err := l.liveLeases(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	var out []upProcess
+	for _, k := range keys {
+		if k == l.key {
+			continue // this fence's own key: elsewhere, below, decides on it
+		}
+		h, err := holderOf(ctx, tx, k, "")
+		if err != nil {
+			return nil, err
+		}
+		if f.remote(h) {
+			out = append(out, upProcess{key: k + " on another Galera node", layout: h.layout})
+		}
+	}
+	return out, nil
 }
 
 // layoutName says how a job runs under layout, for messages.

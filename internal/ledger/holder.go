@@ -20,6 +20,7 @@ type holderRow struct {
 	connID    int64         // the session the last claim recorded
 	owner     string
 	epoch     int64
+	layout    int // the layout its claim recorded
 	acquired  time.Time
 	lease     sql.NullTime
 	remaining time.Duration // until the lease runs out, by the server's clock (negative: expired)
@@ -40,10 +41,10 @@ func holderOf(ctx context.Context, q Execer, key, lock string) (holderRow, error
 	}
 	var us sql.NullInt64
 	var js string
-	err = q.QueryRowContext(ctx, `SELECT j.conn_id, j.owner, j.owner_epoch, j.acquired_at, l.lease_until,
+	err = q.QueryRowContext(ctx, `SELECT j.conn_id, j.owner, j.owner_epoch, j.layout, j.acquired_at, l.lease_until,
 		TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.lease_until), COALESCE(l.sessions, '')
 		FROM relay_jobs j LEFT JOIN relay_leases l ON l.job = j.job AND l.owner_epoch = j.owner_epoch WHERE j.job = ?`+lock,
-		key).Scan(&h.connID, &h.owner, &h.epoch, &h.acquired, &h.lease, &us, &js)
+		key).Scan(&h.connID, &h.owner, &h.epoch, &h.layout, &h.acquired, &h.lease, &us, &js)
 	if errors.Is(err, sql.ErrNoRows) {
 		return h, nil
 	}

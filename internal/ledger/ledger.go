@@ -31,7 +31,10 @@ import (
 // record its sessions, so it must not run against a ledger that newer relays take over by lease.
 // Version 3 added relay_owners, the owner row every decision writes (owner.go): an older relay
 // would decide without writing it, which on a Galera cluster lets two owners both decide.
-const SchemaVersion = 3
+// Version 4 added relay_jobs.claims, which every claim increments (claim.go): an older relay's
+// claim writes no row its siblings' claims write, so on a Galera cluster two claims of different
+// layouts on two nodes would both commit.
+const SchemaVersion = 4
 
 // State of a checkpoint row.
 type State string
@@ -132,7 +135,8 @@ var schema = []string{
 		acquired_at DATETIME(6) NOT NULL,
 		id_reserved BIGINT NOT NULL DEFAULT 0,
 		layout INT NOT NULL DEFAULT 1,
-		conn_id BIGINT NOT NULL DEFAULT 0
+		conn_id BIGINT NOT NULL DEFAULT 0,
+		claims BIGINT NOT NULL DEFAULT 0
 	) ENGINE=InnoDB`,
 	// The owner's lease, apart from relay_jobs: renewals must not queue behind the job row's
 	// lock, which a decision holds (and a decision stuck on a vanished host holds for good).
@@ -199,9 +203,13 @@ func EnsureSchema(ctx context.Context, db *sql.DB) error {
 		strconv.Itoa(SchemaVersion)); err != nil {
 		return fmt.Errorf("ledger schema: %w", err)
 	}
-	// Versions 1 and 2 differ only by relay_leases and relay_owners, created above (an owner
-	// claimed under them has no owner row: its decisions fail, and the job is taken again).
-	if _, err := db.ExecContext(ctx, `UPDATE relay_ledger_meta SET value = ? WHERE name = 'schema_version' AND value IN ('1', '2')`,
+	if err := addColumn(ctx, db, "relay_jobs", "claims", "BIGINT NOT NULL DEFAULT 0"); err != nil {
+		return fmt.Errorf("ledger schema: %w", err)
+	}
+	// Versions 1 to 3 differ only by relay_leases, relay_owners and relay_jobs.claims, created
+	// above (an owner claimed under them has no owner row: its decisions fail, and the job is
+	// taken again).
+	if _, err := db.ExecContext(ctx, `UPDATE relay_ledger_meta SET value = ? WHERE name = 'schema_version' AND value IN ('1', '2', '3')`,
 		strconv.Itoa(SchemaVersion)); err != nil {
 		return fmt.Errorf("ledger schema: %w", err)
 	}
@@ -214,6 +222,21 @@ func EnsureSchema(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("%w: found version %s, this build knows %d", ErrNewerSchema, v, SchemaVersion)
 	}
 	return nil
+}
+
+// addColumn adds column to table unless it has it (a ledger of an older version): MySQL has no
+// ADD COLUMN IF NOT EXISTS, and a process starting beside this one may add it first.
+func addColumn(ctx context.Context, db *sql.DB, table, column, def string) error {
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, table, column).Scan(&n); err != nil || n > 0 {
+		return err
+	}
+	_, err := db.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN "+column+" "+def)
+	if fault.IsMySQL(err, fault.ErDupFieldName) {
+		return nil
+	}
+	return err
 }
 
 // Decide writes the decision row for c, conditional on epoch still owning the job (and, for a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,6 +120,43 @@ func TestNewerSchemaRefused(t *testing.T) {
 	}
 	if err := EnsureSchema(ctx, l.db); !errors.Is(err, ErrNewerSchema) {
 		t.Fatalf("got %v, want ErrNewerSchema", err)
+	}
+}
+
+// A version-3 ledger (relay_jobs without claims) is upgraded in place, keeping its rows, and a
+// claim on it counts in the new column; EnsureSchema run again (another process starting) is a no-op.
+func TestSchemaUpgradeFrom3(t *testing.T) {
+	l, ctx := newLedger(t)
+	f, err := Acquire(ctx, l, FenceConfig{Owner: "before the upgrade"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	for _, q := range []string{`ALTER TABLE relay_jobs DROP COLUMN claims`, `UPDATE relay_ledger_meta SET value = '3' WHERE name = 'schema_version'`} {
+		if _, err := l.db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if err := EnsureSchema(ctx, l.db); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var v string
+	if err := l.db.QueryRowContext(ctx, `SELECT value FROM relay_ledger_meta WHERE name = 'schema_version'`).Scan(&v); err != nil || v != strconv.Itoa(SchemaVersion) {
+		t.Fatalf("schema version %q (%v), want %d", v, err, SchemaVersion)
+	}
+	f, err = Acquire(ctx, l, FenceConfig{Owner: "after the upgrade"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	var epoch, claims int64
+	if err := l.db.QueryRowContext(ctx, `SELECT owner_epoch, claims FROM relay_jobs WHERE job = ?`, l.job).Scan(&epoch, &claims); err != nil {
+		t.Fatal(err)
+	}
+	if epoch != 2 || claims != 1 {
+		t.Fatalf("after the upgrade: epoch %d, claims %d; want epoch 2 (kept) and 1 claim counted", epoch, claims)
 	}
 }
 

@@ -108,18 +108,22 @@ func (f *Fence) otherNode(ctx context.Context, l *Ledger) error {
 // live: the job row names an owner whose lease has not run out by the server's clock.
 func live(h holderRow) bool { return h.claimed && h.lease.Valid && h.remaining > 0 }
 
-// elsewhere reports whether h is an owner that may still decide from another node (or from an
-// earlier lifetime of this one): its lease is live, it did not let go, and it is neither this
-// node's lifetime (whose lock session is gone, since this process got the lock) nor this process's
-// own earlier fence.
+// elsewhere reports whether h, the holder of this fence's own key, is an owner that may still
+// decide from another node: remote (this node's lock session of it is gone, since this process got
+// the lock), and not this process's own earlier fence.
 func (f *Fence) elsewhere(h holderRow) bool {
 	prev := f.cfg.Prev
+	return f.remote(h) && (prev == nil || h.epoch != prev.Epoch())
+}
+
+// remote reports whether h is an owner whose lock this node cannot see and that may still decide:
+// its lease is live, it did not let go, and it was recorded on another node (or in an earlier
+// lifetime of this one). On this node's lifetime, the lock (IS_USED_LOCK) says it exactly.
+func (f *Fence) remote(h holderRow) bool {
 	switch {
 	case !live(h), len(h.sessions.Lock.IDs) == 0: // run out, or released cleanly
 		return false
 	case h.sessions.Node == f.node && database.SameBoot(h.sessions.Lock.Boot, f.boot):
-		return false
-	case prev != nil && h.epoch == prev.Epoch():
 		return false
 	}
 	return true

@@ -18,6 +18,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -202,7 +203,8 @@ func (l *Ledger) RecordMeanings(ctx context.Context, schema string, set map[stri
 // nothingCommitted reports, inside tx, whether no instance of the job can have written a row: the
 // job row is locked first (instances record one at a time, each after taking its own fence, so
 // the later one sees the earlier one's lock), no other instance of the job's layout holds its
-// fence lock, and the job has no committed offsets (a locking read: the latest commit).
+// fence lock, no other process of the job has a live lease, and the job has no committed offsets
+// (a locking read: the latest commit).
 func (l *Ledger) nothingCommitted(ctx context.Context, tx *sql.Tx) (bool, error) {
 	var layout int
 	err := tx.QueryRowContext(ctx, `SELECT layout FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&layout)
@@ -221,6 +223,14 @@ func (l *Ledger) nothingCommitted(ctx context.Context, tx *sql.Tx) (bool, error)
 		if holder.Valid {
 			return false, nil
 		}
+	}
+	// On a Galera cluster a sibling's lock is on its node alone: its live lease shows it.
+	live, err := l.liveLeases(ctx, tx)
+	if err != nil {
+		return false, err
+	}
+	if slices.ContainsFunc(live, func(k string) bool { return k != l.key }) {
+		return false, nil
 	}
 	_, last, err := l.partitionOffsets(ctx, tx, " LOCK IN SHARE MODE")
 	return last == 0, err

@@ -219,3 +219,136 @@ func TestOperatorOnAnotherNode(t *testing.T) {
 	}
 	f.Release()
 }
+
+// TestProcessesOnOtherNodes holds fences of a job's processes on node 1 and starts, on node 2,
+// what must wait for them: a process of another layout (a rescale) and an operator command
+// (offsets reset, spec accept). GET_LOCK is node-local, so node 2 cannot see the locks on node 1:
+// the claim must find their live leases and refuse, moving nothing, until they let go.
+func TestProcessesOnOtherNodes(t *testing.T) {
+	dbs := racePools(t)
+	ctx := context.Background()
+	if err := ledger.EnsureSchema(ctx, dbs[0]); err != nil {
+		t.Fatal(err)
+	}
+	acquire := func(l *ledger.Ledger, operator bool) (*ledger.Fence, error) {
+		return ledger.Acquire(ctx, l, ledger.FenceConfig{Owner: "the test's " + l.Key(), Lease: 2 * time.Second,
+			Cluster: true, TakeOver: !operator, Operator: operator})
+	}
+	layout := func(job string) int {
+		var n int
+		if err := dbs[1].QueryRow(`SELECT layout FROM relay_jobs WHERE job = ?`, job).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name    string
+		process func(db *sql.DB, job string, i int) *ledger.Ledger // the i-th process of the layout
+		after   string                                             // a start that goes through once they let go
+	}{
+		{"2 instances", func(db *sql.DB, job string, i int) *ledger.Ledger { return ledger.NewInstance(db, job, i, 2) }, "instance 2/3"},
+		{"a group", func(db *sql.DB, job string, i int) *ledger.Ledger {
+			return ledger.NewMember(db, job, fmt.Sprint("m", i))
+		}, "member m9"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			job := "pn" + testenv.Suffix()
+			var held []*ledger.Fence
+			defer func() {
+				for _, f := range held {
+					f.Release()
+				}
+			}()
+			for i := range 2 {
+				f, err := acquire(c.process(dbs[0], job, i), false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, f)
+			}
+			before := layout(job)
+			starts := map[string]func() (*ledger.Fence, error){
+				"instance 2/3":     func() (*ledger.Fence, error) { return acquire(ledger.NewInstance(dbs[1], job, 2, 3), false) },
+				"instance 0/1":     func() (*ledger.Fence, error) { return acquire(ledger.NewInstance(dbs[1], job, 0, 1), false) },
+				"member m9":        func() (*ledger.Fence, error) { return acquire(ledger.NewMember(dbs[1], job, "m9"), false) },
+				"operator command": func() (*ledger.Fence, error) { return acquire(ledger.New(dbs[1], job), true) },
+			}
+			for name, start := range starts {
+				if name == "member m9" && c.name == "a group" {
+					continue // a third member of the same group: the group shares the partitions
+				}
+				f, err := start()
+				if err == nil {
+					f.Release()
+					t.Fatalf("%s started on node 2 while %s of the job hold their fences on node 1", name, c.name)
+				}
+				if !errors.Is(err, ledger.ErrFenced) || !strings.Contains(err.Error(), "on another Galera node") && !errors.Is(err, ledger.ErrLayoutSwitch) {
+					t.Fatalf("%s on node 2: %v, want refused for the processes on node 1", name, err)
+				}
+				t.Logf("%s refused: %v", name, err)
+				if got := layout(job); got != before {
+					t.Fatalf("%s was refused but the job's layout moved from %d to %d", name, before, got)
+				}
+			}
+			for _, f := range held {
+				f.Release()
+			}
+			held = nil
+			// They let go cleanly (their leases released at once): an operator command, and a new
+			// process that needs no membership switch, go through.
+			for _, name := range []string{"operator command", c.after} {
+				f, err := starts[name]()
+				if err != nil {
+					t.Fatalf("%s on node 2 once node 1's processes let go: %v", name, err)
+				}
+				f.Release()
+			}
+		})
+	}
+}
+
+// TestRacingLayouts starts, at the same instant, instance 1 of 2 of a job on node 1 and instance
+// 2 of 3 on node 2 (a rescale racing a restart), round after round, on a job recorded as 2
+// instances with none running. Each claim sees no other process yet: at most one may come out
+// holding its fence, or partition 5 (1 mod 2, 2 mod 3) would have two owners.
+func TestRacingLayouts(t *testing.T) {
+	dbs := racePools(t)
+	ctx := context.Background()
+	if err := ledger.EnsureSchema(ctx, dbs[0]); err != nil {
+		t.Fatal(err)
+	}
+	cfg := func(l *ledger.Ledger) ledger.FenceConfig {
+		return ledger.FenceConfig{Owner: "the test's " + l.Key(), Lease: time.Second, Cluster: true, TakeOver: true}
+	}
+	rounds := scaled(60, 5)
+	won := map[string]int{}
+	round := func(r int) {
+		job := fmt.Sprintf("lay%d%s", r, testenv.Suffix())
+		first, err := ledger.Acquire(ctx, ledger.NewInstance(dbs[0], job, 0, 2), cfg(ledger.NewInstance(dbs[0], job, 0, 2)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first.Release()
+		ls := [2]*ledger.Ledger{ledger.NewInstance(dbs[0], job, 1, 2), ledger.NewInstance(dbs[1], job, 2, 3)}
+		fences := [2]*ledger.Fence{}
+		errs := [2]error{}
+		together(func(i int) { fences[i], errs[i] = ledger.Acquire(ctx, ls[i], cfg(ls[i])) })
+		var holding []string
+		for i, f := range fences {
+			if f != nil {
+				holding = append(holding, ls[i].Key())
+				defer f.Release()
+			} else if !errors.Is(errs[i], ledger.ErrFenced) {
+				t.Fatalf("round %d: %s: %v", r, ls[i].Key(), errs[i])
+			}
+		}
+		if len(holding) != 1 {
+			t.Fatalf("round %d: %d fences of two layouts hold job %s at once: %v (errors %v, %v)", r, len(holding), job, holding, errs[0], errs[1])
+		}
+		won[strings.TrimPrefix(holding[0], job)]++
+	}
+	for r := range rounds {
+		round(r)
+	}
+	t.Logf("%d rounds: won %v, the other refused each time", rounds, won)
+}
