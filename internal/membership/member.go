@@ -66,7 +66,7 @@ type Member struct {
 	c       *kafka.Consumer
 	log     *zap.Logger
 	m       *metrics.Metrics
-	topic   string        // one of the topics, for metadata requests (rejoin)
+	topics  []string      // subscribed by Run; the first for metadata requests (rejoin)
 	tick    time.Duration // how often Run wakes librdkafka's group state machine (Run)
 	drain   time.Duration // longest wait for the pipeline to release revoked partitions
 	changes chan *Change
@@ -88,6 +88,7 @@ type Member struct {
 	reading  atomic.Bool
 	closing  chan struct{}
 	leave    sync.Once
+	fatal    atomic.Bool    // the group client reported a fatal error: Close must not call its Close
 	metadata sync.WaitGroup // rejoinSoon's requests in flight
 }
 
@@ -111,8 +112,8 @@ type Options struct {
 	Drain time.Duration
 }
 
-// Join subscribes to the topics in the group with the cooperative-sticky assignor; the group
-// is joined and partitions arrive once Run polls.
+// Join makes the group client, with the cooperative-sticky assignor; the group is joined only
+// when Run starts (after the fence: see Run).
 func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 	cm := consumer.ConfigMap(o.Kafka)
 	for k, v := range map[string]kafka.ConfigValue{
@@ -153,13 +154,8 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 		return nil, fmt.Errorf("group member: %w", err)
 	}
 	go consumer.ForwardLogs(c.Logs(), log.Named("librdkafka"))
-	mb := &Member{c: c, log: log, m: m, topic: o.Kafka.Topics[0], tick: max(hb/2, 10*time.Millisecond), drain: o.Drain, changes: make(chan *Change, 16), held: map[tp]int64{},
-		stolen: map[tp]uint64{}, regrant: o.Regrant, closing: make(chan struct{})}
-	if err := c.SubscribeTopics(o.Kafka.Topics, mb.rebalance); err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("group member: subscribe: %w", err)
-	}
-	return mb, nil
+	return &Member{c: c, log: log, m: m, topics: o.Kafka.Topics, tick: max(hb/2, 10*time.Millisecond), drain: o.Drain, changes: make(chan *Change, 16), held: map[tp]int64{},
+		stolen: map[tp]uint64{}, regrant: o.Regrant, closing: make(chan struct{})}, nil
 }
 
 // Changes delivers each change of the assignment, in order.
@@ -172,11 +168,20 @@ func (mb *Member) Changes() <-chan *Change { return mb.changes }
 // heartbeats about once a second whatever heartbeat.interval.ms says, and learns of a rebalance
 // that late. Run hands it a request every tick (reading the assignment, in process) so that the
 // heartbeat interval holds.
+//
+// Run subscribes, so joins the group, only now: the pipeline starts it once the fence is taken.
+// A process refused at its fence (a second one with the same static group.instance.id would
+// otherwise fence the running member out of the group, a fatal error there), or that cannot reach
+// MySQL, never takes partitions from the others, nor has them wait for its session timeout.
 func (mb *Member) Run(ctx context.Context) error {
+	if err := mb.c.SubscribeTopics(mb.topics, mb.rebalance); err != nil {
+		return fmt.Errorf("group member: subscribe: %w", err)
+	}
 	for ctx.Err() == nil {
 		switch ev := mb.c.Poll(int(mb.tick / time.Millisecond)).(type) {
 		case kafka.Error:
 			if ev.IsFatal() {
+				mb.fatal.Store(true)
 				return fmt.Errorf("group member: %w", ev)
 			}
 			mb.log.Warn("kafka group client error", zap.Error(ev))
@@ -197,6 +202,14 @@ func (mb *Member) Leaving() { mb.leave.Do(func() { close(mb.closing) }) }
 func (mb *Member) Close() {
 	mb.Leaving()
 	mb.metadata.Wait()
+	if mb.fatal.Load() {
+		// The group has dropped this member already (e.g. fenced by another client with its
+		// static group.instance.id), and confluent-kafka-go v2.11.1's Close never returns then:
+		// it waits for a close librdkafka refused to start (confluent-kafka-go#1588). The process
+		// is ending; the handle goes with it.
+		mb.log.Warn("group client left unclosed after its fatal error")
+		return
+	}
 	if err := mb.c.Close(); err != nil {
 		mb.log.Warn("leaving the consumer group", zap.Error(err))
 	}
@@ -284,7 +297,7 @@ func (mb *Member) rejoinSoon() {
 	mb.metadata.Add(1)
 	go func() {
 		defer mb.metadata.Done()
-		if _, err := mb.c.GetMetadata(&mb.topic, false, 5000); err != nil {
+		if _, err := mb.c.GetMetadata(&mb.topics[0], false, 5000); err != nil {
 			mb.log.Debug("metadata request after a rebalance", zap.Error(err))
 		}
 	}()

@@ -204,10 +204,11 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			fence.Release()
 		}
 	}()
-	// The member joins the group once the fence is first taken (a process that is refused, or
-	// cannot reach MySQL, never takes partitions from the others), serves it while sessions run,
-	// and leaves it only after the last one ended (drained): its partitions go to the others once
-	// nothing more of them is decided here. A fatal error of the group client ends the pipeline.
+	// The member joins the group once the fence is first taken (Member.Run subscribes: a process
+	// that is refused, or cannot reach MySQL, never takes partitions from the others), serves it
+	// while sessions run, and leaves it only after the last one ended (drained): its partitions go
+	// to the others once nothing more of them is decided here. A member that never joined is
+	// closed too. A fatal error of the group client ends the pipeline.
 	var member struct {
 		done chan error
 		stop context.CancelFunc
@@ -216,12 +217,14 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	ctx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	defer func() {
-		if member.done == nil {
+		if p.Member == nil {
 			return
 		}
-		p.Member.Leaving()
-		member.stop()
-		<-member.done
+		if member.done != nil {
+			p.Member.Leaving()
+			member.stop()
+			<-member.done
+		}
 		p.Member.Close()
 	}()
 	joinGroup := func() {

@@ -2,10 +2,14 @@ package crash
 
 import (
 	"context"
+	"errors"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/loadgen"
@@ -72,6 +76,56 @@ func TestStaticMemberRestart(t *testing.T) {
 	}
 }
 
+// A second process started with a running member's static id (a copied StatefulSet pod, a
+// misconfigured replica) is refused at its fence, and must not touch the group first: joining
+// with the same group.instance.id would fence the running member out of the group (a fatal error
+// there), leaving neither. The running member keeps its partitions, with no rebalance, and the
+// totals are exact.
+func TestDuplicateStaticMemberRefused(t *testing.T) {
+	e := newEnv(t, 4)
+	ctx := context.Background()
+	totals := loadgen.NewTotals()
+	member := []string{"RELAY_MEMBERSHIP=group", "RELAY_SUBTASKS=1", "RELAY_KAFKA_GROUP_INSTANCE_ID=m0", "RELAY_JOB_LEASE=3s",
+		"RELAY_KAFKA_PROPERTIES=session.timeout.ms=6000,heartbeat.interval.ms=500"}
+	a := e.start(member...)
+	testenv.Eventually(t, 60*time.Second, func() bool { return holds(t, a) }, "the member to take its partitions")
+	before := len(logEvents(t, a.Log, "rebalance"))
+	dup := e.start(member...)
+	err := dup.wait(t, 60*time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(tail(dup.Log, 3), "running elsewhere") {
+		t.Fatalf("the duplicate member: %v, want exit status 3, refused at its fence:\n%s", err, tail(dup.Log, 5))
+	}
+	// The running member outlives the duplicate by more than the group's session timeout, and
+	// the group did not move its partitions meanwhile.
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 1000, Batch: 100, SKUs: 20, Windows: 2, Seed: 94}); err != nil {
+		t.Fatal(err)
+	}
+	x := e.expected(totals)
+	if !testenv.Poll(30*time.Second, func() bool { a.exited(t); return e.diffOracle(x) == "" }) {
+		t.Fatalf("totals not caught up with the duplicate refused:\n%s", e.diffOracle(x))
+	}
+	time.Sleep(7 * time.Second)
+	a.exited(t)
+	if n := len(logEvents(t, a.Log, "rebalance")) - before; n != 0 {
+		t.Fatalf("the running member saw %d rebalance events after the duplicate started, want none", n)
+	}
+	e.stopAll([]*proc{a})
+	if d := e.diffOracle(x); d != "" {
+		t.Fatalf("totals differ after the stop:\n%s", d)
+	}
+}
+
+// holds reports whether member p took partitions in the ledger (the group assigned them).
+func holds(t *testing.T, p *proc) bool {
+	for _, ev := range logEvents(t, p.Log, "partitions taken") {
+		if epochs, _ := ev["owner_epochs"].(map[string]any); len(epochs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // partitionMembers counts the members holding partitions of the job in the ledger.
 func (e *env) partitionMembers() int {
 	var n int
@@ -113,4 +167,49 @@ func TestDeadMemberCheckpointMarked(t *testing.T) {
 		t.Fatalf("totals differ:\n%s", e.diffOracle(x))
 	}
 	e.stopAll([]*proc{live})
+}
+
+// A member fenced out of the group by the broker (another client joined with its static
+// group.instance.id: a fatal error of its group client) exits, with the cause, instead of
+// staying up without partitions; started again, it takes its partitions back and the totals are
+// exact.
+func TestMemberFencedByGroupExits(t *testing.T) {
+	e := newEnv(t, 4)
+	ctx := context.Background()
+	totals := loadgen.NewTotals()
+	member := []string{"RELAY_MEMBERSHIP=group", "RELAY_SUBTASKS=1", "RELAY_KAFKA_GROUP_INSTANCE_ID=m0",
+		"RELAY_KAFKA_PROPERTIES=session.timeout.ms=6000,heartbeat.interval.ms=500"}
+	a := e.start(member...)
+	testenv.Eventually(t, 60*time.Second, func() bool { return holds(t, a) }, "the member to take its partitions")
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 500, Batch: 100, SKUs: 20, Windows: 2, Seed: 95}); err != nil {
+		t.Fatal(err)
+	}
+	intruder, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": e.brokers, "group.id": "relay-" + e.job,
+		"group.instance.id": "m0", "partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 6000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := intruder.SubscribeTopics([]string{e.topic}, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for a.Alive() && time.Now().Before(deadline) {
+		intruder.Poll(100)
+	}
+	_ = intruder.Close()
+	err = a.wait(t, time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 || !strings.Contains(tail(a.Log, 3), "consumer group") {
+		t.Fatalf("the fenced member: %v, want a failed exit naming the consumer group:\n%s", err, tail(a.Log, 5))
+	}
+	t.Logf("fenced member exited: %v", err)
+	a = e.start(member...)
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 500, Batch: 100, SKUs: 20, Windows: 2, Seed: 96}); err != nil {
+		t.Fatal(err)
+	}
+	x := e.expected(totals)
+	if !testenv.Poll(60*time.Second, func() bool { a.exited(t); return e.diffOracle(x) == "" }) {
+		t.Fatalf("totals not caught up after the restart:\n%s", e.diffOracle(x))
+	}
+	e.stopAll([]*proc{a})
 }
