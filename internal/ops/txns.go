@@ -287,7 +287,7 @@ func AcknowledgeLost(ctx context.Context, e *Env, tag string, confirm Confirm) (
 	if err != nil {
 		return nil, err
 	}
-	fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Operator: true, Owner: "relay txns resolve --acknowledge-lost by " + e.Operator})
+	fence, err := ledger.Acquire(ctx, led, ledger.FenceConfig{Operator: true, Owner: "relay txns resolve --acknowledge-lost by " + e.Operator, Cluster: e.Galera.On})
 	if err != nil {
 		return nil, fmt.Errorf("acknowledge %s: %w", tag, err)
 	}
