@@ -26,7 +26,6 @@ const (
 	ErUnknownCom                  = 1047 // Galera: "WSREP has not yet prepared node for application use" (not in the primary component)
 	ErBadNull                     = 1048 // NULL into a NOT NULL column
 	ErServerShutdown              = 1053
-	ErDupFieldName                = 1060 // ADD COLUMN of a column that exists (another process added it first)
 	ErNoSuchThread                = 1094 // KILL of a session that is gone
 	ErUnknownTable                = 1109 // e.g. a server without information_schema.INNODB_LOCK_WAITS
 	ErNoSuchTable                 = 1146 // a table not created yet

@@ -29,11 +29,14 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 	defer func() { _ = tx.Rollback() }()
 	// Lock the job row exclusively from the first statement: a shared lock taken first (as INSERT
 	// IGNORE's duplicate check does) and upgraded later deadlocks against a sibling doing the same.
-	// And write it (claims): on a Galera cluster locks are the node's alone and only written rows
-	// are certified, so two claims on two nodes, each finding no other process up, must write one
-	// row, and the later to commit fails (1213) and claims again, seeing the first.
-	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout, claims)
-		VALUES (?, 0, '', UTC_TIMESTAMP(6), ?, 1) ON DUPLICATE KEY UPDATE claims = claims + 1`, l.job, m); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout)
+		VALUES (?, 0, '', UTC_TIMESTAMP(6), ?) ON DUPLICATE KEY UPDATE layout = layout`, l.job, m); err != nil {
+		return fmt.Errorf("fence %s: %w", l.key, err)
+	}
+	// That statement changes nothing, so writes nothing a Galera cluster certifies: on a cluster
+	// locks are the node's alone, and two claims on two nodes, each finding no other process up,
+	// must write one row, so that the later to commit fails (1213) and claims again, seeing the first.
+	if err := l.countClaim(ctx, tx); err != nil {
 		return fmt.Errorf("fence %s: %w", l.key, err)
 	}
 	var layout int
@@ -100,6 +103,12 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 					"then run `relay membership switch` with this process's configuration (it prints its plan; --yes applies it) (docs/RUNBOOK.md, \"Switching membership\")",
 					ErrLayoutSwitch, l.job, layoutName(layout), layoutName(m))
 			}
+		}
+		// Before the layout moves: the job's own row is a process's too (a single instance's).
+		if err := l.fenceOthers(ctx, tx, m); err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
+		}
+		if !f.cfg.Operator {
 			if _, err := tx.ExecContext(ctx, `UPDATE relay_jobs SET layout = ? WHERE job = ?`, m, l.job); err != nil {
 				return fmt.Errorf("fence %s: %w", l.key, err)
 			}
@@ -128,10 +137,13 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		l.key, owner, own); err != nil {
 		return fmt.Errorf("fence %s: bump epoch: %w", l.key, err)
 	}
-	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, l.key).Scan(&f.epoch); err != nil {
+	// The epoch is the fence's only once committed: a claim that fails certification and is then
+	// refused must not release (clear the sessions of) the winner's lease at that epoch.
+	var epoch int64
+	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, l.key).Scan(&epoch); err != nil {
 		return fmt.Errorf("fence %s: read epoch: %w", l.key, err)
 	}
-	if err := l.claimOwner(ctx, tx, f.epoch); err != nil {
+	if err := l.claimOwner(ctx, tx, epoch); err != nil {
 		return fmt.Errorf("fence %s: %w", l.key, err)
 	}
 	sent := time.Now()
@@ -139,13 +151,63 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		VALUES (?, ?, ?, CONNECTION_ID(), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?)
 		ON DUPLICATE KEY UPDATE owner_epoch = VALUES(owner_epoch), owner = VALUES(owner), conn_id = VALUES(conn_id),
 			lease_until = VALUES(lease_until), sessions = VALUES(sessions)`,
-		l.key, f.epoch, owner, f.cfg.EffectiveLease().Microseconds(), f.sessions()); err != nil {
+		l.key, epoch, owner, f.cfg.EffectiveLease().Microseconds(), f.sessions()); err != nil {
 		return fmt.Errorf("fence %s: lease: %w", l.key, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("fence %s: %w", l.key, err)
 	}
+	f.mu.Lock()
+	f.epoch = epoch
+	f.mu.Unlock()
 	f.renewed(sent)
+	return nil
+}
+
+// countClaim writes the job's relay_claims row, in a claim's (or a membership switch's) transaction.
+func (l *Ledger) countClaim(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO relay_claims (job, claims) VALUES (?, 1) ON DUPLICATE KEY UPDATE claims = claims + 1`, l.job)
+	return err
+}
+
+// fenceOthers moves the owner epochs of the job's other processes that claimed under another
+// layout than m, as a membership switch does, once none of them is up. One frozen past its lease
+// on another Galera node holds a lock no check here can see; when it wakes, its lease renewal and
+// its next decision are conditional on an epoch that is gone (and on a cluster they are written
+// rows, certified against this claim), so it stands down instead of deciding beside this layout.
+func (l *Ledger) fenceOthers(ctx context.Context, tx *sql.Tx, m int) error {
+	rows, err := tx.QueryContext(ctx, `SELECT job FROM relay_jobs WHERE (job = ? OR job LIKE ?) AND job <> ? AND layout <> ?`,
+		l.job, likePrefix(l.job+"/"), l.key, m)
+	if err != nil {
+		return err
+	}
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return err
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		for _, q := range []string{
+			`UPDATE relay_jobs SET owner_epoch = owner_epoch + 1 WHERE job = ?`,
+			`UPDATE relay_leases SET owner_epoch = owner_epoch + 1 WHERE job = ?`,
+		} {
+			if _, err := tx.ExecContext(ctx, q, k); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE relay_owners SET owner_epoch = owner_epoch + 1, written_at = UTC_TIMESTAMP(6) WHERE job = ? AND scope = ?`,
+			l.job, k); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -168,7 +230,7 @@ func (f *Fence) remoteUp(ctx context.Context, tx *sql.Tx, l *Ledger) ([]upProces
 			return nil, err
 		}
 		if f.remote(h) {
-			out = append(out, upProcess{key: k + " on another Galera node", layout: h.layout})
+			out = append(out, upProcess{key: k + " (a live lease this node did not record)", layout: h.layout})
 		}
 	}
 	return out, nil

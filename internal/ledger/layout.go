@@ -79,6 +79,11 @@ func SwitchLayout(ctx context.Context, db *sql.DB, job string, to int, apply boo
 	if !apply || len(p.Up) > 0 || (ran && from == to) {
 		return p, nil
 	}
+	// The row every claim writes: a member or instance claiming on another Galera node meanwhile
+	// (it found the old layout) fails certification against this switch, or this switch against it.
+	if err := l.countClaim(ctx, tx); err != nil {
+		return p, fmt.Errorf("layout switch: %w", err)
+	}
 	if ran {
 		// Fence every process of the job, of either layout, as a takeover would: their epochs and
 		// owner rows (the job's, each process's, each partition's) move, so a decision of one still

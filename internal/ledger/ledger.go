@@ -31,7 +31,7 @@ import (
 // record its sessions, so it must not run against a ledger that newer relays take over by lease.
 // Version 3 added relay_owners, the owner row every decision writes (owner.go): an older relay
 // would decide without writing it, which on a Galera cluster lets two owners both decide.
-// Version 4 added relay_jobs.claims, which every claim increments (claim.go): an older relay's
+// Version 4 added relay_claims, the row every claim of a job writes (claim.go): an older relay's
 // claim writes no row its siblings' claims write, so on a Galera cluster two claims of different
 // layouts on two nodes would both commit.
 const SchemaVersion = 4
@@ -135,8 +135,15 @@ var schema = []string{
 		acquired_at DATETIME(6) NOT NULL,
 		id_reserved BIGINT NOT NULL DEFAULT 0,
 		layout INT NOT NULL DEFAULT 1,
-		conn_id BIGINT NOT NULL DEFAULT 0,
-		claims BIGINT NOT NULL DEFAULT 0
+		conn_id BIGINT NOT NULL DEFAULT 0
+	) ENGINE=InnoDB`,
+	// One row per job, written by every claim of any of its processes and by a membership switch
+	// (claim.go): on a Galera cluster, where locks are the node's alone, two of them racing on two
+	// nodes write this row and certification fails the later. A table of its own, not a column of
+	// relay_jobs: the ledger grows by CREATE only (relay's grants have no ALTER).
+	`CREATE TABLE IF NOT EXISTS relay_claims (
+		job VARCHAR(64) NOT NULL PRIMARY KEY,
+		claims BIGINT NOT NULL
 	) ENGINE=InnoDB`,
 	// The owner's lease, apart from relay_jobs: renewals must not queue behind the job row's
 	// lock, which a decision holds (and a decision stuck on a vanished host holds for good).
@@ -203,12 +210,8 @@ func EnsureSchema(ctx context.Context, db *sql.DB) error {
 		strconv.Itoa(SchemaVersion)); err != nil {
 		return fmt.Errorf("ledger schema: %w", err)
 	}
-	if err := addColumn(ctx, db, "relay_jobs", "claims", "BIGINT NOT NULL DEFAULT 0"); err != nil {
-		return fmt.Errorf("ledger schema: %w", err)
-	}
-	// Versions 1 to 3 differ only by relay_leases, relay_owners and relay_jobs.claims, created
-	// above (an owner claimed under them has no owner row: its decisions fail, and the job is
-	// taken again).
+	// Versions 1 to 3 differ only by tables created above: relay_leases, relay_owners, relay_claims
+	// (an owner claimed under them has no owner row: its decisions fail, and the job is taken again).
 	if _, err := db.ExecContext(ctx, `UPDATE relay_ledger_meta SET value = ? WHERE name = 'schema_version' AND value IN ('1', '2', '3')`,
 		strconv.Itoa(SchemaVersion)); err != nil {
 		return fmt.Errorf("ledger schema: %w", err)
@@ -222,21 +225,6 @@ func EnsureSchema(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("%w: found version %s, this build knows %d", ErrNewerSchema, v, SchemaVersion)
 	}
 	return nil
-}
-
-// addColumn adds column to table unless it has it (a ledger of an older version): MySQL has no
-// ADD COLUMN IF NOT EXISTS, and a process starting beside this one may add it first.
-func addColumn(ctx context.Context, db *sql.DB, table, column, def string) error {
-	var n int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS
-		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, table, column).Scan(&n); err != nil || n > 0 {
-		return err
-	}
-	_, err := db.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN "+column+" "+def)
-	if fault.IsMySQL(err, fault.ErDupFieldName) {
-		return nil
-	}
-	return err
 }
 
 // Decide writes the decision row for c, conditional on epoch still owning the job (and, for a

@@ -123,8 +123,8 @@ func TestNewerSchemaRefused(t *testing.T) {
 	}
 }
 
-// A version-3 ledger (relay_jobs without claims) is upgraded in place, keeping its rows, and a
-// claim on it counts in the new column; EnsureSchema run again (another process starting) is a no-op.
+// A version-3 ledger (without relay_claims) is upgraded in place, keeping its rows, and a claim on
+// it counts in the new table; EnsureSchema run again (another process starting) is a no-op.
 func TestSchemaUpgradeFrom3(t *testing.T) {
 	l, ctx := newLedger(t)
 	f, err := Acquire(ctx, l, FenceConfig{Owner: "before the upgrade"})
@@ -132,7 +132,7 @@ func TestSchemaUpgradeFrom3(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Release()
-	for _, q := range []string{`ALTER TABLE relay_jobs DROP COLUMN claims`, `UPDATE relay_ledger_meta SET value = '3' WHERE name = 'schema_version'`} {
+	for _, q := range []string{`DROP TABLE relay_claims`, `UPDATE relay_ledger_meta SET value = '3' WHERE name = 'schema_version'`} {
 		if _, err := l.db.ExecContext(ctx, q); err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +152,8 @@ func TestSchemaUpgradeFrom3(t *testing.T) {
 	}
 	f.Release()
 	var epoch, claims int64
-	if err := l.db.QueryRowContext(ctx, `SELECT owner_epoch, claims FROM relay_jobs WHERE job = ?`, l.job).Scan(&epoch, &claims); err != nil {
+	if err := l.db.QueryRowContext(ctx, `SELECT j.owner_epoch, c.claims FROM relay_jobs j JOIN relay_claims c ON c.job = j.job WHERE j.job = ?`,
+		l.job).Scan(&epoch, &claims); err != nil {
 		t.Fatal(err)
 	}
 	if epoch != 2 || claims != 1 {

@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/relay-sh/relay/internal/database"
 )
 
 // ErrTableOwned means a sink table belongs to another job.
@@ -200,6 +202,32 @@ func (l *Ledger) RecordMeanings(ctx context.Context, schema string, set map[stri
 	return nil
 }
 
+// upElsewhere reports whether a process of the job other than this key renews a lease that another
+// Galera node recorded.
+func (l *Ledger) upElsewhere(ctx context.Context, tx *sql.Tx) (bool, error) {
+	live, err := l.liveLeases(ctx, tx)
+	if err != nil || !slices.ContainsFunc(live, func(k string) bool { return k != l.key }) {
+		return false, err
+	}
+	g, err := database.ReadGalera(ctx, tx)
+	if err != nil || !g.On {
+		return false, err
+	}
+	for _, k := range live {
+		if k == l.key {
+			continue
+		}
+		h, err := holderOf(ctx, tx, k, "")
+		if err != nil {
+			return false, err
+		}
+		if len(h.sessions.Lock.IDs) > 0 && h.sessions.Node != g.Node {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // nothingCommitted reports, inside tx, whether no instance of the job can have written a row: the
 // job row is locked first (instances record one at a time, each after taking its own fence, so
 // the later one sees the earlier one's lock), no other instance of the job's layout holds its
@@ -224,13 +252,10 @@ func (l *Ledger) nothingCommitted(ctx context.Context, tx *sql.Tx) (bool, error)
 			return false, nil
 		}
 	}
-	// On a Galera cluster a sibling's lock is on its node alone: its live lease shows it.
-	live, err := l.liveLeases(ctx, tx)
-	if err != nil {
+	// On a Galera cluster a sibling's lock is on its node alone: its live lease, recorded by
+	// another node, shows it. (On one server, or this node, the locks above say it exactly.)
+	if up, err := l.upElsewhere(ctx, tx); err != nil || up {
 		return false, err
-	}
-	if slices.ContainsFunc(live, func(k string) bool { return k != l.key }) {
-		return false, nil
 	}
 	_, last, err := l.partitionOffsets(ctx, tx, " LOCK IN SHARE MODE")
 	return last == 0, err

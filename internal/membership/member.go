@@ -210,10 +210,23 @@ func (mb *Member) Close() {
 		mb.log.Warn("group client left unclosed after its fatal error")
 		return
 	}
-	if err := mb.c.Close(); err != nil {
-		mb.log.Warn("leaving the consumer group", zap.Error(err))
+	// A fatal error can also arrive after Run stopped polling, and then Close hangs all the same:
+	// it is given closeWait (leaving takes one LeaveGroup round trip; revokes are acknowledged at
+	// once by now), then the process ends without it.
+	done := make(chan error, 1)
+	go func() { done <- mb.c.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			mb.log.Warn("leaving the consumer group", zap.Error(err))
+		}
+	case <-time.After(closeWait):
+		mb.log.Warn("group client did not close; left as it is", zap.Duration("waited", closeWait))
 	}
 }
+
+// closeWait bounds Close.
+const closeWait = 30 * time.Second
 
 // rebalance runs inside Poll, on Run's goroutine. The cooperative protocol tells every member of
 // each rebalance, most of them with nothing to add or revoke: those keep their session.

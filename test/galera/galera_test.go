@@ -278,11 +278,13 @@ func TestTwoNodesOneJob(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
+	// Counted before the stop: once the owner stops (cleanly), the other node's latest start may
+	// take the job, as it should.
+	fenced, took := e.count("job fenced"), e.count("took the job over")
 	for _, s := range ss {
 		_ = s.r.Stop(60 * time.Second)
 		t.Logf("node %d: %d starts, exits by status %v", s.node, s.starts, s.exits)
 	}
-	fenced, took := e.count("job fenced"), e.count("took the job over")
 	t.Logf("%d good orders committed to Kafka; the job was taken %d times, %d of them by lease; %d starts refused (another node renews)",
 		totals.Good, fenced, took, e.refusedElsewhere())
 	e.finish(totals)
@@ -663,6 +665,42 @@ func TestFrozenOwnerTakenOver(t *testing.T) {
 		}
 		t.Logf("owner on node 1 frozen before its COMMIT (crash point passed %d times), taken over from node 2; on waking: %s; %d good orders",
 			n, woke, totals.Good)
+		e.finish(totals)
+	})
+}
+
+// TestFrozenInstanceLayoutChanged runs a job as 2 instances on node 1, freezes instance 1/2 just
+// before a COMMIT past its lease (3 s) and stops instance 0/2 cleanly; the job is then started as
+// one instance on node 2 (a rescale: nothing renews a lease any more, so it goes through) and
+// decides. Instance 1/2 still holds its lock on node 1, where node 2 cannot see it: woken, it must
+// not decide its partitions beside the new layout. The rescale moved its epoch, so its renewal and
+// its next decision fail and it stands down (exit 3). Totals exact.
+func TestFrozenInstanceLayoutChanged(t *testing.T) {
+	rounds(t, scaled(1, 3), func(t *testing.T, e *env, totals *loadgen.Totals, sd uint64, stop func() error) {
+		lease := "RELAY_JOB_LEASE=3s"
+		zero := e.start(1, "RELAY_INSTANCE=0/2", "RELAY_SUBTASKS=1", lease)
+		one := e.startFrozen(1, 5+int(sd%20), "RELAY_INSTANCE=1/2", "RELAY_SUBTASKS=1", lease)
+		if err := zero.Stop(60 * time.Second); err != nil {
+			t.Fatalf("instance 0/2 did not stop cleanly: %v\n%s", err, harness.Tail(zero.Log, 30))
+		}
+		time.Sleep(4 * time.Second) // past the frozen instance's lease
+		b := e.start(2, lease)
+		e.waitDecided(b, 60*time.Second)
+		if err := one.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		err := one.Wait(60 * time.Second)
+		if code := exitCode(err); code != 3 {
+			t.Fatalf("the woken instance 1/2 exited with %v (status %d), want status 3 (fenced)\n%s", err, code, harness.Tail(one.Log, 30))
+		}
+		t.Logf("woken instance 1/2 stood down: %s", harness.Tail(one.Log, 1))
+		e.waitDecided(b, 60*time.Second)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Stop(60 * time.Second); err != nil {
+			t.Fatalf("relay on node 2 did not stop cleanly: %v\n%s", err, harness.Tail(b.Log, 30))
+		}
 		e.finish(totals)
 	})
 }

@@ -282,7 +282,7 @@ func TestProcessesOnOtherNodes(t *testing.T) {
 					f.Release()
 					t.Fatalf("%s started on node 2 while %s of the job hold their fences on node 1", name, c.name)
 				}
-				if !errors.Is(err, ledger.ErrFenced) || !strings.Contains(err.Error(), "on another Galera node") && !errors.Is(err, ledger.ErrLayoutSwitch) {
+				if !errors.Is(err, ledger.ErrFenced) || !strings.Contains(err.Error(), "a live lease this node did not record") && !errors.Is(err, ledger.ErrLayoutSwitch) {
 					t.Fatalf("%s on node 2: %v, want refused for the processes on node 1", name, err)
 				}
 				t.Logf("%s refused: %v", name, err)
