@@ -43,10 +43,6 @@ func (h heldProtocol) resume(ctx context.Context, fence *ledger.Fence) (partitio
 	return fence.NewSession(ctx, h.d.Ledger)
 }
 
-// Decided: only what the ledger holds. A partition started from the configured position must get
-// its offset row at the first checkpoint, or a restart would re-resolve "latest".
-func (heldProtocol) Decided(_, from partition.Offsets) partition.Offsets { return from.Clone() }
-
 func (heldProtocol) PartitionAffine() bool { return true }
 
 func (h heldProtocol) newParticipant(ctx context.Context, db *sql.DB) (Participant, error) {

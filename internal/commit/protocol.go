@@ -40,9 +40,6 @@ type Protocol interface {
 	// Recover finishes what earlier runs left (what is in doubt is the mode's to say) before a
 	// session starts, and returns where it resumes: the offsets the ledger holds (recovery.go).
 	Recover(ctx context.Context, fence *ledger.Fence) (Recovered, partition.Offsets, error)
-	// Decided is what a new session takes as already decided: start is where its consumer starts,
-	// from what the ledger holds.
-	Decided(start, from partition.Offsets) partition.Offsets
 	// PartitionAffine reports whether each partition's records stay on one subtask (partition mod
 	// subtasks), whose transaction commits their offsets with their rows. Such subtasks share
 	// aggregate keys: the fold gives each record only its owner's tables and flushes them only at

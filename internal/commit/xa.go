@@ -33,10 +33,6 @@ func (x xaProtocol) resume(ctx context.Context, _ *ledger.Fence) (partition.Offs
 	return x.d.Ledger.PartitionOffsets(ctx)
 }
 
-// Decided: the consumer starts exactly at the last decision's offsets (or where the configured
-// position resolved for a partition without one, which the first decision records in full).
-func (xaProtocol) Decided(start, _ partition.Offsets) partition.Offsets { return start.Clone() }
-
 func (xaProtocol) PartitionAffine() bool { return false }
 
 func (xaProtocol) newParticipant(ctx context.Context, db *sql.DB) (Participant, error) {

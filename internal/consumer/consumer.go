@@ -10,6 +10,7 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -40,14 +41,27 @@ type Consumer struct {
 	opts     Options
 	r        *reader
 	assigned map[string]map[int32]bool
-	marks    map[string]map[int32][2]int64 // low, high watermark per partition, read by Assign
+	marks    partition.Marks // low, high watermark per partition, read by Assign
 	log      *zap.Logger
+	// record, when set, records where partitions without an offset start before they are read
+	// (RecordStarts).
+	record Recorder
 	// only, when set (a member of a consumer group), is the set of partitions this session reads,
 	// in place of the instance's share; discovery then adds none (the group assigns new ones).
 	only map[string]map[int32]bool
 	// total is how many partitions the topics had at the last metadata read.
 	total int
 }
+
+// Recorder records, before any of them is read, where the partitions of marks that have no offset
+// in the ledger start, and returns the ledger's offset of every partition of marks (ledger.RecordStarts
+// under the session's fence).
+type Recorder func(ctx context.Context, marks partition.Marks) (partition.Offsets, error)
+
+// RecordStarts makes every start position this consumer resolves go through r first: a partition
+// without an offset is then read from the position the ledger holds for it, the same in every
+// session, process and member, and never resolved again. Call it before Assign.
+func (c *Consumer) RecordStarts(r Recorder) { c.record = r }
 
 // TopicPartitions is how many partitions the topics had at the last metadata read.
 func (c *Consumer) TopicPartitions() int { return c.total }
@@ -186,9 +200,9 @@ func (c *Consumer) Assign(ctx context.Context, from partition.Offsets) (partitio
 	if err != nil {
 		return nil, err
 	}
-	c.marks = map[string]map[int32][2]int64{}
+	c.marks = partition.Marks{}
 	c.assigned = map[string]map[int32]bool{}
-	start, tps, err := c.positions(ctx, parts, from)
+	start, tps, err := c.positions(ctx, parts, from, c.opts.StartOffset)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +229,7 @@ func (c *Consumer) Add(ctx context.Context, parts partition.Epochs, from partiti
 			c.only[t][p] = true
 		}
 	}
-	start, tps, err := c.positions(ctx, list, from)
+	start, tps, err := c.positions(ctx, list, from, c.opts.StartOffset)
 	if err != nil {
 		return nil, err
 	}
@@ -250,24 +264,31 @@ func (c *Consumer) Remove(parts partition.Epochs) error {
 }
 
 // positions reads the watermarks of parts (kept for AssignedWatermarks) and resolves where each
-// starts: its offset in from, else the start position. It marks them assigned.
-func (c *Consumer) positions(ctx context.Context, parts map[string][]int32, from partition.Offsets) (partition.Offsets, []kafka.TopicPartition, error) {
+// starts: its offset in from, else the position the recorder holds for it, else (no recorder:
+// tools and tests) where resolved against its watermarks. It marks them assigned.
+func (c *Consumer) positions(ctx context.Context, parts map[string][]int32, from partition.Offsets, where string) (partition.Offsets, []kafka.TopicPartition, error) {
 	marks, err := c.watermarks(ctx, parts)
+	if err != nil {
+		return nil, nil, err
+	}
+	recorded, err := c.recordStarts(ctx, parts, from, marks)
 	if err != nil {
 		return nil, nil, err
 	}
 	start := partition.Offsets{}
 	var tps []kafka.TopicPartition
 	for t, ps := range parts {
-		if c.marks[t] == nil {
-			c.marks[t] = map[int32][2]int64{}
-		}
 		for _, p := range ps {
 			lo, hi := marks[t][p][0], marks[t][p][1]
-			c.marks[t][p] = marks[t][p]
+			c.marks.Set(t, p, lo, hi)
 			off, ok := from.Get(t, p)
 			if !ok {
-				off = startOffset(lo, hi, c.opts.StartOffset)
+				if off, ok = recorded.Get(t, p); !ok {
+					if c.record != nil {
+						return nil, nil, fmt.Errorf("start offset %s/%d: not recorded", t, p)
+					}
+					off = startOffset(lo, hi, where)
+				}
 			}
 			start.Set(t, p, off)
 			topic := t
@@ -278,6 +299,62 @@ func (c *Consumer) positions(ctx context.Context, parts map[string][]int32, from
 	return start, tps, nil
 }
 
+// recordStarts has the recorder record the start of every partition of parts that from lacks. It
+// passes every partition of their topics: the first process to see a topic records "latest" for
+// all of them at one moment, the partitions other processes read included.
+func (c *Consumer) recordStarts(ctx context.Context, parts map[string][]int32, from partition.Offsets, marks partition.Marks) (partition.Offsets, error) {
+	if c.record == nil {
+		return nil, nil
+	}
+	ask, rest := partition.Marks{}, map[string][]int32{}
+	for t, ps := range parts {
+		if !slices.ContainsFunc(ps, func(p int32) bool { _, ok := from.Get(t, p); return !ok }) {
+			continue
+		}
+		ids, err := c.topicPartitions(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range ids {
+			if m, ok := marks[t][p]; ok {
+				ask.Set(t, p, m[0], m[1])
+			} else {
+				rest[t] = append(rest[t], p)
+			}
+		}
+	}
+	if len(ask) == 0 {
+		return nil, nil
+	}
+	more, err := c.watermarks(ctx, rest)
+	if err != nil {
+		return nil, err
+	}
+	for t, ps := range more {
+		for p, m := range ps {
+			ask.Set(t, p, m[0], m[1])
+		}
+	}
+	return c.record(ctx, ask)
+}
+
+// topicPartitions lists every partition of topic t.
+func (c *Consumer) topicPartitions(ctx context.Context, t string) ([]int32, error) {
+	md, err := c.c.GetMetadata(&t, false, timeoutMS(ctx, 10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("metadata %s: %w", t, err)
+	}
+	tm, ok := md.Topics[t]
+	if !ok || tm.Error.Code() != kafka.ErrNoError {
+		return nil, fmt.Errorf("metadata %s: %v", t, tm.Error)
+	}
+	ids := make([]int32, 0, len(tm.Partitions))
+	for _, p := range tm.Partitions {
+		ids = append(ids, p.ID)
+	}
+	return ids, nil
+}
+
 func (c *Consumer) mark(t string, p int32) {
 	if c.assigned[t] == nil {
 		c.assigned[t] = map[int32]bool{}
@@ -286,48 +363,36 @@ func (c *Consumer) mark(t string, p int32) {
 }
 
 // Discover assigns partitions added to the topics since the last call, from their beginning (they
-// are new, so everything in them is new). It returns their starting positions.
+// are new, so everything in them is new), recorded first like every start. It returns their
+// starting positions.
 func (c *Consumer) Discover(ctx context.Context) (partition.Offsets, error) {
 	parts, err := c.Partitions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	added := partition.Offsets{}
-	var tps []kafka.TopicPartition
+	added := map[string][]int32{}
 	for t, ps := range parts {
 		for _, p := range ps {
-			if c.assigned[t][p] {
-				continue
+			if !c.assigned[t][p] {
+				added[t] = append(added[t], p)
 			}
-			off, err := c.resolveStart(ctx, t, p, "earliest")
-			if err != nil {
-				return nil, err
-			}
-			added.Set(t, p, off)
-			topic := t
-			tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.Offset(off)})
 		}
 	}
-	if len(tps) == 0 {
-		return added, nil
+	if len(added) == 0 {
+		return partition.Offsets{}, nil
+	}
+	start, tps, err := c.positions(ctx, added, nil, "earliest")
+	if err != nil {
+		return nil, err
 	}
 	if err := c.c.IncrementalAssign(tps); err != nil {
 		return nil, fmt.Errorf("assign new partitions: %w", err)
 	}
 	for _, tp := range tps {
-		c.mark(*tp.Topic, tp.Partition)
 		c.log.Info("new partition assigned", zap.String("topic", *tp.Topic), zap.Int32("partition", tp.Partition),
 			zap.Int64("offset", int64(tp.Offset)))
 	}
-	return added, nil
-}
-
-func (c *Consumer) resolveStart(ctx context.Context, t string, p int32, where string) (int64, error) {
-	lo, hi, err := c.queryWatermarks(ctx, t, p)
-	if err != nil {
-		return 0, err
-	}
-	return startOffset(lo, hi, where), nil
+	return start, nil
 }
 
 // startOffset is where "earliest" or "latest" starts a partition with these watermarks.

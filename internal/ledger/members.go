@@ -167,7 +167,7 @@ func (l *Ledger) memberCheckpoints(ctx context.Context) (map[string]MemberCheckp
 		{`SELECT c.instance, c.checkpoint_id, c.decided_at FROM relay_checkpoints c
 			JOIN (SELECT instance, MAX(checkpoint_id) AS id FROM relay_checkpoints WHERE job = ? AND instance LIKE ? GROUP BY instance) n
 			ON c.checkpoint_id = n.id WHERE c.job = ?`, []any{l.job, like, l.job}},
-		{`SELECT owner_key, MAX(checkpoint_id), MAX(updated_at) FROM relay_offsets WHERE job = ? AND owner_key LIKE ?
+		{`SELECT owner_key, MAX(checkpoint_id), MAX(updated_at) FROM relay_offsets WHERE job = ? AND owner_key LIKE ? AND checkpoint_id > 0
 			GROUP BY owner_key`, []any{l.job, like}},
 	} {
 		rows, err := l.db.QueryContext(ctx, q.sql, q.args...)

@@ -55,10 +55,16 @@ type Execer interface {
 }
 
 // writeOffsets upserts offs for checkpoint id in one statement, inside the caller's transaction.
-// Rows go in primary-key order (topic, then partition), so concurrent writers (held-mode subtasks
-// of several instances, a NewSession's locking read) take their row locks in one order, never
-// crosswise: Go's map order would make that order random and let two of them deadlock (1213).
 func (l *Ledger) writeOffsets(ctx context.Context, conn Execer, id int64, offs partition.Offsets) error {
+	return l.upsertOffsets(ctx, conn, id, offs, `next_offset = VALUES(next_offset), checkpoint_id = VALUES(checkpoint_id),
+		owner_key = VALUES(owner_key), updated_at = VALUES(updated_at)`)
+}
+
+// upsertOffsets inserts offs for checkpoint id, a row that exists taking update. Rows go in
+// primary-key order (topic, then partition), so concurrent writers (held-mode subtasks of several
+// instances, a NewSession's locking read) take their row locks in one order, never crosswise: Go's
+// map order would make that order random and let two of them deadlock (1213).
+func (l *Ledger) upsertOffsets(ctx context.Context, conn Execer, id int64, offs partition.Offsets, update string) error {
 	var q strings.Builder
 	var args []any
 	q.WriteString(`INSERT INTO relay_offsets (job, topic, kpartition, next_offset, checkpoint_id, owner_key, updated_at) VALUES `)
@@ -75,8 +81,7 @@ func (l *Ledger) writeOffsets(ctx context.Context, conn Execer, id int64, offs p
 	if len(args) == 0 {
 		return nil
 	}
-	q.WriteString(` ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), checkpoint_id = VALUES(checkpoint_id),
-		owner_key = VALUES(owner_key), updated_at = VALUES(updated_at)`)
+	q.WriteString(` ON DUPLICATE KEY UPDATE ` + update)
 	if _, err := conn.ExecContext(ctx, q.String(), args...); err != nil {
 		return fmt.Errorf("partition offsets: %w", err)
 	}

@@ -226,7 +226,9 @@ func (e *Env) resolveTarget(ctx context.Context, target ResetTarget, old partiti
 					return nil, fmt.Errorf("--to: %s:%d=%d is outside the partition's offsets %d..%d", t, p, pr.New, lo, hi)
 				}
 			}
-			out = append(out, pr.withEffect(e.Config.Kafka.StartOffset))
+			// A partition the ledger lacks in a topic it has rows of is new to the job: it starts
+			// at its beginning whatever start_offset says (ledger.RecordStarts).
+			out = append(out, pr.withEffect(e.Config.Kafka.StartOffset == "latest" && len(old[t]) == 0))
 		}
 	}
 	return out, nil
@@ -234,15 +236,15 @@ func (e *Env) resolveTarget(ctx context.Context, target ResetTarget, old partiti
 
 // withEffect fills in ReRead and Skipped against where the job resumes without the reset: its
 // ledger offset (records before it were counted; those already deleted by retention cannot be
-// read again), or, for a partition not in the ledger, where start_offset puts it (nothing of it was
-// counted yet, so nothing can be counted twice).
-func (pr PartitionReset) withEffect(startOffset string) PartitionReset {
+// read again), or, for a partition not in the ledger, its end when latest, else its beginning
+// (nothing of it was counted yet, so nothing can be counted twice).
+func (pr PartitionReset) withEffect(latest bool) PartitionReset {
 	from := pr.Low
 	switch {
 	case pr.Old != nil:
 		from = min(max(*pr.Old, pr.Low), pr.High)
 		pr.ReRead = max(from-pr.New, 0)
-	case startOffset == "latest":
+	case latest:
 		from = pr.High
 	}
 	pr.Skipped = max(pr.New-from, 0)

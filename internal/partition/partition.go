@@ -8,6 +8,17 @@ package partition
 // Offsets maps topic → partition → next offset to read.
 type Offsets map[string]map[int32]int64
 
+// Marks maps topic → partition → its low and high watermark, as read from the broker.
+type Marks map[string]map[int32][2]int64
+
+// Set records a partition's watermarks.
+func (m Marks) Set(topic string, p int32, low, high int64) {
+	if m[topic] == nil {
+		m[topic] = map[int32][2]int64{}
+	}
+	m[topic][p] = [2]int64{low, high}
+}
+
 // Epochs maps topic → partition → the owner epoch a member took it at (ledger.TakePartitions):
 // the shape of Offsets, another meaning.
 type Epochs = Offsets

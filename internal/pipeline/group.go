@@ -190,19 +190,7 @@ func (s *session) add(want []ledger.Want) error {
 	if err != nil {
 		return err
 	}
-	decided := s.decided.Load().Clone()
-	for t, ps := range p.proto.Decided(start, from) {
-		for part, off := range ps {
-			decided.Set(t, part, off)
-		}
-	}
-	s.decided.Store(&decided)
-	for t, ps := range start {
-		for part, off := range ps {
-			s.positions.Set(t, part, off)
-			s.begin.Set(t, part, off)
-		}
-	}
+	s.started(start)
 	p.Log.Info("partitions added", zap.Any("offsets", start))
 	// librdkafka knows the new partitions' watermarks only after their first fetch: until then,
 	// those Add read.

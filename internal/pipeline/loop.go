@@ -88,11 +88,7 @@ func (s *session) run(ctx context.Context) (err error) {
 				p.Log.Warn("partition discovery failed", zap.Error(err))
 				continue
 			}
-			for t, ps := range added {
-				for part, off := range ps {
-					s.positions.Set(t, part, off)
-				}
-			}
+			s.started(added)
 		case <-lagEvery.C:
 			s.exportLag(s.cons.HighWatermark)
 		case <-wake.C:

@@ -122,6 +122,9 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	if claims != nil {
 		cons.Only(claims)
 	}
+	cons.RecordStarts(func(ctx context.Context, marks partition.Marks) (partition.Offsets, error) {
+		return p.Ledger.RecordStarts(ctx, fence.Epoch(), marks, p.Config.Kafka.StartOffset == "latest")
+	})
 	start, err := cons.Assign(rctx, from)
 	if err == nil {
 		err = ledger.CheckRange(rctx, start, cons.AssignedWatermarks)
@@ -141,7 +144,9 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	p.Metrics.TopicPartitions.Set(float64(cons.TopicPartitions()))
 	s := &session{p: p, fence: fence, cons: cons, positions: start, begin: start.Clone(), cur: p.newEpoch(first), blockLast: last,
 		pause: make(chan chan struct{}, 1), parked: make(chan struct{})}
-	decided := p.proto.Decided(start, from)
+	// Every start is the ledger's: an offset a checkpoint decided, or a start position recorded
+	// before its partition was read.
+	decided := start.Clone()
 	s.decided.Store(&decided)
 	s.ctx, s.fail = context.WithCancelCause(context.Background())
 	env := &commit.Env{Deps: p.commit(), Settings: p.Config.Commit(), Proto: p.proto, Plan: p.Plan, Schema: p.schema}
@@ -187,6 +192,20 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	p.recovered.Store(true)
 	p.setState(Running)
 	return s, nil
+}
+
+// started adds partitions the session reads from now on, at start: the ledger's offsets (decided,
+// or a start position recorded before the partition was read).
+func (s *session) started(start partition.Offsets) {
+	decided := s.decided.Load().Clone()
+	for t, ps := range start {
+		for part, off := range ps {
+			decided.Set(t, part, off)
+			s.positions.Set(t, part, off)
+			s.begin.Set(t, part, off)
+		}
+	}
+	s.decided.Store(&decided)
 }
 
 // close ends the session: subtasks stop and drop their connections, the consumer leaves.
