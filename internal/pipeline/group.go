@@ -67,7 +67,7 @@ func (p *Pipeline) settleChanges() {
 // fence's claims at the owner epochs it took them at. It returns those epochs and the partitions'
 // committed offsets, read after the owner rows' locks: the latest, whoever decided them.
 func (p *Pipeline) take(ctx context.Context, fence *ledger.Fence, want []ledger.Want, g membership.Grant) (partition.Epochs, partition.Offsets, error) {
-	taken, err := p.Ledger.TakePartitions(ctx, want)
+	taken, err := p.Ledger.TakePartitions(ctx, fence.Epoch(), want)
 	if err != nil {
 		return nil, nil, err
 	}
