@@ -112,9 +112,9 @@ type Options struct {
 	// Heartbeat is librdkafka's heartbeat.interval.ms unless kafka.properties sets it: how soon a
 	// member learns that the group rebalances (about half a checkpoint interval, run.go).
 	Heartbeat time.Duration
-	// Drain bounds the wait for the pipeline to drain and release revoked partitions
-	// (checkpoint timeout and interval): past it the revoke is acknowledged anyway, since the
-	// partition owner epochs keep a late decision out.
+	// Drain bounds the wait for the pipeline to drain and release revoked partitions (the longest
+	// a drain can take, config.Checkpoint.DrainBound): past it the revoke is acknowledged anyway,
+	// since the partition owner epochs keep a late decision out.
 	Drain time.Duration
 }
 
