@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"go.yaml.in/yaml/v3"
@@ -36,7 +37,8 @@ type k8sDoc struct {
 				Annotations map[string]string `yaml:"annotations"`
 			} `yaml:"metadata"`
 			Spec struct {
-				Volumes []struct {
+				TerminationGracePeriodSeconds *int `yaml:"terminationGracePeriodSeconds"`
+				Volumes                       []struct {
 					Name   string `yaml:"name"`
 					Secret struct {
 						SecretName string `yaml:"secretName"`
@@ -184,9 +186,50 @@ func checkWorkload(t *testing.T, path, kind string) (k8sDoc, map[string]string) 
 	return doc, env
 }
 
-// The StatefulSet example maps the pod ordinal to RELAY_INSTANCE with the replica count as M.
+// podConfig is the configuration a workload's pods run with (pod 0's: $(POD_INDEX) is 0; files
+// left out: they exist only in the pod), as relay loads and validates it.
+func podConfig(t *testing.T, path string, env map[string]string) config.Config {
+	t.Helper()
+	var environ []string
+	for k, v := range env {
+		if !strings.HasSuffix(k, "_FILE") {
+			environ = append(environ, k+"="+strings.ReplaceAll(v, "$(POD_INDEX)", "0"))
+		}
+	}
+	cfg, err := config.Load("", environ)
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		t.Fatalf("%s: relay refuses the pods' configuration: %v", path, err)
+	}
+	return cfg
+}
+
+// checkGrace checks that a workload gives a stopping pod the longest drain its configuration
+// allows (config's DrainBound, which also bounds a member's revoke) before Kubernetes kills it: a
+// pod killed mid-drain leaves its checkpoint to recovery, and a member its partitions to the
+// group's session timeout.
+func checkGrace(t *testing.T, path string, doc k8sDoc, cfg config.Config) {
+	t.Helper()
+	bound := cfg.Checkpoint.DrainBound()
+	grace := doc.Spec.Template.Spec.TerminationGracePeriodSeconds
+	if grace == nil || time.Duration(*grace)*time.Second < bound {
+		g := "unset (30 s)"
+		if grace != nil {
+			g = strconv.Itoa(*grace) + " s"
+		}
+		t.Errorf("%s: terminationGracePeriodSeconds %s is below the drain bound %s (checkpoint.timeout %s, restart_allowance %s)",
+			path, g, bound, cfg.Checkpoint.Timeout, cfg.Checkpoint.RestartAllowance)
+	}
+}
+
+// The StatefulSet example maps the pod ordinal to RELAY_INSTANCE with the replica count as M, and
+// gives a stopping pod its drain.
 func TestK8sStatefulSet(t *testing.T) {
-	doc, env := checkWorkload(t, "k8s/relay.yaml", "StatefulSet")
+	const path = "k8s/relay.yaml"
+	doc, env := checkWorkload(t, path, "StatefulSet")
+	checkGrace(t, path, doc, podConfig(t, path, env))
 	instance := env["RELAY_INSTANCE"]
 	if doc.Spec.Replicas == nil {
 		t.Fatal("the StatefulSet sets no replicas, which RELAY_INSTANCE's M must equal")
@@ -215,19 +258,7 @@ func groupDeployment(t *testing.T) (k8sDoc, config.Config) {
 	if doc.Spec.Replicas != nil {
 		t.Errorf("%s sets replicas: %d; the autoscaler owns it (re-applying the file would reset it)", path, *doc.Spec.Replicas)
 	}
-	var environ []string
-	for k, v := range env {
-		if !strings.HasSuffix(k, "_FILE") {
-			environ = append(environ, k+"="+v)
-		}
-	}
-	cfg, err := config.Load("", environ)
-	if err == nil {
-		err = cfg.Validate()
-	}
-	if err != nil {
-		t.Fatalf("%s: relay refuses the Deployment's configuration: %v", path, err)
-	}
+	cfg := podConfig(t, path, env)
 	if !cfg.Group() || cfg.Subtasks != 1 {
 		t.Errorf("%s: membership %q, subtasks %d; want group and 1", path, cfg.Membership, cfg.Subtasks)
 	}
@@ -239,9 +270,11 @@ func groupDeployment(t *testing.T) (k8sDoc, config.Config) {
 }
 
 // The group example runs as a Deployment of members of the consumer group relay-<job>, with the
-// same probes, secrets, TLS and scrape setup as the StatefulSet.
+// same probes, secrets, TLS and scrape setup as the StatefulSet, and gives a stopping pod its
+// drain.
 func TestK8sGroupDeployment(t *testing.T) {
-	_, cfg := groupDeployment(t)
+	doc, cfg := groupDeployment(t)
+	checkGrace(t, "k8s/relay-group.yaml", doc, cfg)
 	if cfg.Kafka.GroupID != "relay-"+cfg.Job.Name {
 		t.Errorf("group id %q, want relay's default relay-%s (the autoscalers name it)", cfg.Kafka.GroupID, cfg.Job.Name)
 	}

@@ -195,8 +195,8 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	host, _ := os.Hostname()
 	var member *membership.Member
 	if cfg.Group() {
-		// A revoke waits for the session's drain: the checkpoint in flight and the final one.
-		drain := 2*cfg.Checkpoint.Timeout + cfg.Checkpoint.Interval
+		// A revoke waits for the session's drain, as long as one can take (DrainBound derives it).
+		drain := cfg.Checkpoint.DrainBound()
 		// Half a checkpoint interval (within 100 ms to 1 s): a rebalance's rounds add about one
 		// heartbeat each to how long moving partitions wait.
 		heartbeat := min(max(cfg.Checkpoint.Interval/2, 100*time.Millisecond), time.Second)

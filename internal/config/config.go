@@ -470,6 +470,35 @@ func (c *Config) GroupSessionTimeout() time.Duration {
 	return 45 * time.Second
 }
 
+// DrainBound is the longest a session can take to drain, with every step within its deadline: to
+// release partitions the group revoked (a member's revoke waits this long at most before it is
+// acknowledged anyway, membership.Options.Drain), and to stop on SIGTERM (the grace period a
+// deployment must give a process, terminationGracePeriodSeconds in deploy/k8s). A step past its
+// deadline fails the session instead, and the partitions' owner epochs refuse its late decisions.
+//
+// From the code, with T = checkpoint.timeout:
+//   - A checkpoint takes up to 2T (commit.Coordinator): its barrier phase (the subtasks' flush and
+//     prepare, then the ledger decision) within T, its commit phase (the branches' commits and
+//     the committed mark) within another T. Held mode's one phase takes up to T.
+//   - The drain (pipeline loop.go) waits for the checkpoint in flight (2T), cuts the open epoch,
+//     which reserves a new block of checkpoint ids within T when the block ran out (one in a
+//     thousand cuts: the drain's or the one just before it, never both), and waits for its own
+//     checkpoint (2T): 5T.
+//   - The loop takes a revoke or SIGTERM only between two events. The longest event is a move of
+//     partitions granted earlier (pipeline group.go add): it waits for the checkpoint in flight
+//     (2T, which the drain then need not), then takes the partitions and assigns them within
+//     restart_allowance. A session starting (recovery and its first take) takes up to
+//     restart_allowance too, and has no checkpoint in flight.
+//
+// Hence restart_allowance + 5T, plus drainSlack for the steps no deadline bounds (folding the
+// batches in hand when the poll stops, unassigning the released partitions: milliseconds).
+func (cp Checkpoint) DrainBound() time.Duration {
+	return cp.RestartAllowance + 5*cp.Timeout + drainSlack
+}
+
+// drainSlack is DrainBound's margin for the untimed steps of a drain.
+const drainSlack = time.Second
+
 // Group reports whether the job's processes share its partitions through the consumer group.
 func (c *Config) Group() bool { return c.Membership == MembershipGroup }
 

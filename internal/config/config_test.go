@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -303,6 +304,40 @@ func TestYAMLTypeErrorsNameTheKey(t *testing.T) {
 		var fe *FieldError
 		if len(tc.keys) > 0 && (!errors.As(err, &fe) || !strings.HasPrefix(tc.keys[0], fe.Key)) {
 			t.Errorf("%q: %v is not a FieldError for %s", tc.yaml, err, tc.keys[0])
+		}
+	}
+}
+
+// The drain bound covers the longest drain whose every step keeps its deadline, step by step as
+// DrainBound's comment derives it, for the defaults and for settings where either term dominates.
+// (Twice the timeout plus the interval, the bound before, covered neither checkpoint's commit
+// phase nor the take of a move the session was finishing.)
+func TestDrainBound(t *testing.T) {
+	for _, tc := range []struct{ timeout, restart time.Duration }{
+		{Default().Checkpoint.Timeout, Default().Checkpoint.RestartAllowance},
+		{10 * time.Second, 0},
+		{time.Second, 5 * time.Minute},
+	} {
+		cp := Default().Checkpoint
+		cp.Timeout, cp.RestartAllowance = tc.timeout, tc.restart
+		checkpoint := 2 * cp.Timeout // barrier phase (flush, prepare, decide), then commit phase
+		steps := []struct {
+			what string
+			d    time.Duration
+		}{
+			{"the checkpoint in flight, awaited by a move of granted partitions", checkpoint},
+			{"the move's take and assignment", cp.RestartAllowance},
+			{"the drain's cut reserving a block of checkpoint ids", cp.Timeout},
+			{"the drain's own checkpoint", checkpoint},
+		}
+		var worst time.Duration
+		var named []string
+		for _, s := range steps {
+			worst += s.d
+			named = append(named, fmt.Sprintf("%s %s", s.what, s.d))
+		}
+		if got := cp.DrainBound(); got < worst {
+			t.Errorf("timeout %s, restart_allowance %s: DrainBound %s, below the worst drain %s: %s", cp.Timeout, cp.RestartAllowance, got, worst, strings.Join(named, ", "))
 		}
 	}
 }

@@ -54,14 +54,14 @@ func TestMembers(t *testing.T) {
 	} else {
 		defer f.Release()
 	}
-	ta, err := a.TakePartitions(ctx, fresh("t", 0, 1))
+	ta, err := a.TakePartitions(ctx, fa.Epoch(), fresh("t", 0, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 5, 1: 6}}}); err != nil {
 		t.Fatal(err)
 	}
-	tb, err := b.TakePartitions(ctx, fresh("t", 2))
+	tb, err := b.TakePartitions(ctx, fb.Epoch(), fresh("t", 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestMembers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tc, err := c.TakePartitions(ctx, fresh("t", 3))
+	tc, err := c.TakePartitions(ctx, fc.Epoch(), fresh("t", 3))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,9 @@
 // job, or job/i) and a partition's name once ownership is per partition (docs/PROTOCOL.md,
 // "Galera / Percona XtraDB Cluster") — holds the epoch of its owner. Taking a scope writes its row
 // with the new epoch (so does a held-mode session's new epoch); every decision for it
-// (held mode's data+offsets COMMIT, XA mode's ledger decision) writes it again, conditional on the
-// epoch it holds, in the same local transaction. On one server the job row's lock already orders
+// (held mode's data+offsets COMMIT, XA mode's ledger decision) and every take of partitions by a
+// group member writes it again, conditional on the epoch it holds, in the same local transaction.
+// On one server the job row's lock already orders
 // decisions and takeovers. On a Galera cluster (MariaDB Galera, Percona XtraDB Cluster) GET_LOCK
 // and locking reads stay on one node and only written rows are certified: there, two owners on
 // two nodes write the same row, so either the later sees the other's epoch and writes nothing, or
@@ -57,7 +58,8 @@ func (l *Ledger) advanceOwner(ctx context.Context, tx Execer, old, new int64) er
 }
 
 // stampOwner writes the owner row of this instance's scope, conditional on epoch, inside the
-// caller's decision transaction (last, so its row lock is held only until the COMMIT that follows).
+// caller's decision transaction, or a group member's take of partitions (last, so its row lock is
+// held only until the COMMIT that follows). decisions counts both: it moves so the row is written.
 func (l *Ledger) stampOwner(ctx context.Context, tx Execer, epoch int64) error {
 	res, err := tx.ExecContext(ctx, `UPDATE relay_owners SET decisions = decisions + 1, written_at = UTC_TIMESTAMP(6)
 		WHERE job = ? AND scope = ? AND owner_epoch = ?`, l.job, l.key, epoch)

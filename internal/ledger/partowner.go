@@ -10,8 +10,13 @@
 //     row lock and on a Galera cluster by certification of the written row.
 //   - A member takes a partition from another member only when the group granted it anew: taking
 //     it again in a later session is conditional on nobody having taken it meanwhile.
-//   - Owner rows are locked before offset rows, in (topic, partition) order, by takes and
-//     decisions alike, so the two never wait on each other crosswise.
+//   - A take runs under the member's own owner epoch, as a decision does: it checks the epoch in
+//     relay_jobs (locked first) and writes the member's owner row conditional on it, in the take's
+//     transaction, so a member process fenced out of its key (a zombie whose key was taken over)
+//     takes nothing, on one server by the row lock and on a Galera cluster by certification.
+//   - The member's job row, then owner rows before offset rows in (topic, partition) order, then
+//     the member's owner row (relay_owners): locked in that order by takes and decisions alike, so
+//     the two never wait on each other crosswise.
 package ledger
 
 import (
@@ -62,8 +67,9 @@ type Taken struct {
 // TakePartitions moves the owner epoch of every wanted partition to this member, in one
 // transaction that also reads their offsets after the owner rows' locks. A held partition whose
 // epoch moved is not taken (Lost): another member took it after this one, on a grant of the group
-// newer than this member's.
-func (l *Ledger) TakePartitions(ctx context.Context, want []Want) (Taken, error) {
+// newer than this member's. epoch is the member's own owner epoch (its fence's): once its key
+// moved on, the take fails with ErrFenced and changes nothing.
+func (l *Ledger) TakePartitions(ctx context.Context, epoch int64, want []Want) (Taken, error) {
 	want = slices.Clone(want)
 	slices.SortFunc(want, func(a, b Want) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
@@ -76,19 +82,24 @@ func (l *Ledger) TakePartitions(ctx context.Context, want []Want) (Taken, error)
 	// which takes again.
 	err := fault.Do(ctx, fault.DefaultPolicy(), func(ctx context.Context) error {
 		var err error
-		out, err = l.take(ctx, want)
+		out, err = l.take(ctx, epoch, want)
 		return err
 	}, nil)
 	return out, err
 }
 
-func (l *Ledger) take(ctx context.Context, want []Want) (Taken, error) {
+func (l *Ledger) take(ctx context.Context, epoch int64, want []Want) (Taken, error) {
 	out := Taken{Epochs: partition.Epochs{}, Offsets: partition.Offsets{}}
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return out, fmt.Errorf("take partitions: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	// The member's job row first, as a decision locks it: a claim of this member's key (a takeover
+	// of a zombie process) waits for the take or fences it, never both take partitions.
+	if err := checkEpoch(ctx, tx, l.key, epoch); err != nil {
+		return out, fmt.Errorf("take partitions: %w", err)
+	}
 	for _, w := range want {
 		// Lock the row exclusively from the first statement (creating it at epoch 0 if new).
 		if _, err := tx.ExecContext(ctx, `INSERT INTO relay_partition_owners (job, topic, kpartition, owner_epoch, member, taken_at, written_at)
@@ -127,6 +138,12 @@ func (l *Ledger) take(ctx context.Context, want []Want) (Taken, error) {
 		case !errors.Is(err, sql.ErrNoRows):
 			return out, fmt.Errorf("take %s/%d: offset: %w", w.Topic, w.Partition, err)
 		}
+	}
+	// Last, as in a decision: on a Galera cluster the job row's lock is this node's alone, and the
+	// written owner row makes a take and a claim of this member's key on another node certify
+	// against each other.
+	if err := l.stampOwner(ctx, tx, epoch); err != nil {
+		return out, fmt.Errorf("take partitions: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return out, fmt.Errorf("take partitions: %w", fault.AtCommit(err))

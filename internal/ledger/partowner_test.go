@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,7 +44,7 @@ func offsetsOf(ctx context.Context, t *testing.T, l *Ledger) partition.Offsets {
 // they were), while a decision of the partitions it still holds goes through. XA decisions.
 func TestPartitionTakenXA(t *testing.T) {
 	a, b, fa, fb, ctx := twoMembers(t)
-	ta, err := a.TakePartitions(ctx, fresh("t", 0, 1))
+	ta, err := a.TakePartitions(ctx, fa.Epoch(), fresh("t", 0, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +54,7 @@ func TestPartitionTakenXA(t *testing.T) {
 	if err := a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 10, 1: 20}}}); err != nil {
 		t.Fatalf("A's decision: %v", err)
 	}
-	tb, err := b.TakePartitions(ctx, fresh("t", 0))
+	tb, err := b.TakePartitions(ctx, fb.Epoch(), fresh("t", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +89,7 @@ func TestPartitionTakenXA(t *testing.T) {
 	}
 	// The group grants t/0 to A again: a decision under A's first claims (epoch 1) is still
 	// refused. The epoch it was taken at decides, not the member's name.
-	again, err := a.TakePartitions(ctx, fresh("t", 0))
+	again, err := a.TakePartitions(ctx, fa.Epoch(), fresh("t", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +107,7 @@ func TestPartitionTakenXA(t *testing.T) {
 
 // The same in held mode: the offsets written with the data through WriteHeldOffsets.
 func TestPartitionTakenHeld(t *testing.T) {
-	a, b, fa, _, ctx := twoMembers(t)
+	a, b, fa, fb, ctx := twoMembers(t)
 	held := func(l *Ledger, epoch int64, claims partition.Epochs, id int64, offs partition.Offsets) error {
 		tx, err := l.DB().BeginTx(ctx, nil)
 		if err != nil {
@@ -117,14 +119,14 @@ func TestPartitionTakenHeld(t *testing.T) {
 		}
 		return tx.Commit()
 	}
-	ta, err := a.TakePartitions(ctx, fresh("h", 0, 1))
+	ta, err := a.TakePartitions(ctx, fa.Epoch(), fresh("h", 0, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := held(a, fa.Epoch(), ta.Epochs, 1, partition.Offsets{"h": {0: 10, 1: 20}}); err != nil {
 		t.Fatalf("A's held write: %v", err)
 	}
-	tb, err := b.TakePartitions(ctx, fresh("h", 1))
+	tb, err := b.TakePartitions(ctx, fb.Epoch(), fresh("h", 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,14 +153,14 @@ func TestPartitionTakenHeld(t *testing.T) {
 // having taken it since: after another member took it, it is Lost and its epoch stays; at the
 // current epoch, by the member that holds it, it is taken again at the next epoch.
 func TestPartitionHeldRetake(t *testing.T) {
-	a, b, _, _, ctx := twoMembers(t)
-	if _, err := a.TakePartitions(ctx, fresh("t", 0, 1)); err != nil {
+	a, b, fa, fb, ctx := twoMembers(t)
+	if _, err := a.TakePartitions(ctx, fa.Epoch(), fresh("t", 0, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.TakePartitions(ctx, fresh("t", 0)); err != nil {
+	if _, err := b.TakePartitions(ctx, fb.Epoch(), fresh("t", 0)); err != nil {
 		t.Fatal(err)
 	}
-	again, err := a.TakePartitions(ctx, []Want{{Topic: "t", Partition: 0, Held: 1}, {Topic: "t", Partition: 1, Held: 1}})
+	again, err := a.TakePartitions(ctx, fa.Epoch(), []Want{{Topic: "t", Partition: 0, Held: 1}, {Topic: "t", Partition: 1, Held: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,10 +177,10 @@ func TestPartitionHeldRetake(t *testing.T) {
 		t.Fatalf("t/0 after A's refused take: %+v; want B's at epoch 2", got)
 	}
 	// The current epoch, but another member's: still lost.
-	if r, err := a.TakePartitions(ctx, []Want{{Topic: "t", Partition: 0, Held: 2}}); err != nil || len(r.Lost) != 1 {
+	if r, err := a.TakePartitions(ctx, fa.Epoch(), []Want{{Topic: "t", Partition: 0, Held: 2}}); err != nil || len(r.Lost) != 1 {
 		t.Fatalf("A's take of t/0 held at B's epoch 2: %+v, %v; want it lost", r, err)
 	}
-	rb, err := b.TakePartitions(ctx, []Want{{Topic: "t", Partition: 0, Held: 2}})
+	rb, err := b.TakePartitions(ctx, fb.Epoch(), []Want{{Topic: "t", Partition: 0, Held: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +193,7 @@ func TestPartitionHeldRetake(t *testing.T) {
 // outside its claims is refused and writes nothing.
 func TestPartitionDecisionOutsideClaims(t *testing.T) {
 	a, _, fa, _, ctx := twoMembers(t)
-	ta, err := a.TakePartitions(ctx, fresh("t", 0))
+	ta, err := a.TakePartitions(ctx, fa.Epoch(), fresh("t", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +237,7 @@ func TestPartitionTakesConcurrent(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				taken[i], errs[i] = members[i].TakePartitions(ctx, sets[i])
+				taken[i], errs[i] = members[i].TakePartitions(ctx, fences[i].Epoch(), sets[i])
 			}()
 		}
 		close(start)
@@ -295,7 +297,7 @@ func TestPartitionDecisionRacesTake(t *testing.T) {
 		all[p] = Want{Topic: "t", Partition: int32(p)}
 	}
 	owner := 0
-	claims, err := a.TakePartitions(ctx, all)
+	claims, err := a.TakePartitions(ctx, fa.Epoch(), all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +334,7 @@ func TestPartitionDecisionRacesTake(t *testing.T) {
 			defer wg.Done()
 			<-start
 			time.Sleep(jitter)
-			took, takeErr = members[y].TakePartitions(ctx, some)
+			took, takeErr = members[y].TakePartitions(ctx, fences[y].Epoch(), some)
 		}()
 		close(start)
 		wg.Wait()
@@ -369,10 +371,69 @@ func TestPartitionDecisionRacesTake(t *testing.T) {
 		}
 		before = want
 		// The taker is granted every partition for the next round.
-		if claims, err = members[y].TakePartitions(ctx, all); err != nil {
+		if claims, err = members[y].TakePartitions(ctx, fences[y].Epoch(), all); err != nil {
 			t.Fatal(err)
 		}
 		owner = y
 	}
 	t.Logf("%d of %d decisions committed before the take, %d refused after it", committed, rounds, rounds-committed)
+}
+
+// ownerDecisions is the decisions counter of l's owner row (relay_owners): it moves with every
+// write conditional on l's epoch, which is what certifies on a Galera cluster.
+func ownerDecisions(ctx context.Context, t *testing.T, l *Ledger) int64 {
+	t.Helper()
+	var n int64
+	if err := l.DB().QueryRowContext(ctx, `SELECT decisions FROM relay_owners WHERE job = ? AND scope = ?`, l.Job(), l.Key()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A take runs under the member's own owner epoch: once the member's key was taken by a newer
+// process (a zombie's takeover), a take under the old epoch fails with ErrFenced and changes
+// nothing — neither the partitions another member holds, nor the ones it held itself, nor new
+// ones, nor its owner row — while a take under the current epoch goes through and writes the
+// member's owner row (the write a take and a claim on two Galera nodes certify against).
+func TestPartitionTakeFenced(t *testing.T) {
+	a, b, fa, fb, ctx := twoMembers(t)
+	ta, err := a.TakePartitions(ctx, fa.Epoch(), fresh("t", 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 10, 1: 20}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TakePartitions(ctx, fb.Epoch(), fresh("t", 0)); err != nil {
+		t.Fatal(err)
+	}
+	// A new process of member a takes its key: the first one's epoch is stale.
+	fa.Release()
+	fa2, err := Acquire(ctx, a, FenceConfig{Owner: "host-a pid 3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa2.Release()
+	before, decisions := owners(ctx, t, a), ownerDecisions(ctx, t, a)
+	_, err = a.TakePartitions(ctx, fa.Epoch(), append(fresh("t", 0, 2), Want{Topic: "t", Partition: 1, Held: 1}))
+	// Refused at the member's job row, first, naming the process that holds the key now.
+	if !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "host-a pid 3") {
+		t.Fatalf("take under the stale epoch %d (the key is at %d): %v, want ErrFenced naming host-a pid 3", fa.Epoch(), fa2.Epoch(), err)
+	}
+	if after := owners(ctx, t, a); !maps.Equal(after, before) {
+		t.Fatalf("refused take changed owner rows:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if n := ownerDecisions(ctx, t, a); n != decisions {
+		t.Fatalf("refused take wrote the member's owner row: decisions %d, was %d", n, decisions)
+	}
+	took, err := a.TakePartitions(ctx, fa2.Epoch(), fresh("t", 0))
+	if err != nil {
+		t.Fatalf("take under the current epoch: %v", err)
+	}
+	if e, _ := took.Epochs.Get("t", 0); e != 3 || !took.Offsets.Equal(partition.Offsets{"t": {0: 10}}) {
+		t.Fatalf("take under the current epoch: %+v; want t/0 at epoch 3, offset 10", took)
+	}
+	if n := ownerDecisions(ctx, t, a); n != decisions+1 {
+		t.Fatalf("take under the current epoch left the member's owner row unwritten: decisions %d, was %d", n, decisions)
+	}
 }

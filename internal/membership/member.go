@@ -4,7 +4,8 @@
 // Invariants:
 //   - The group only says who should read a partition; the ledger's per-partition owner epoch says
 //     who may decide it. A member reads a partition only after taking it in the ledger, and takes
-//     it from another member only on a grant of the group newer than its own hold.
+//     it from another member only on a grant of the group newer than its own hold. A take's result
+//     never overwrites a grant that came after the take listed its Wants (Took).
 //   - A cooperative revoke is acknowledged to the group (the partitions unassigned) only after the
 //     pipeline released them: every record it read of them decided, none read after. A lost
 //     assignment (the member's group session expired) is dropped at once: the group gave it away.
@@ -74,6 +75,11 @@ type Member struct {
 	// held maps every partition of the assignment to the owner epoch this member took it at in
 	// the ledger; 0 is a fresh grant (not taken since the group granted it).
 	held map[tp]int64
+	// granted maps every partition of the assignment to the number of its latest grant (grants
+	// counts them): a take's result is for the grants its Wants saw, and a partition granted since
+	// keeps its fresh grant (Took).
+	granted map[tp]Grant
+	grants  Grant
 	// stolen are assigned partitions another member took since this one's last take: not read
 	// until the group grants them again (it is about to tell this member they are lost), or until
 	// regrant passed with the group still assigning them here: then the other member took them on
@@ -106,9 +112,9 @@ type Options struct {
 	// Heartbeat is librdkafka's heartbeat.interval.ms unless kafka.properties sets it: how soon a
 	// member learns that the group rebalances (about half a checkpoint interval, run.go).
 	Heartbeat time.Duration
-	// Drain bounds the wait for the pipeline to drain and release revoked partitions
-	// (checkpoint timeout and interval): past it the revoke is acknowledged anyway, since the
-	// partition owner epochs keep a late decision out.
+	// Drain bounds the wait for the pipeline to drain and release revoked partitions (the longest
+	// a drain can take, config.Checkpoint.DrainBound): past it the revoke is acknowledged anyway,
+	// since the partition owner epochs keep a late decision out.
 	Drain time.Duration
 }
 
@@ -155,7 +161,7 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 	}
 	go consumer.ForwardLogs(c.Logs(), log.Named("librdkafka"))
 	return &Member{c: c, log: log, m: m, topics: o.Kafka.Topics, tick: max(hb/2, 10*time.Millisecond), drain: o.Drain, changes: make(chan *Change, 16), held: map[tp]int64{},
-		stolen: map[tp]uint64{}, regrant: o.Regrant, closing: make(chan struct{})}, nil
+		granted: map[tp]Grant{}, stolen: map[tp]uint64{}, regrant: o.Regrant, closing: make(chan struct{})}, nil
 }
 
 // Changes delivers each change of the assignment, in order.
@@ -249,9 +255,7 @@ func (mb *Member) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 		}
 		mb.mu.Lock()
 		for _, p := range parts {
-			k := tp{*p.Topic, p.Partition}
-			mb.held[k] = 0
-			delete(mb.stolen, k)
+			mb.grant(tp{*p.Topic, p.Partition})
 		}
 		mb.mu.Unlock()
 		mb.notify(Assigned, e.Partitions)
@@ -265,9 +269,7 @@ func (mb *Member) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 		}
 		mb.mu.Lock()
 		for _, p := range e.Partitions {
-			k := tp{*p.Topic, p.Partition}
-			delete(mb.held, k)
-			delete(mb.stolen, k)
+			mb.drop(tp{*p.Topic, p.Partition})
 		}
 		mb.mu.Unlock()
 		start := time.Now()
@@ -349,9 +351,31 @@ func (mb *Member) notify(k Kind, parts []kafka.TopicPartition) *Change {
 	return ch
 }
 
+// Grant numbers a member's grants of partitions, in the order they came (the group's assignments
+// and the regrants): Wants returns the latest, and Took applies a take's result only to partitions
+// granted no later.
+type Grant uint64
+
+// grant records a partition the group (or a regrant) assigned to this member anew: fresh (held 0:
+// it may be taken from anyone), not stolen, under the next grant number. mu is held.
+func (mb *Member) grant(k tp) {
+	mb.grants++
+	mb.held[k] = 0
+	mb.granted[k] = mb.grants
+	delete(mb.stolen, k)
+}
+
+// drop forgets a partition the group revoked or lost. mu is held.
+func (mb *Member) drop(k tp) {
+	delete(mb.held, k)
+	delete(mb.granted, k)
+	delete(mb.stolen, k)
+}
+
 // Wants is the assignment a session takes in the ledger: each partition with the epoch this
-// member holds it at (0 for a fresh grant), leaving out the stolen ones.
-func (mb *Member) Wants() []ledger.Want {
+// member holds it at (0 for a fresh grant), leaving out the stolen ones; and the latest grant it
+// reflects, for Took.
+func (mb *Member) Wants() ([]ledger.Want, Grant) {
 	mb.mu.Lock()
 	defer mb.mu.Unlock()
 	out := make([]ledger.Want, 0, len(mb.held))
@@ -360,23 +384,32 @@ func (mb *Member) Wants() []ledger.Want {
 			out = append(out, ledger.Want{Topic: k.topic, Partition: k.part, Held: e})
 		}
 	}
-	return out
+	return out, mb.grants
 }
 
-// Took records a session's take: the epochs it holds now, and the partitions another member took
-// meanwhile (not read again until the group grants them anew).
-func (mb *Member) Took(t ledger.Taken) {
+// Took records a session's take of the wants of grant g: the epochs it holds now, and the
+// partitions another member took meanwhile (not read again until the group grants them anew).
+// A partition granted after g keeps that grant: the group revoked (or lost) and granted it again
+// while the take ran, maybe after another member took it, so it is to be taken afresh, from
+// anyone. Holding it at the older take's epoch instead would make the next take conditional on
+// nobody having taken it since, and a take by the member it was given to in between would keep
+// it out for a regrant period (the same for a steal the older take saw).
+func (mb *Member) Took(g Grant, t ledger.Taken) {
 	mb.mu.Lock()
 	defer mb.mu.Unlock()
 	for topic, ps := range t.Epochs {
 		for p, e := range ps {
-			if _, ok := mb.held[tp{topic, p}]; ok {
-				mb.held[tp{topic, p}] = e
+			k := tp{topic, p}
+			if _, ok := mb.held[k]; ok && mb.granted[k] <= g {
+				mb.held[k] = e
 			}
 		}
 	}
 	for _, w := range t.Lost {
 		k := tp{w.Topic, w.Partition}
+		if mb.granted[k] > g {
+			continue
+		}
 		mb.steals++
 		n := mb.steals
 		mb.stolen[k] = n
@@ -396,8 +429,7 @@ func (mb *Member) regranted(k tp, n uint64) {
 	_, held := mb.held[k]
 	again := held && mb.stolen[k] == n
 	if again {
-		delete(mb.stolen, k)
-		mb.held[k] = 0
+		mb.grant(k)
 	}
 	mb.mu.Unlock()
 	if !again {

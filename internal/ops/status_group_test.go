@@ -53,7 +53,7 @@ func TestStatusGroupMembers(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == stale-1 {
-			if _, err := m.TakePartitions(ctx, []ledger.Want{{Topic: topic, Partition: 3}}); err != nil {
+			if _, err := m.TakePartitions(ctx, f.Epoch(), []ledger.Want{{Topic: topic, Partition: 3}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -88,7 +88,7 @@ func TestStatusGroupMembers(t *testing.T) {
 			offs.Set(topic, p, h/2)
 			wantLag[name] += h - h/2
 		}
-		taken, err := m.TakePartitions(ctx, ws)
+		taken, err := m.TakePartitions(ctx, f.Epoch(), ws)
 		if err != nil {
 			t.Fatal(err)
 		}

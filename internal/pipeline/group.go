@@ -63,15 +63,15 @@ func (p *Pipeline) settleChanges() {
 }
 
 // take takes partitions in the ledger (want: the member's assignment at a session's start, the
-// partitions granted since while it runs) and adds them to the fence's claims at the owner epochs
-// it took them at. It returns those epochs and the partitions' committed offsets, read after the
-// owner rows' locks: the latest, whoever decided them.
-func (p *Pipeline) take(ctx context.Context, fence *ledger.Fence, want []ledger.Want) (partition.Epochs, partition.Offsets, error) {
-	taken, err := p.Ledger.TakePartitions(ctx, want)
+// partitions granted since while it runs; g: the member's grant they reflect) and adds them to the
+// fence's claims at the owner epochs it took them at. It returns those epochs and the partitions'
+// committed offsets, read after the owner rows' locks: the latest, whoever decided them.
+func (p *Pipeline) take(ctx context.Context, fence *ledger.Fence, want []ledger.Want, g membership.Grant) (partition.Epochs, partition.Offsets, error) {
+	taken, err := p.Ledger.TakePartitions(ctx, fence.Epoch(), want)
 	if err != nil {
 		return nil, nil, err
 	}
-	p.Member.Took(taken)
+	p.Member.Took(g, taken)
 	claims := fence.Claims().Clone()
 	for t, ps := range taken.Epochs {
 		for part, e := range ps {
@@ -89,7 +89,8 @@ func (p *Pipeline) take(ctx context.Context, fence *ledger.Fence, want []ledger.
 // and none of a released partition is read after.
 func (s *session) reassign(batches <-chan *polled, free chan<- *polled) error {
 	p := s.p
-	add, release := moves(s.fence.Claims(), p.Member.Wants())
+	wants, g := p.Member.Wants()
+	add, release := moves(s.fence.Claims(), wants)
 	if len(add) == 0 && release.Len() == 0 {
 		return nil
 	}
@@ -107,7 +108,7 @@ func (s *session) reassign(batches <-chan *polled, free chan<- *polled) error {
 		}
 	}
 	if len(add) > 0 {
-		if err := s.add(add); err != nil {
+		if err := s.add(add, g); err != nil {
 			return err
 		}
 	}
@@ -129,8 +130,9 @@ func moves(claims partition.Epochs, wants []ledger.Want) (add []ledger.Want, rel
 			add = append(add, w)
 		case w.Held == 0:
 			// Granted anew while claimed: the group took it back since (a revoke acknowledged on
-			// the drain's bound) and may have let another member take it meanwhile. Released and
-			// taken again, so the session reads it from the ledger's offset at a new epoch.
+			// the drain's bound, or a loss and a grant while this session's take ran) and may
+			// have let another member take it meanwhile. Released and taken again, so the session
+			// reads it from the ledger's offset at a new epoch.
 			release.Set(w.Topic, w.Partition, e)
 			add = append(add, w)
 		}
@@ -168,15 +170,16 @@ func (s *session) release(parts partition.Epochs) error {
 }
 
 // add takes granted partitions and starts reading them from their committed offsets (or the start
-// position), once the checkpoint in flight (cut without them) is decided.
-func (s *session) add(want []ledger.Want) error {
+// position), once the checkpoint in flight (cut without them) is decided. g is the member's grant
+// want reflects.
+func (s *session) add(want []ledger.Want, g membership.Grant) error {
 	p := s.p
 	if err := s.awaitInflight(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, p.Config.Checkpoint.RestartAllowance)
 	defer cancel()
-	epochs, from, err := p.take(ctx, s.fence, want)
+	epochs, from, err := p.take(ctx, s.fence, want, g)
 	if err != nil {
 		return fmt.Errorf("take partitions: %w", err)
 	}

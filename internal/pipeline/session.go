@@ -111,7 +111,8 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	var claims partition.Epochs
 	if p.Member != nil {
 		fence.SetClaims(partition.Epochs{})
-		if claims, from, err = p.take(rctx, fence, p.Member.Wants()); err != nil {
+		want, g := p.Member.Wants()
+		if claims, from, err = p.take(rctx, fence, want, g); err != nil {
 			return nil, fmt.Errorf("take partitions: %w", err)
 		}
 	}
