@@ -20,7 +20,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relay-sh/relay/internal/crashpoint"
-	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/partition"
@@ -235,6 +234,7 @@ type CheckpointError struct{ Err error }
 func (e *CheckpointError) Error() string { return e.Err.Error() }
 func (e *CheckpointError) Unwrap() error { return e.Err }
 
-// ErrFenceLost: the lease could not be renewed (the lock session died or hung). The fence is
-// taken again before the next session, by the lease rule when the server still holds the old one.
-var ErrFenceLost = fault.Classed("fence_lost", "fence lock session lost")
+// ErrFenceLost: the lease could not be renewed (the lock session died or hung). It is the
+// ledger's own, so that a connection the lost fence refused (ledger.ErrFenceLost) fails its
+// checkpoint as a lost fence, as the deadline checks here do.
+var ErrFenceLost = ledger.ErrFenceLost

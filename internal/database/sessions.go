@@ -11,6 +11,8 @@
 // every older session. Those sessions, zombies and connections the pool has not yet found dead
 // alike, are then no longer listed (their ids may belong to someone else now), and the boot time
 // travels with the ids, so whoever ends them can check they are of the server lifetime it sees.
+// A connection the OnOpen hook refuses is closed before its first statement and never reaches the
+// pool.
 package database
 
 import (
@@ -32,7 +34,7 @@ type Tracker struct {
 	boot   int64           // the server lifetime the listed sessions belong to (Unix seconds)
 	open   map[int64]int64 // open connection → the boot time it was opened under
 	zombie map[int64]bool  // closed here in the current lifetime, maybe alive on the server
-	onOpen func()          // told about every new connection of the current lifetime
+	onOpen func() error    // told about every new connection of the current lifetime; may refuse it
 }
 
 // NewTracker returns an empty tracker.
@@ -58,12 +60,21 @@ func (t *Tracker) opened(id, boot int64) int64 {
 		clear(t.zombie)
 	}
 	t.open[id] = t.boot
-	hook := t.onOpen
 	t.mu.Unlock()
-	if hook != nil {
-		hook()
-	}
 	return t.boot
+}
+
+// admit tells the hook about a new connection of lifetime boot, before its first use. A connection
+// that raced a restart and lost is not told about: it is already gone with its server.
+func (t *Tracker) admit(boot int64) error {
+	t.mu.Lock()
+	hook := t.onOpen
+	current := boot == t.boot
+	t.mu.Unlock()
+	if hook == nil || !current {
+		return nil
+	}
+	return hook()
 }
 
 func (t *Tracker) closed(id, boot int64) {
@@ -79,8 +90,11 @@ func (t *Tracker) closed(id, boot int64) {
 
 // OnOpen sets the function told about each new connection (nil: none). It runs in the connecting
 // goroutine before the connection is used: the fence records the session before it can hold
-// anything.
-func (t *Tracker) OnOpen(f func()) {
+// anything. When it returns an error the connection is refused: closed before its first statement
+// (it stays listed as a zombie, like any closed one), and the pool's Conn fails with that error. A
+// fence that can no longer record (its lease lost) refuses so: a session it cannot record could
+// hold row locks that the next owner's takeover would not end.
+func (t *Tracker) OnOpen(f func() error) {
 	t.mu.Lock()
 	t.onOpen = f
 	t.mu.Unlock()
@@ -257,7 +271,12 @@ func (c trackingConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("session identity: %w", err)
 	}
-	return &trackedConn{Conn: conn, id: id, boot: c.t.opened(id, boot), t: c.t}, nil
+	tc := &trackedConn{Conn: conn, id: id, boot: c.t.opened(id, boot), t: c.t}
+	if err := c.t.admit(tc.boot); err != nil {
+		_ = tc.Close()
+		return nil, fmt.Errorf("session %d refused: %w", id, err)
+	}
+	return tc, nil
 }
 
 // bootQuery gives the server's time and uptime (Uptime is a status variable: no portable SELECT

@@ -3,7 +3,8 @@
 // Invariant: while a Fence is held, its GET_LOCK connection is open, the job row's owner epoch is
 // the one this Fence bumped last (at Acquire, and at each held-mode session), and the owner renews
 // a lease (server clock) about every second, recording its server sessions (each new one before it
-// is used, and only those the server still has). A second process fails fast
+// is used, and only those the server still has); once a renewal failed (Lost), its pools refuse new
+// connections until Release, so no session of its pools goes unrecorded. A second process fails fast
 // naming the holder while the holder renews; one that finds the lease run out ends the recorded
 // sessions and takes over with a higher epoch. Safety rests on the epoch alone: every decision
 // write, and every XA COMMIT/ROLLBACK recovery issues, checks the epoch under the job row's lock,
@@ -38,6 +39,7 @@ type Fence struct {
 	// move of the lease to the new epoch (a renewal between the two would miss it and fail).
 	leaseMu sync.Mutex
 	lost    chan struct{}
+	lostErr error // the renewal that failed; set before lost is closed
 	stop    chan struct{}
 	kick    chan chan error // a new session to record now: renew, and answer on the channel
 	tasks   sync.WaitGroup  // the renewing and pruning goroutines, which Release waits for
@@ -141,6 +143,7 @@ func (f *Fence) Deadline() time.Time {
 }
 
 // Lost is closed when the fence's lock connection died: ownership may have passed to another process.
+// From then on, until Release, the fence's pools refuse new connections with ErrFenceLost.
 func (f *Fence) Lost() <-chan struct{} { return f.lost }
 
 // Release gives the lock back (process exit releases it too). It first waits for a renewal in

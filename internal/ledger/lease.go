@@ -1,8 +1,9 @@
 // The lease: the owner's renewal loop and the sessions it records.
 //
 // Invariant: a renewal succeeds only on the lock session, still holding the lock, at the epoch
-// this fence holds; every session a pool opens is recorded by a renewal before it is used, and
-// Deadline is extended only from a renewal that succeeded.
+// this fence holds; every session a pool opens is recorded by a renewal before it is used, or
+// refused (closed unused) once no renewal can record it; Deadline is extended only from a
+// renewal that succeeded.
 package ledger
 
 import (
@@ -34,20 +35,40 @@ type recorded struct {
 
 // record renews at once, so that a session just opened is recorded before it is used (a host
 // that vanished a moment after opening it would otherwise leave it unknown to the next owner).
-func (f *Fence) record() {
+// It is the pools' OnOpen hook: an error refuses the connection. Once the lease is lost (before
+// the session opened, or by the very renewal that was to record it) nothing records it any more,
+// so it fails with ErrFenceLost: such a session, used by a decision, would keep its row locks
+// after the host vanished until wait_timeout, and the next owner's takeover ends only recorded
+// sessions. A released fence refuses nothing: its pools are no longer hooked (Release), and what
+// the process opens before it takes the fence again decides nothing.
+func (f *Fence) record() error {
 	done := make(chan error, 1)
 	select {
 	case f.kick <- done:
 	case <-f.stop:
-		return
+		return nil
 	case <-f.lost:
-		return
+		return f.refused()
 	}
 	select {
-	case <-done:
+	case err := <-done:
+		if err != nil {
+			return f.refused()
+		}
+		return nil
 	case <-f.stop:
+		return nil
 	case <-f.lost:
+		return f.refused()
 	}
+}
+
+// refused is record's error once the lease is lost. The failed renewal's error is quoted, not
+// wrapped: a dead lock connection's driver.ErrBadConn would make database/sql retry the refused
+// connection as a bad one, opening another session only to refuse it too.
+func (f *Fence) refused() error {
+	<-f.lost
+	return fmt.Errorf("%w: fence %s: a new session would go unrecorded (lease not renewed: %v)", ErrFenceLost, f.key, f.lostErr)
 }
 
 // start runs task beside the fence until Release, which waits for it, ticking at the renewal's pace.
@@ -71,18 +92,27 @@ func (f *Fence) watch(tick <-chan time.Time) {
 			return
 		case done := <-f.kick:
 			err := f.renew()
+			if err != nil {
+				f.lose(err)
+			}
 			done <- err
 			if err != nil {
-				close(f.lost)
 				return
 			}
 		case <-tick:
 			if err := f.renew(); err != nil {
-				close(f.lost)
+				f.lose(err)
 				return
 			}
 		}
 	}
+}
+
+// lose closes Lost for the failed renewal err. From then on the pools refuse new connections
+// (record) until Release unhooks them.
+func (f *Fence) lose(err error) {
+	f.lostErr = err
+	close(f.lost)
 }
 
 // prune forgets, at the renewal's pace, the pools' closed sessions the server no longer has, so

@@ -49,6 +49,12 @@ const (
 // ErrFenced means another process owns the job (or took it over from this one).
 var ErrFenced = fault.Fatal("fenced")
 
+// ErrFenceLost means this process's lease could not be renewed (the lock session died or hung):
+// nothing is decided, and no new connection opened, under that fence. Unlike ErrFenced it ends
+// only the session: the fence is taken again before the next one, by the lease rule when the
+// server still holds the old lock session.
+var ErrFenceLost = fault.Classed("fence_lost", "fence lock session lost")
+
 // ErrBranchLost means the server rolled back a branch the ledger decided to commit: its rows are
 // lost. Nothing of relay retries past it: the branch is gone, a restart would carry on without it.
 var ErrBranchLost = fault.Fatal("a branch the ledger decided to commit was rolled back by the server; its rows are lost")

@@ -134,6 +134,10 @@ func (l *Link) wait() {
 	}
 }
 
+// ServerPort is the local port of the link's connection to the server: the server's process list
+// shows it in HOST, which tells a test which session the link carries.
+func (l *Link) ServerPort() int { return l.server.LocalAddr().(*net.TCPAddr).Port }
+
 // Blackhole stops the link's traffic for d.
 func (l *Link) Blackhole(d time.Duration) {
 	l.mu.Lock()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/testenv"
 )
@@ -213,6 +214,100 @@ func TestVanishedHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.stopAll([]*proc{p})
+	e.finish(totals)
+}
+
+// TestLostFenceVanishedHost (issue 34): the owner's lease renewals fail (its lock session's link
+// hangs while it is frozen after a prepare) while its decision needs a new ledger connection
+// (every other link is reset) and the checkpoint's ledger row is held by the test; once a session
+// of it waits on that row, or it took its fence again, its host vanishes. The lost fence refuses
+// the decision's and the resolver's new connections; the process restarts in-process, and the
+// replacement must commit within lease + 15 s of the host vanishing; totals stay exact. This is
+// the refusal at work in the real binary, not the proof of it: without the refusal it passes too,
+// because the session teardown closes the decision's connection within milliseconds of the loss
+// and the in-process restart ends the process's own dropped sessions, so a stall needs the host to
+// vanish inside that window (internal/ledger's TestLostFenceTakeover builds that case).
+func TestLostFenceVanishedHost(t *testing.T) {
+	const lease = 6 * time.Second
+	e := newEnv(t, 3, append([]string{"RELAY_JOB_LEASE=6s"}, faultEnv...)...)
+	px := e.proxied()
+	totals := loadgen.NewTotals()
+	stop := e.streamOrders(totals, 1000, 13)
+	p := e.start("RELAY_CRASH_AT=after-prepare:3", "RELAY_CRASH_ACTION=stop")
+	testenv.Eventually(t, 60*time.Second, func() bool { return strings.Contains(tail(p.Log, 5), "crashpoint: stopping at after-prepare") },
+		"the owner to freeze after a prepare")
+	ctx := testenv.Context(t, 2*time.Minute)
+	bs := e.branches()
+	if len(bs) == 0 {
+		t.Fatalf("no prepared branch while frozen after a prepare\n%s", e.serverState())
+	}
+	cp := bs[len(bs)-1].Checkpoint
+	var lockID int64
+	var host string
+	if err := e.db.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, ledger.LockName(e.job)).Scan(&lockID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.db.QueryRowContext(ctx, `SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = ?`, lockID).Scan(&host); err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(host[strings.LastIndexByte(host, ':')+1:])
+	if err != nil {
+		t.Fatalf("lock session %d comes from %q: %v", lockID, host, err)
+	}
+	hung := false
+	for _, l := range px.Links() {
+		if l.ServerPort() == port {
+			l.Blackhole(testenv.Forever)
+			hung = true
+		} else {
+			l.Reset()
+		}
+	}
+	if !hung {
+		t.Fatalf("no proxy link carries the lock session %d (%s)", lockID, host)
+	}
+	holder, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Rollback() })
+	if _, err := holder.ExecContext(ctx, `INSERT INTO relay_checkpoints (job, checkpoint_id, state, owner_epoch, tags, offsets,
+		records, instance, decided_at) VALUES (?, ?, 'COMMITTING', 0, '', '{}', 0, ?, UTC_TIMESTAMP(6))`, e.job, cp, e.job); err != nil {
+		t.Fatal(err)
+	}
+	fenced := len(logEvents(t, p.Log, "job fenced"))
+	if err := p.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// The host vanishes once a session of it waits on the row (the decision's, when the lost fence
+	// let it open; recovery's, recorded by a fence taken again) or once it took its fence again.
+	var waiter int64
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		if err := e.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(p.ID), 0) FROM information_schema.INNODB_TRX x
+			JOIN information_schema.PROCESSLIST p ON p.ID = x.trx_mysql_thread_id
+			WHERE x.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`).Scan(&waiter); err != nil {
+			t.Fatal(err)
+		}
+		return waiter != 0 || len(logEvents(t, p.Log, "job fenced")) > fenced
+	}, "the woken owner to wait on the held row or take its fence again")
+	px.BlackholeAll(testenv.Forever)
+	p.Kill()
+	vanished := time.Now()
+	if err := holder.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("host vanished with session %d waiting on checkpoint %d's row (0: none)", waiter, cp)
+	before := e.maxCheckpoint()
+	q := e.start()
+	e.waitCommitAbove(q, before, lease+15*time.Second-time.Since(vanished))
+	t.Logf("the replacement committed %s after the host vanished (lease %s)", time.Since(vanished).Round(100*time.Millisecond), lease)
+	if len(logEvents(t, q.Log, "took the job over")) == 0 {
+		t.Fatalf("the replacement committed without taking the job over:\n%s", tail(q.Log, 20))
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.stopAll([]*proc{q})
 	e.finish(totals)
 }
 
