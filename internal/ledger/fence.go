@@ -27,8 +27,9 @@ import (
 type Fence struct {
 	conn   *sql.Conn
 	connID int64
-	boot   int64  // the ledger server's lifetime the lock session belongs to
-	node   string // the Galera node of the lock session (empty elsewhere)
+	boot   int64   // the ledger server's lifetime the lock session belongs to
+	node   string  // the Galera node of the lock session (empty elsewhere)
+	clocks *clocks // what this process saw of other processes' leases (clocks.go)
 	key    string
 	cfg    FenceConfig
 	mu     sync.Mutex
