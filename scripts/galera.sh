@@ -19,7 +19,6 @@ NODES=3
 # shellcheck source=lib.sh
 . "$ROOT/scripts/lib.sh"
 PROVIDER=${RELAY_SVC_GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
-FAKETIME_LIB=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
 NODE_ENV=() # variables for the next mariadbd start_node runs (clock_node sets them)
 
 log() { printf 'galera: %s\n' "$*" >&2; }
@@ -152,6 +151,13 @@ stop_node() {
   if [ -n "$(stop_pidfile "$(pid_file "$1")" 60)" ]; then log "node $1 stopped"; fi
 }
 
+# faketime_lib prints the path of the installed libfaketime (its directory names the architecture).
+faketime_lib() {
+  local f
+  for f in /usr/lib/*/faketime/libfaketime.so.1; do [ -f "$f" ] && { echo "$f"; return 0; }; done
+  return 1
+}
+
 # clock N OFFSET: restart node N with its wall clock OFFSET seconds ahead (+8) or behind (-8) of
 # the host's; 0 restarts it on the host's clock. Its monotonic clock is left true: the node's own
 # timeouts (evs, IST) behave, only what it reads as the date is off, as on a host whose clock NTP
@@ -160,14 +166,16 @@ clock_node() {
   local n=$1 off=$2
   [[ $off =~ ^[+-]?[0-9]+$ ]] || die "clock: OFFSET is a whole number of seconds (+8, -8, 0), not $off"
   stop_node "$n"
-  if [ "$((off))" != 0 ]; then
-    if [ ! -f "$FAKETIME_LIB" ]; then
-      log "installing faketime from Debian (first run only)"
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >&2 || { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >&2; }
+  if ! [[ $off =~ ^[+-]?0+$ ]]; then
+    local lib
+    if ! lib=$(faketime_lib); then
+      log "installing libfaketime from Debian (first run only)"
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get install -y -qq libfaketime >&2 || { apt-get update -qq >&2 && apt-get install -y -qq libfaketime >&2; }
+      lib=$(faketime_lib) || die "no libfaketime.so.1 under /usr/lib (Debian package libfaketime)"
     fi
-    [ -f "$FAKETIME_LIB" ] || die "no libfaketime at $FAKETIME_LIB (Debian package libfaketime)"
     [ "${off:0:1}" = - ] || off="+${off#+}"
-    NODE_ENV=("LD_PRELOAD=$FAKETIME_LIB" "FAKETIME=${off}s" "FAKETIME_DONT_FAKE_MONOTONIC=1")
+    NODE_ENV=("LD_PRELOAD=$lib" "FAKETIME=${off}s" "FAKETIME_DONT_FAKE_MONOTONIC=1")
   fi
   start_node "$n"
   [ ${#NODE_ENV[@]} = 0 ] || echo "$off" >"$(clock_file "$n")"
