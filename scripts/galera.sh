@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# galera.sh up|down|status|env|start N|kill N|sql N [args] — a 3-node MariaDB Galera cluster on
-# loopback, for the tests of relay on a cluster (test/galera).
+# galera.sh up|down|status|env|start N|kill N|clock N OFFSET|sql N [args] — a 3-node MariaDB Galera
+# cluster on loopback, for the tests of relay on a cluster (test/galera).
 #
 # Invariant: it touches only what it started: its own data dirs under .cache/galera, its own pids,
 # its own ports (SQL 13316..13318, group 14567/14577/14587, IST one above each, SST 14444/14454/14464;
 # RELAY_SVC_GALERA_PORT moves the SQL ports), never the shared MariaDB (services.sh) or its ports.
 # Node 1 bootstraps the cluster (--wsrep-new-cluster) when no node runs; the others join it by
 # SST (rsync) the first time and by IST after a restart. Everything listens on 127.0.0.1 only.
+# `clock N OFFSET` restarts node N with its wall clock OFFSET seconds off (libfaketime preloaded
+# into that mariadbd alone; its monotonic clock stays true, as after an NTP step), `clock N 0`
+# restarts it on the real clock; `up` leaves a node's clock as it is.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,6 +19,7 @@ NODES=3
 # shellcheck source=lib.sh
 . "$ROOT/scripts/lib.sh"
 PROVIDER=${RELAY_SVC_GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
+NODE_ENV=() # variables for the next mariadbd start_node runs (clock_node sets them)
 
 log() { printf 'galera: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -26,6 +30,7 @@ ist_port() { echo $((14568 + 10 * ($1 - 1))); }
 sst_port() { echo $((14444 + 10 * ($1 - 1))); }
 node_dir() { echo "$DIR/node$1"; }
 pid_file() { echo "$DIR/node$1.pid"; }
+clock_file() { echo "$DIR/node$1.clock"; }
 
 alive() { local f; f=$(pid_file "$1"); [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; }
 
@@ -106,7 +111,8 @@ start_node() {
     # Every node is down: node 1 may start the cluster again from its own state.
     sed -i 's/^safe_to_bootstrap: 0/safe_to_bootstrap: 1/' "$d/data/grastate.dat"
   fi
-  nohup mariadbd --defaults-file="$d/my.cnf" "$@" >"$d/stdout.log" 2>&1 </dev/null &
+  rm -f "$(clock_file "$n")" # the node runs on the host's clock unless clock_node says otherwise
+  nohup env "${NODE_ENV[@]}" mariadbd --defaults-file="$d/my.cnf" "$@" >"$d/stdout.log" 2>&1 </dev/null &
   echo $! >"$(pid_file "$n")"
   local deadline=$((SECONDS + 90))
   until synced "$n"; do
@@ -145,6 +151,37 @@ stop_node() {
   if [ -n "$(stop_pidfile "$(pid_file "$1")" 60)" ]; then log "node $1 stopped"; fi
 }
 
+# faketime_lib prints the path of the installed libfaketime (its directory names the architecture).
+faketime_lib() {
+  local f
+  for f in /usr/lib/*/faketime/libfaketime.so.1; do [ -f "$f" ] && { echo "$f"; return 0; }; done
+  return 1
+}
+
+# clock N OFFSET: restart node N with its wall clock OFFSET seconds ahead (+8) or behind (-8) of
+# the host's; 0 restarts it on the host's clock. Its monotonic clock is left true: the node's own
+# timeouts (evs, IST) behave, only what it reads as the date is off, as on a host whose clock NTP
+# stepped or has not synced yet.
+clock_node() {
+  local n=$1 off=$2
+  [[ $off =~ ^[+-]?[0-9]+$ ]] || die "clock: OFFSET is a whole number of seconds (+8, -8, 0), not $off"
+  stop_node "$n"
+  if ! [[ $off =~ ^[+-]?0+$ ]]; then
+    local lib
+    if ! lib=$(faketime_lib); then
+      log "installing libfaketime from Debian (first run only)"
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get install -y -qq libfaketime >&2 || { apt-get update -qq >&2 && apt-get install -y -qq libfaketime >&2; }
+      lib=$(faketime_lib) || die "no libfaketime.so.1 under /usr/lib (Debian package libfaketime)"
+    fi
+    [ "${off:0:1}" = - ] || off="+${off#+}"
+    NODE_ENV=("LD_PRELOAD=$lib" "FAKETIME=${off}s" "FAKETIME_DONT_FAKE_MONOTONIC=1")
+  fi
+  start_node "$n"
+  [ ${#NODE_ENV[@]} = 0 ] || echo "$off" >"$(clock_file "$n")"
+  NODE_ENV=()
+}
+
 print_env() {
   local n
   for n in $(seq 1 $NODES); do
@@ -158,7 +195,7 @@ case "${1:-}" in
   status)
     for n in $(seq 1 $NODES); do
       if alive "$n"; then
-        echo "node $n: running (pid $(cat "$(pid_file "$n")")), $(cli "$n" -N -e "SHOW STATUS LIKE 'wsrep_local_state_comment'" 2>/dev/null | cut -f2 || echo unreachable)"
+        echo "node $n: running (pid $(cat "$(pid_file "$n")")), $(cli "$n" -N -e "SHOW STATUS LIKE 'wsrep_local_state_comment'" 2>/dev/null | cut -f2 || echo unreachable)$([ -f "$(clock_file "$n")" ] && echo ", clock $(cat "$(clock_file "$n")") s")"
       else
         echo "node $n: not running"
       fi
@@ -167,6 +204,7 @@ case "${1:-}" in
   env) print_env ;;
   start) [ -n "${2:-}" ] || die "usage: $0 start N"; start_node "$2" ;;
   kill) [ -n "${2:-}" ] || die "usage: $0 kill N"; kill_node "$2" ;;
+  clock) [ -n "${3:-}" ] || die "usage: $0 clock N OFFSET"; clock_node "$2" "$3" ;;
   sql) [ -n "${2:-}" ] || die "usage: $0 sql N [mariadb args]"; n=$2; shift 2; cli "$n" "$@" ;;
-  *) echo "usage: $0 up|down|status|env|start N|kill N|sql N [args]" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|env|start N|kill N|clock N OFFSET|sql N [args]" >&2; exit 2 ;;
 esac

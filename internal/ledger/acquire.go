@@ -44,6 +44,7 @@ func Acquire(ctx context.Context, l *Ledger, cfg FenceConfig) (*Fence, error) {
 		database.Discard(conn)
 		return nil, fmt.Errorf("fence %s: %w", l.key, err)
 	}
+	f.clocks = newClocks(f.node)
 	if err := f.lock(ctx, l); err != nil {
 		database.Discard(conn)
 		return nil, err
@@ -86,6 +87,15 @@ func (f *Fence) claimRow(ctx context.Context, l *Ledger) error {
 		if fault.IsMySQL(err, fault.ErLockWaitTimeout) && f.cfg.TakeOver {
 			if err := f.endStaleOwner(ctx, l); err != nil {
 				return err
+			}
+			continue
+		}
+		// The claim must know whether leases another node recorded still run: watched outside
+		// its transaction, they are judged there the next time (a lease renewed meanwhile refuses).
+		var unsure *unsureError
+		if errors.As(err, &unsure) {
+			if err := f.clocks.settle(ctx, l, unsure.keys); err != nil {
+				return fmt.Errorf("fence %s: %w", l.key, err)
 			}
 			continue
 		}

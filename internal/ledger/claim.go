@@ -64,9 +64,14 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 			if err != nil {
 				return fmt.Errorf("fence %s: %w", l.key, err)
 			}
-			if live(h) && len(h.sessions.Lock.IDs) > 0 && h.sessions.Node != f.node && !strings.HasPrefix(h.owner, ResolverOwner) {
-				return fmt.Errorf("%w: job %s is held by an operator command on another Galera node: owner %s (epoch %d) renews its lease; start again once it is done",
-					ErrFenced, l.job, h.owner, h.epoch)
+			if h.sessions.Node != f.node && !strings.HasPrefix(h.owner, ResolverOwner) {
+				switch f.clocks.judge(l.job, h) {
+				case leaseLive:
+					return fmt.Errorf("%w: job %s is held by an operator command on another Galera node: owner %s (epoch %d) renews its lease; start again once it is done",
+						ErrFenced, l.job, h.owner, h.epoch)
+				case leaseUnsure:
+					return &unsureError{keys: []string{l.job}}
+				}
 			}
 		}
 	}
@@ -78,12 +83,13 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		if err != nil {
 			return fmt.Errorf("fence %s: %w", l.key, err)
 		}
+		var unsure []string
 		if f.cfg.Cluster {
-			remote, err := f.remoteUp(ctx, tx, l)
+			remote, u, err := f.remoteUp(ctx, tx, l, m)
 			if err != nil {
 				return fmt.Errorf("fence %s: %w", l.key, err)
 			}
-			up = append(up, remote...)
+			up, unsure = append(up, remote...), u
 		}
 		for _, u := range up {
 			if u.layout == m {
@@ -94,6 +100,9 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 			}
 			return fmt.Errorf("%w: job %s runs as %s (%s is up); stop them all before running it as %s",
 				ErrFenced, l.job, layoutName(u.layout), u.key, layoutName(m))
+		}
+		if len(unsure) > 0 {
+			return &unsureError{keys: unsure}
 		}
 		// Operator commands and the resolver act within the recorded layout; only relay run moves it,
 		// and between instances and a group only after `relay membership switch` recorded it.
@@ -122,7 +131,8 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		if err != nil {
 			return fmt.Errorf("fence %s: %w", l.key, err)
 		}
-		if f.elsewhere(h) {
+		// Live or not yet judged: otherNode watches it.
+		if f.elsewhere(h, f.clocks.judge(l.key, h)) {
 			return fmt.Errorf("%w: job %s: owner %s (epoch %d)", errClaimedElsewhere, l.key, h.owner, h.epoch)
 		}
 	}
@@ -211,29 +221,38 @@ func (l *Ledger) fenceOthers(ctx context.Context, tx *sql.Tx, m int) error {
 	return nil
 }
 
-// remoteUp lists the processes of the job (of any layout, operator commands and resolvers too)
-// that hold their fence from another Galera node: GET_LOCK is node-local, so up cannot see them;
-// their live lease, recorded by their node, can. A process killed there a moment ago counts until
-// its lease runs out: from here it cannot be told from one that still decides.
-func (f *Fence) remoteUp(ctx context.Context, tx *sql.Tx, l *Ledger) ([]upProcess, error) {
-	keys, err := l.liveLeases(ctx, tx)
+// remoteUp lists the processes of the job of another layout than m (operator commands and
+// resolvers too) that hold their fence from another Galera node: GET_LOCK is node-local, so up
+// cannot see them; their lease, recorded by their node, can. A process killed there a moment ago
+// counts until its lease is over: from here it cannot be told from one that still decides. The
+// keys of leases not judged yet (clocks.go) are returned apart: the claim cannot go on before
+// they are (claimRow watches them and claims again).
+func (f *Fence) remoteUp(ctx context.Context, tx *sql.Tx, l *Ledger, m int) (up []upProcess, unsure []string, err error) {
+	keys, err := l.liveLeases(ctx, tx, f.node)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []upProcess
 	for _, k := range keys {
 		if k == l.key {
 			continue // this fence's own key: elsewhere, below, decides on it
 		}
 		h, err := holderOf(ctx, tx, k, "")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if f.remote(h) {
-			out = append(out, upProcess{key: k + " (a live lease this node did not record)", layout: h.layout})
+		if h.layout == m {
+			continue // a process of the layout this claim records does not stop it
+		}
+		s := f.clocks.judge(k, h)
+		switch {
+		case !f.remote(h, s):
+		case s == leaseUnsure:
+			unsure = append(unsure, k)
+		default:
+			up = append(up, upProcess{key: k + " (a live lease this node did not record)", layout: h.layout})
 		}
 	}
-	return out, nil
+	return up, unsure, nil
 }
 
 // layoutName says how a job runs under layout, for messages.

@@ -28,8 +28,9 @@ import (
 type Fence struct {
 	conn   *sql.Conn
 	connID int64
-	boot   int64  // the ledger server's lifetime the lock session belongs to
-	node   string // the Galera node of the lock session (empty elsewhere)
+	boot   int64   // the ledger server's lifetime the lock session belongs to
+	node   string  // the Galera node of the lock session (empty elsewhere)
+	clocks *clocks // what this process saw of other processes' leases (clocks.go)
 	key    string
 	cfg    FenceConfig
 	mu     sync.Mutex
@@ -87,7 +88,8 @@ type FenceConfig struct {
 	// asks the owner of the current epoch, wherever it runs ("" when it serves none).
 	Readyz string
 	// Cluster says the ledger is a Galera node: GET_LOCK holds only on that node, so a live lease
-	// recorded on another node is also an owner (see otherNode).
+	// recorded on another node is also an owner (see otherNode), judged without that node's
+	// clock (clocks.go).
 	Cluster bool
 }
 
@@ -103,7 +105,7 @@ type Takeover struct {
 	Owner       string
 	Epoch       int64
 	Own         bool          // it was this process's own dead lock connection
-	ExpiredFor  time.Duration // how long its lease had run out (server clock)
+	ExpiredFor  time.Duration // how long its lease had run out (server clock; another Galera node's lease: since it stood still for a lease)
 	Killed      []int64       // sessions ended
 	WaitedLease time.Duration // time spent waiting for the lease to run out
 }

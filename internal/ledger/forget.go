@@ -4,7 +4,8 @@
 // a static member starting again under the key claims above every epoch it ever had.
 //
 // Invariant: a member's lease and owner rows are deleted only when nothing of it can still matter: its lock is free,
-// its lease ran out longer ago than the caller's bound, it left no checkpoint that is not COMMITTED
+// its lease ran out longer ago than the caller's bound (by this node's clock: on a Galera cluster a
+// lease another node wrote is off by the two clocks' difference, far below the bound of a day), it left no checkpoint that is not COMMITTED
 // (the resolver finishes those first), and the caller found none of its branches in XA RECOVER.
 // A zombie of it, should one wake, finds no owner row to decide under (its decisions write
 // relay_owners conditional on its epoch) and no lease to renew, and fails.

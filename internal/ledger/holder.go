@@ -64,7 +64,8 @@ func holderOf(ctx context.Context, q Execer, key, lock string) (holderRow, error
 // LeaseLeft is how long the instance's lease still runs by the server's clock: 0 when its owner
 // stopped renewing past it (or never had one). The resolver acts for another instance only then:
 // an instance whose lock session just dropped is restarting in-process and takes its fence back
-// within its lease.
+// within its lease. (XA mode only, which a Galera cluster refuses: one server wrote the lease and
+// reads it, so one clock.)
 func LeaseLeft(ctx context.Context, l *Ledger) (time.Duration, error) {
 	h, err := readHolder(ctx, l)
 	if err != nil || !h.lease.Valid {
@@ -79,6 +80,8 @@ func LeaseLeft(ctx context.Context, l *Ledger) (time.Duration, error) {
 // checkpoints wait on; they may be taken over as a newcomer would (Acquire with TakeOver), since
 // they stopped deciding before their lease ran out. One query, cheap enough to ask every few
 // seconds: the lease read is the server's, the lock's holder must be the session the claim recorded.
+// That session holds its lock on the node this query runs on (GET_LOCK is node-local on a Galera
+// cluster) and renews the lease there, so the lease is compared with the clock that wrote it.
 func Stalled(ctx context.Context, l *Ledger) ([]string, error) {
 	keys, err := l.processes(ctx, l.db, `j.job <> ? AND s.sessions <> '' AND s.lease_until < UTC_TIMESTAMP(6)
 		AND IS_USED_LOCK(CONCAT('relay/', j.job)) = j.conn_id`, l.key)

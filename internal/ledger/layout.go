@@ -30,6 +30,10 @@ type LayoutPlan struct {
 func SwitchLayout(ctx context.Context, db *sql.DB, job string, to int, apply bool) (LayoutPlan, error) {
 	l := &Ledger{db: db, job: job, key: job, layout: to}
 	p := LayoutPlan{Job: job, To: layoutName(to)}
+	c, err := l.settleLeases(ctx)
+	if err != nil {
+		return p, fmt.Errorf("layout switch: %w", err)
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return p, fmt.Errorf("layout switch: %w", err)
@@ -60,8 +64,14 @@ func SwitchLayout(ctx context.Context, db *sql.DB, job string, to int, apply boo
 			p.Up = append(p.Up, job)
 		}
 		// A live lease is a process too: on a Galera cluster its lock is on another node, where
-		// this one cannot see it (and a process killed a moment ago holds its lease out).
-		live, err := l.liveLeases(ctx, tx)
+		// this one cannot see it (and a process killed a moment ago holds its lease out). Those
+		// another node recorded were watched before this transaction (clocks.go); one that came
+		// up since counts as running.
+		keys, err := l.liveLeases(ctx, tx, c.node)
+		if err != nil {
+			return p, fmt.Errorf("layout switch: %w", err)
+		}
+		live, err := l.running(ctx, tx, c, keys)
 		if err != nil {
 			return p, fmt.Errorf("layout switch: %w", err)
 		}
@@ -119,16 +129,59 @@ func SwitchLayout(ctx context.Context, db *sql.DB, job string, to int, apply boo
 	return p, nil
 }
 
-// liveLeases lists the processes of the job whose lease has not run out and was not released.
-func (l *Ledger) liveLeases(ctx context.Context, tx *sql.Tx) ([]string, error) {
-	return l.processes(ctx, tx, `s.sessions <> '' AND s.lease_until > UTC_TIMESTAMP(6)`)
+// liveLeases lists the processes of the job whose lease was not released and may still run, for
+// a reader through node ("" off a Galera cluster): those this node recorded, until they run out by
+// its clock; those another node recorded (by that node's clock), whatever their lease_until says:
+// the caller judges them (clocks.go).
+func (l *Ledger) liveLeases(ctx context.Context, q querier, node string) ([]string, error) {
+	if node == "" {
+		return l.processes(ctx, q, `s.sessions <> '' AND s.lease_until > UTC_TIMESTAMP(6)`)
+	}
+	// CASE, not AND: the JSON of a released lease ('') must never be parsed (MySQL fails on it).
+	return l.processes(ctx, q, `CASE WHEN s.sessions = '' THEN FALSE
+		ELSE s.lease_until > UTC_TIMESTAMP(6) OR COALESCE(JSON_UNQUOTE(JSON_EXTRACT(s.sessions, '$.node')), '') <> ? END`, node)
+}
+
+// settleLeases returns the judge of leases for reads through the ledger's pool, having watched
+// (outside any transaction) the job's leases that another Galera node recorded until each is
+// judged: at most one lease, and only when such a lease was not released.
+func (l *Ledger) settleLeases(ctx context.Context) (*clocks, error) {
+	c, err := clocksOf(ctx, l.db)
+	if err != nil || c.node == "" {
+		return c, err
+	}
+	keys, err := l.liveLeases(ctx, l.db, c.node)
+	if err != nil {
+		return nil, err
+	}
+	return c, c.settle(ctx, l, keys)
+}
+
+// running lists, of keys (from liveLeases), the processes the judge c takes for running now,
+// reading each through q: recorded by c's node and live by its clock, or recorded by another node
+// and live or not yet judged there (a caller that must not wait settles them first).
+func (l *Ledger) running(ctx context.Context, q Execer, c *clocks, keys []string) ([]string, error) {
+	var out []string
+	for _, k := range keys {
+		h, err := holderOf(ctx, q, k, "")
+		if err != nil {
+			return nil, err
+		}
+		if c.judge(k, h) != leaseOver {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// querier runs queries: a pool or a transaction.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 // processes lists the keys of the job's processes (the job's own and job/…) whose current lease
 // (the relay_leases row of the owner epoch in relay_jobs, as s and j) meets cond.
-func (l *Ledger) processes(ctx context.Context, q interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}, cond string, args ...any) ([]string, error) {
+func (l *Ledger) processes(ctx context.Context, q querier, cond string, args ...any) ([]string, error) {
 	rows, err := q.QueryContext(ctx, `SELECT j.job FROM relay_jobs j
 		JOIN relay_leases s ON s.job = j.job AND s.owner_epoch = j.owner_epoch
 		WHERE (j.job = ? OR j.job LIKE ?) AND `+cond, append([]any{l.job, likePrefix(l.job + "/")}, args...)...)

@@ -31,6 +31,9 @@ type recorded struct {
 	Pools  map[string]database.Sessions `json:"pools"`
 	Readyz string                       `json:"readyz,omitempty"`
 	Node   string                       `json:"node,omitempty"` // Galera node of the lock session
+	// LeaseUS is the owner's lease length (µs): a reader whose clock did not write the lease
+	// (another Galera node) takes the owner for gone once it saw the lease unchanged that long.
+	LeaseUS int64 `json:"lease_us,omitempty"`
 }
 
 // record renews at once, so that a session just opened is recorded before it is used (a host
@@ -139,7 +142,7 @@ func (f *Fence) prune(tick <-chan time.Time) {
 // sessions renders the lock session and the pools' server sessions as recorded with the lease.
 func (f *Fence) sessions() string {
 	r := recorded{Lock: database.Sessions{Boot: f.boot, IDs: []int64{f.connID}}, Pools: map[string]database.Sessions{},
-		Readyz: f.cfg.Readyz, Node: f.node}
+		Readyz: f.cfg.Readyz, Node: f.node, LeaseUS: f.cfg.EffectiveLease().Microseconds()}
 	for _, p := range f.cfg.Pools {
 		r.Pools[p.Name] = p.Sessions.List()
 	}

@@ -15,11 +15,11 @@ package ledger
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
 	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/fault"
 )
 
 // ownersTable holds one row per owned scope.
@@ -78,52 +78,51 @@ func (l *Ledger) stampOwner(ctx context.Context, tx Execer, epoch int64) error {
 
 // otherNode (Galera only) stands for the GET_LOCK this process just got, which only says that no
 // session of this node holds the job: an owner renewing its lease from another node holds it
-// there. A lease that is live and was recorded by another node (or by this node in an earlier
-// lifetime) is watched like a lock holder's: renewed meanwhile, the job runs elsewhere (ErrFenced);
-// run out, it is taken over. Its sessions live on another node and are not ended: the owner row
-// keeps its decisions out. The claim checks again inside its transaction (elsewhere): this read
-// and the claim are two steps, and another node may claim between them.
+// there. A lease recorded by another node (or by this node in an earlier lifetime) and not
+// released is watched on this process's clock (clocks.go: that node's clock wrote it): renewed
+// meanwhile, the job runs elsewhere (ErrFenced); unchanged for its owner's whole lease, it is taken
+// over. Its sessions live on another node and are not ended: the owner row keeps its decisions
+// out. The claim checks again inside its transaction (elsewhere): this read and the claim are two
+// steps, and another node may claim between them.
 func (f *Fence) otherNode(ctx context.Context, l *Ledger) error {
-	var seen sql.NullTime
 	start := time.Now()
+	watched := false
 	for {
 		h, err := readHolder(ctx, l)
 		if err != nil {
 			return fmt.Errorf("fence %s: %w", l.key, err)
 		}
+		s := f.clocks.judge(l.key, h)
 		switch {
-		case !f.elsewhere(h):
-			if seen.Valid && !live(h) {
-				f.TookOver = &Takeover{Owner: h.owner, Epoch: h.epoch, ExpiredFor: -h.remaining, WaitedLease: time.Since(start)}
+		case !f.elsewhere(h, s):
+			if watched && s == leaseOver {
+				f.TookOver = &Takeover{Owner: h.owner, Epoch: h.epoch, ExpiredFor: f.clocks.expiredFor(l.key, h), WaitedLease: time.Since(start)}
 			}
 			return nil
-		case !f.cfg.TakeOver || seen.Valid && !seen.Time.Equal(h.lease.Time):
+		case s == leaseLive:
 			return fmt.Errorf("%w: job %s is running on another Galera node: owner %s (epoch %d) renews its lease", ErrFenced, l.key, h.owner, h.epoch)
 		}
-		seen = h.lease
-		if err := waitLease(ctx, l, h); err != nil {
-			return err
+		watched = true
+		if err := fault.SleepContext(ctx, settlePoll); err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
 		}
 	}
 }
 
-// live: the job row names an owner whose lease has not run out by the server's clock.
-func live(h holderRow) bool { return h.claimed && h.lease.Valid && h.remaining > 0 }
-
-// elsewhere reports whether h, the holder of this fence's own key, is an owner that may still
-// decide from another node: remote (this node's lock session of it is gone, since this process got
-// the lock), and not this process's own earlier fence.
-func (f *Fence) elsewhere(h holderRow) bool {
+// elsewhere reports whether h, the holder of this fence's own key (in state s), is an owner that
+// may still decide from another node: remote (this node's lock session of it is gone, since this
+// process got the lock), and not this process's own earlier fence.
+func (f *Fence) elsewhere(h holderRow, s leaseState) bool {
 	prev := f.cfg.Prev
-	return f.remote(h) && (prev == nil || h.epoch != prev.Epoch())
+	return f.remote(h, s) && (prev == nil || h.epoch != prev.Epoch())
 }
 
-// remote reports whether h is an owner whose lock this node cannot see and that may still decide:
-// its lease is live, it did not let go, and it was recorded on another node (or in an earlier
-// lifetime of this one). On this node's lifetime, the lock (IS_USED_LOCK) says it exactly.
-func (f *Fence) remote(h holderRow) bool {
+// remote reports whether h (its lease in state s) is an owner whose lock this node cannot see and
+// that may still decide: its lease is not over, and it was recorded on another node (or in an
+// earlier lifetime of this one). On this node's lifetime, the lock (IS_USED_LOCK) says it exactly.
+func (f *Fence) remote(h holderRow, s leaseState) bool {
 	switch {
-	case !live(h), len(h.sessions.Lock.IDs) == 0: // run out, or released cleanly
+	case s == leaseOver:
 		return false
 	case h.sessions.Node == f.node && database.SameBoot(h.sessions.Lock.Boot, f.boot):
 		return false

@@ -18,10 +18,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
-
-	"github.com/relay-sh/relay/internal/database"
 )
 
 // ErrTableOwned means a sink table belongs to another job.
@@ -157,6 +154,13 @@ func (l *Ledger) Claimed(ctx context.Context, schema string) (map[string]bool, e
 // can be in the table yet, and the meaning is replaced. The same rule guards a firstUse drop: a
 // forgotten table is dropped only then, and otherwise stays recorded (relay spec accept forgets it).
 func (l *Ledger) RecordMeanings(ctx context.Context, schema string, set map[string]string, drop []string, firstUse bool) error {
+	c := newClocks("")
+	if firstUse {
+		var err error
+		if c, err = l.settleLeases(ctx); err != nil {
+			return fmt.Errorf("record table meanings: %w", err)
+		}
+	}
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("record table meanings: %w", err)
@@ -164,7 +168,7 @@ func (l *Ledger) RecordMeanings(ctx context.Context, schema string, set map[stri
 	defer func() { _ = tx.Rollback() }()
 	replace := false
 	if firstUse {
-		if replace, err = l.nothingCommitted(ctx, tx); err != nil {
+		if replace, err = l.nothingCommitted(ctx, tx, c); err != nil {
 			return fmt.Errorf("record table meanings: %w", err)
 		}
 	}
@@ -202,18 +206,14 @@ func (l *Ledger) RecordMeanings(ctx context.Context, schema string, set map[stri
 	return nil
 }
 
-// upElsewhere reports whether a process of the job other than this key renews a lease that another
-// Galera node recorded.
-func (l *Ledger) upElsewhere(ctx context.Context, tx *sql.Tx) (bool, error) {
-	live, err := l.liveLeases(ctx, tx)
-	if err != nil || !slices.ContainsFunc(live, func(k string) bool { return k != l.key }) {
+// upElsewhere reports whether a process of the job other than this key may run from another
+// Galera node: its lease, recorded by another node, is not over by the judge c (clocks.go).
+func (l *Ledger) upElsewhere(ctx context.Context, tx *sql.Tx, c *clocks) (bool, error) {
+	keys, err := l.liveLeases(ctx, tx, c.node)
+	if err != nil {
 		return false, err
 	}
-	g, err := database.ReadGalera(ctx, tx)
-	if err != nil || !g.On {
-		return false, err
-	}
-	for _, k := range live {
+	for _, k := range keys {
 		if k == l.key {
 			continue
 		}
@@ -221,7 +221,7 @@ func (l *Ledger) upElsewhere(ctx context.Context, tx *sql.Tx) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if len(h.sessions.Lock.IDs) > 0 && h.sessions.Node != g.Node {
+		if !c.sameClock(h) && c.judge(k, h) != leaseOver {
 			return true, nil
 		}
 	}
@@ -233,7 +233,7 @@ func (l *Ledger) upElsewhere(ctx context.Context, tx *sql.Tx) (bool, error) {
 // the later one sees the earlier one's lock), no other instance of the job's layout holds its
 // fence lock, no other process of the job has a live lease, and the job has no committed offsets
 // (a locking read: the latest commit).
-func (l *Ledger) nothingCommitted(ctx context.Context, tx *sql.Tx) (bool, error) {
+func (l *Ledger) nothingCommitted(ctx context.Context, tx *sql.Tx, c *clocks) (bool, error) {
 	var layout int
 	err := tx.QueryRowContext(ctx, `SELECT layout FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&layout)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -252,9 +252,9 @@ func (l *Ledger) nothingCommitted(ctx context.Context, tx *sql.Tx) (bool, error)
 			return false, nil
 		}
 	}
-	// On a Galera cluster a sibling's lock is on its node alone: its live lease, recorded by
-	// another node, shows it. (On one server, or this node, the locks above say it exactly.)
-	if up, err := l.upElsewhere(ctx, tx); err != nil || up {
+	// On a Galera cluster a sibling's lock is on its node alone: its lease, recorded by another
+	// node, shows it. (On one server, or this node, the locks above say it exactly.)
+	if up, err := l.upElsewhere(ctx, tx, c); err != nil || up {
 		return false, err
 	}
 	_, last, err := l.partitionOffsets(ctx, tx, " LOCK IN SHARE MODE")
