@@ -253,11 +253,20 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	streak := 0  // restarts in a row, cluster events included: what the back-off grows with
 	refused := 0 // sessions in a row whose data MySQL refused
 	ran := false // a session committed a checkpoint
+	var lost *ledger.Fence // the fence released last, until a new one is held
 	for {
 		committed := false
+		// A lost fence refuses every new connection of the pools (no session may go unrecorded):
+		// it goes first, before anything below dials.
+		if old := p.releaseLost(&fence); old != nil {
+			lost = old
+		}
 		err := p.clusterReady(ctx)
 		if err == nil {
-			err = p.ensureFence(ctx, &fence)
+			err = p.ensureFence(ctx, &fence, lost)
+		}
+		if fence != nil {
+			lost = nil
 		}
 		if err == nil {
 			joinGroup()
@@ -379,22 +388,33 @@ func (p *Pipeline) clusterReady(ctx context.Context) error {
 	return database.CheckPrimary(cctx, p.Ledger.DB())
 }
 
-// ensureFence leaves *f a live fence: the one held, or a new one when its lock session was lost.
-func (p *Pipeline) ensureFence(ctx context.Context, f **ledger.Fence) error {
+// releaseLost releases *f when its lock session was lost or its lease was not renewed in time,
+// and returns it (nil when *f is live, or nil).
+func (p *Pipeline) releaseLost(f **ledger.Fence) *ledger.Fence {
 	prev := *f
-	if prev != nil {
-		select {
-		case <-prev.Lost():
-		default:
-			if time.Now().Before(prev.Deadline()) {
-				return nil
-			}
-			// Not renewed in time (the process froze, or renewals hang): the job may be another's
-			// by now; take the fence again rather than recover under a lease that may be gone.
+	if prev == nil {
+		return nil
+	}
+	select {
+	case <-prev.Lost():
+	default:
+		if time.Now().Before(prev.Deadline()) {
+			return nil
 		}
-		p.fence.Store(nil)
-		prev.Release()
-		*f = nil
+		// Not renewed in time (the process froze, or renewals hang): the job may be another's
+		// by now; take the fence again rather than recover under a lease that may be gone.
+	}
+	p.fence.Store(nil)
+	prev.Release()
+	*f = nil
+	return prev
+}
+
+// ensureFence leaves *f a live fence: the one held, or a new one (prev: the fence this process
+// held before, released by releaseLost).
+func (p *Pipeline) ensureFence(ctx context.Context, f **ledger.Fence, prev *ledger.Fence) error {
+	if *f != nil {
+		return nil
 	}
 	p.setState(Starting)
 	cfg := p.Fence
