@@ -35,9 +35,12 @@ import (
 const runAbout = `Runs the job: reads the configured topics (which must exist: relay never creates them) from the
 offsets in the ledger (a first run from kafka.start_offset, earliest by default), folds each
 record into the spec's aggregate tables, and commits a checkpoint every checkpoint.interval,
-exactly once. It creates its tables if missing and refuses ones that differ. On start, and after
+exactly once. It creates its tables if missing and refuses ones that differ. It starts in any
+order: until MySQL (a primary Galera component), Kafka and the topics answer, it waits with
+back-off, for as long as startup_wait_timeout allows (default: forever), /readyz saying what for;
+a wrong password, an unknown database or a refused setting ends it at once. On start, and after
 any failure, it first settles whatever an earlier run left prepared, from the ledger. SIGTERM or
-SIGINT drains: the open checkpoint is committed or rolled back, then it exits 0. While it runs,
+SIGINT drains: the open checkpoint is committed or rolled back, then it exits 0. From its start,
 /metrics, /healthz and /readyz are served on http_addr (default :8080); logs are JSON on stderr.
 Check a configuration first with relay preflight; watch the job with relay status.
 `
