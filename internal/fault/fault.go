@@ -10,6 +10,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -161,10 +162,10 @@ func Unavailable(err error) bool {
 }
 
 // Await runs fn until it succeeds, fails with an error Unavailable rejects, or ctx ends; it
-// returns the last error (with ctx's when ctx ended). There is no bound on attempts: the caller
-// bounds the wait with ctx. The back-off is p's (p.Attempts is not used), so it stays bounded by
-// p.Max, with jitter. onWait, if not nil, is told about each attempt that will be retried and how
-// long relay waits before the next.
+// returns the last error, followed by ctx's when ctx ended (on one line: it may end the process).
+// There is no bound on attempts: the caller bounds the wait with ctx. The back-off is p's
+// (p.Attempts is not used), so it stays bounded by p.Max, with jitter. onWait, if not nil, is told
+// about each attempt that will be retried and how long relay waits before the next.
 func Await(ctx context.Context, p Policy, fn func(context.Context) error, onWait func(attempt int, err error, wait time.Duration)) error {
 	sleep := p.Sleep
 	if sleep == nil {
@@ -176,7 +177,7 @@ func Await(ctx context.Context, p Policy, fn func(context.Context) error, onWait
 			return nil
 		}
 		if ctx.Err() != nil {
-			return errors.Join(err, ctx.Err())
+			return fmt.Errorf("%w; %w", err, ctx.Err())
 		}
 		if !Unavailable(err) {
 			return err
@@ -186,7 +187,7 @@ func Await(ctx context.Context, p Policy, fn func(context.Context) error, onWait
 			onWait(attempt, err, wait)
 		}
 		if serr := sleep(ctx, wait); serr != nil {
-			return errors.Join(err, serr)
+			return fmt.Errorf("%w; %w", err, serr)
 		}
 	}
 }

@@ -20,9 +20,9 @@ import (
 	"github.com/relay-sh/relay/internal/metrics"
 )
 
-// Policy spaces the attempts: a dependency that comes up is noticed within about 5 s, and a
+// policy spaces the attempts: a dependency that comes up is noticed within about 5 s, and a
 // fleet of relays waiting for one server does not knock in lockstep.
-var Policy = fault.Policy{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
+var policy = fault.Policy{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
 
 // Dependencies of a start, the values of relay_startup_waits_total's label (metrics.Dependencies).
 const (
@@ -43,7 +43,7 @@ type Gate struct {
 // New returns a gate that gives each attempt at most attempt (a dial or a query to a host that
 // does not answer at all fails then, and is waited out like a refusal).
 func New(log *zap.Logger, m *metrics.Metrics, attempt time.Duration) *Gate {
-	g := &Gate{log: log, m: m, policy: Policy, attempt: attempt}
+	g := &Gate{log: log, m: m, policy: policy, attempt: attempt}
 	g.set("starting")
 	return g
 }

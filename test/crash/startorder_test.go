@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/testenv"
 )
@@ -111,4 +113,48 @@ func TestStartBeforeDependencies(t *testing.T) {
 	}
 	e.stopAll([]*proc{p})
 	e.checkEnd(totals, x, nil)
+}
+
+// How a wait at start ends without the services: SIGTERM stops it cleanly (exit 0),
+// startup_wait_timeout gives up (exit 1, naming what it waited for), and a wrong password is not
+// waited for at all (exit 1 at once).
+func TestStartWaitEnds(t *testing.T) {
+	e := newEnv(t, 1)
+	dsn, err := mysql.ParseDSN(e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	absent := *dsn
+	absent.Addr = testenv.FreeAddr(t)
+	waitingFor := func(l harness.LogLine) bool { return l.Msg == "waiting for mysql" }
+
+	p := e.start("RELAY_MYSQL_DSN=" + absent.FormatDSN())
+	if _, err := p.WaitLog(waitingFor, 30*time.Second); err != nil {
+		t.Fatalf("no 'waiting for mysql': %v\n%s", err, tail(p.Log, 20))
+	}
+	_ = p.Signal(syscall.SIGTERM)
+	if err := p.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("SIGTERM while waiting: %v, want exit 0\n%s", err, tail(p.Log, 20))
+	}
+	if len(logEvents(t, p.Log, "stopped cleanly before the job started")) != 1 {
+		t.Errorf("no 'stopped cleanly before the job started'\n%s", tail(p.Log, 20))
+	}
+
+	began := time.Now()
+	p = e.start("RELAY_MYSQL_DSN="+absent.FormatDSN(), "RELAY_STARTUP_WAIT_TIMEOUT=3s")
+	err = p.wait(t, 30*time.Second)
+	if took := time.Since(began); err == nil || took < 3*time.Second ||
+		!strings.Contains(tail(p.Log, 5), "gave up waiting at start after startup_wait_timeout 3s") {
+		t.Fatalf("startup_wait_timeout 3s: %v after %s, want exit 1 after 3s naming the setting\n%s", err, took, tail(p.Log, 20))
+	}
+
+	denied := *dsn
+	denied.Passwd = "wrong-" + denied.Passwd
+	began = time.Now()
+	p = e.start("RELAY_MYSQL_DSN=" + denied.FormatDSN())
+	err = p.wait(t, 30*time.Second)
+	if took := time.Since(began); err == nil || took > 10*time.Second || len(logEvents(t, p.Log, "waiting for mysql")) != 0 ||
+		!strings.Contains(tail(p.Log, 5), "Error 1045") {
+		t.Fatalf("wrong password: %v after %s, want exit 1 at once on Error 1045 without waiting\n%s", err, took, tail(p.Log, 20))
+	}
 }
