@@ -37,6 +37,7 @@ test-unit:
 crashtest:
 	RELAY_CRASH_KILLS=$${RELAY_CRASH_KILLS:-200} RELAY_CRASH_KILL_DB=1 scripts/test.sh -v -run 'TestRandomKills' -timeout 60m ./test/crash/
 	RELAY_TEST_ELASTIC_LONG=1 scripts/test.sh -v -run 'TestElastic' -timeout 60m ./test/crash/
+	RELAY_TEST_START_WAIT=60s scripts/test.sh -v -run 'TestStartBeforeDependencies' -timeout 20m ./test/crash/
 	RELAY_TEST_GALERA_LONG=1 scripts/test.sh -v -timeout 90m ./test/galera/
 
 demo:

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,15 +28,19 @@ import (
 	"github.com/relay-sh/relay/internal/pipeline"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/spec"
+	"github.com/relay-sh/relay/internal/startup"
 	"github.com/relay-sh/relay/internal/supervisor"
 )
 
 const runAbout = `Runs the job: reads the configured topics (which must exist: relay never creates them) from the
 offsets in the ledger (a first run from kafka.start_offset, earliest by default), folds each
 record into the spec's aggregate tables, and commits a checkpoint every checkpoint.interval,
-exactly once. It creates its tables if missing and refuses ones that differ. On start, and after
+exactly once. It creates its tables if missing and refuses ones that differ. It starts in any
+order: until MySQL (a primary Galera component), Kafka and the topics answer, it waits with
+back-off, for as long as startup_wait_timeout allows (default: forever), /readyz saying what for;
+a wrong password, an unknown database or a refused setting ends it at once. On start, and after
 any failure, it first settles whatever an earlier run left prepared, from the ledger. SIGTERM or
-SIGINT drains: the open checkpoint is committed or rolled back, then it exits 0. While it runs,
+SIGINT drains: the open checkpoint is committed or rolled back, then it exits 0. From its start,
 /metrics, /healthz and /readyz are served on http_addr (default :8080); logs are JSON on stderr.
 Check a configuration first with relay preflight; watch the job with relay status.
 `
@@ -149,11 +154,6 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		m.WatchPool(cfg.Job.Name, "ledger", ledgerDB)
 	}
 	m.WatchPool(cfg.Job.Name, "sink", sinkDB)
-
-	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	// MySQL may still be starting next to relay (compose, a restarted pod), or the network may
-	// drop a connection now and then: retry, bounded.
 	led := ledger.NewInstance(ledgerDB, cfg.Job.Name, cfg.InstanceIndex(), cfg.InstanceCount())
 	if cfg.Group() {
 		id := cfg.Kafka.GroupInstanceID
@@ -164,34 +164,48 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		log.Info("membership group", zap.String("group", cfg.Kafka.GroupID), zap.String("member", led.Key()),
 			zap.Bool("static", cfg.Kafka.GroupInstanceID != ""))
 	}
-	var drift *ops.SpecReport
-	var galera database.Galera
-	err = fault.Do(startCtx, fault.DefaultPolicy(), func(ctx context.Context) error {
-		drift, galera, err = prepareServer(ctx, &cfg, plan, sinkDB, led, log)
-		return err
-	}, func(attempt int, err error) {
-		log.Warn("mysql not ready yet", zap.Int("attempt", attempt), zap.Error(err))
-	})
-	if err != nil && ctx.Err() != nil {
-		// SIGTERM while starting (a rolling restart): nothing is taken or decided yet, so this is
-		// a clean stop, not a failure.
-		log.Info("stopped cleanly before the job started", zap.NamedError("interrupted", err))
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-
 	copts := consumer.Options{Brokers: cfg.Kafka.Brokers, Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
 		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties,
 		Instance: cfg.InstanceIndex(), Instances: cfg.InstanceCount()}
-	// Listen first: the fence records where this process answers /readyz (relay status asks the
-	// current owner there). Nothing is served before p exists (Serve starts below).
-	var p *pipeline.Pipeline
-	srv, err := httpserver.Listen(cfg.HTTPAddr, m.Registry, func() (bool, string) { return p.Ready() }, cfg.HTTPPprof, log.Named("http"))
+
+	// Serve before anything is dialled: a sidecar starts in any order, so while MySQL or Kafka is
+	// not up yet /healthz answers (the process is fine) and /readyz says what the start waits for;
+	// the pipeline answers /readyz once it exists. The fence records where this process answers
+	// /readyz (relay status asks the current owner there).
+	gate := startup.New(log.Named("startup"), m, cfg.MySQL.StatementTimeout)
+	var pipe atomic.Pointer[pipeline.Pipeline]
+	ready := func() (bool, string) {
+		if p := pipe.Load(); p != nil {
+			return p.Ready()
+		}
+		return gate.Ready()
+	}
+	srv, err := httpserver.Listen(cfg.HTTPAddr, m.Registry, ready, cfg.HTTPPprof, log.Named("http"))
 	if err != nil {
 		return err
 	}
+	m.SetReadiness(func() bool { ok, _ := ready(); return ok })
+	g := supervisor.New(context.Background())
+	g.Go("http", srv.Serve)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopWatching := context.AfterFunc(g.Context(), cancel) // the HTTP server failed: stop waiting
+	drift, galera, err := waitForServices(wctx, &cfg, plan, sinkDB, led, copts, gate, log)
+	stopWatching()
+	if err != nil {
+		g.Stop()
+		if serr := g.Wait(); serr != nil {
+			return serr
+		}
+		if ctx.Err() != nil {
+			// SIGTERM while starting (a rolling restart): nothing is taken or decided yet, so
+			// this is a clean stop, not a failure.
+			log.Info("stopped cleanly before the job started", zap.NamedError("interrupted", err))
+			return nil
+		}
+		return err
+	}
+
 	host, _ := os.Hostname()
 	var member *membership.Member
 	if cfg.Group() {
@@ -203,23 +217,23 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		if member, err = membership.Join(membership.Options{Kafka: copts, InstanceID: cfg.Kafka.GroupInstanceID, Drain: drain, Heartbeat: heartbeat,
 			Discovery: cfg.Kafka.DiscoveryInterval, Regrant: 2 * cfg.GroupSessionTimeout()},
 			log.Named("membership"), m); err != nil {
+			g.Stop()
+			_ = g.Wait()
 			return err
 		}
 	}
-	p = pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
+	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
 		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true,
 			Readyz: ops.AdvertisedReadyz(srv.Addr(), host), Cluster: galera.On},
 		Fenced:      func(ctx context.Context) error { return recordSpec(ctx, drift, led, log.Named("spec")) },
 		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log.Named("consumer")) },
 		Member:      member})
-	m.SetReadiness(func() bool { ok, _ := p.Ready(); return ok })
+	pipe.Store(p)
 
-	g := supervisor.New(context.Background())
 	g.Go("gctuner", func(gctx context.Context) error {
 		gctuner.Run(gctx, uint64(cfg.GCFloorMiB)<<20)
 		return nil
 	})
-	g.Go("http", srv.Serve)
 	g.Go("resolver", p.ResolveLoop)
 	g.Go("watch", func(gctx context.Context) error { return watch(gctx, sinkDB, m) })
 	g.Go("pipeline", func(gctx context.Context) error {
@@ -244,6 +258,36 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	return err
 }
 
+// waitForServices waits until MySQL answers and is ready for the job (prepareServer: a Galera
+// node in the primary component, relay's tables created or checked), then until Kafka answers
+// for every topic, for as long as startup_wait_timeout allows (0: until ctx ends). It returns
+// what prepareServer found; an error no wait cures (access denied, a refused setting) at once.
+func waitForServices(ctx context.Context, cfg *config.Config, plan *spec.Plan, sinkDB *sql.DB, led *ledger.Ledger,
+	copts consumer.Options, gate *startup.Gate, log *zap.Logger) (*ops.SpecReport, database.Galera, error) {
+	wctx := ctx
+	if cfg.StartupWait > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, cfg.StartupWait)
+		defer cancel()
+	}
+	var drift *ops.SpecReport
+	var galera database.Galera
+	err := gate.Wait(wctx, startup.MySQL, func(actx context.Context) error {
+		var err error
+		drift, galera, err = prepareServer(actx, cfg, plan, sinkDB, led, log)
+		return err
+	})
+	if err == nil {
+		err = gate.Wait(wctx, startup.Kafka, func(actx context.Context) error {
+			return consumer.CheckTopics(actx, copts, log.Named("consumer"))
+		})
+	}
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return nil, galera, fmt.Errorf("gave up waiting at start after startup_wait_timeout %s: %w", cfg.StartupWait, err)
+	}
+	return drift, galera, err
+}
+
 // prepareServer checks the server against the configuration (and fixes an unset mode for it:
 // held on a Galera node, which it reports) and the spec against the meanings the ledger records,
 // creates (or checks) what relay writes and claims the sink tables for the job. The comparison it
@@ -256,6 +300,11 @@ func prepareServer(ctx context.Context, cfg *config.Config, plan *spec.Plan, sin
 	}
 	galera, err := database.ReadGalera(ctx, sinkDB)
 	if err != nil {
+		return nil, galera, err
+	}
+	// A node outside the primary component (joining, or quorum lost) answers SHOW only: the
+	// start waits for it (fault.NotPrimary) rather than fail its first query.
+	if err := galera.Err(); err != nil {
 		return nil, galera, err
 	}
 	picked, err := cfg.ResolveMode(galera.On)

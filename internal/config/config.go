@@ -88,10 +88,13 @@ type Config struct {
 	PipelineFile string `yaml:"pipeline_file"`
 	HTTPAddr     string `yaml:"http_addr"`
 	HTTPPprof    bool   `yaml:"http_pprof"`
-	LogLevel     string `yaml:"log_level"`
-	Instance     string `yaml:"instance"`
-	Membership   string `yaml:"membership"`
-	GCFloorMiB   int    `yaml:"gc_heap_floor_mib"`
+	// StartupWait bounds how long relay run waits at start for MySQL, Kafka and a primary Galera
+	// component; 0 waits for as long as it takes (a sidecar starts in any order).
+	StartupWait time.Duration `yaml:"startup_wait_timeout"`
+	LogLevel    string        `yaml:"log_level"`
+	Instance    string        `yaml:"instance"`
+	Membership  string        `yaml:"membership"`
+	GCFloorMiB  int           `yaml:"gc_heap_floor_mib"`
 }
 
 // Job names the pipeline.
@@ -427,6 +430,9 @@ func (c *Config) Validate() error {
 	// The append sink's rows are the default spec's fields (order_id, sku, amount).
 	if c.Pipeline != nil && c.MySQL.DetailTable != "" {
 		return bad("mysql.detail_table", "the append sink writes order_id, sku and amount, the default spec's fields: it does not run with a pipeline block")
+	}
+	if c.StartupWait < 0 {
+		return bad("startup_wait_timeout", "%s is negative (0 waits for as long as it takes)", c.StartupWait)
 	}
 	if c.GCFloorMiB < 0 || c.GCFloorMiB > 1<<16 {
 		return bad("gc_heap_floor_mib", "%d is outside 0..65536", c.GCFloorMiB)

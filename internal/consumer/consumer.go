@@ -9,6 +9,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -163,17 +164,12 @@ func (c *Consumer) Partitions(ctx context.Context) (map[string][]int32, error) {
 	out := map[string][]int32{}
 	total := 0
 	for _, t := range c.opts.Topics {
-		topic := t
-		md, err := c.c.GetMetadata(&topic, false, timeoutMS(ctx, 10*time.Second))
+		tm, err := topicMetadata(ctx, c.c, t)
+		if errors.Is(err, errNoTopic) {
+			return nil, fault.Permanent(err)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("metadata %s: %w", t, err)
-		}
-		tm, ok := md.Topics[t]
-		if !ok || tm.Error.Code() == kafka.ErrUnknownTopicOrPart || tm.Error.Code() == kafka.ErrUnknownTopic {
-			return nil, fault.Permanent(fmt.Errorf("topic %s does not exist", t))
-		}
-		if tm.Error.Code() != kafka.ErrNoError {
-			return nil, fmt.Errorf("metadata %s: %w", t, tm.Error)
+			return nil, err
 		}
 		total += len(tm.Partitions)
 		for _, p := range tm.Partitions {
@@ -185,6 +181,49 @@ func (c *Consumer) Partitions(ctx context.Context) (map[string][]int32, error) {
 	}
 	c.total = total
 	return out, nil
+}
+
+// errNoTopic is the broker's answer for a topic it does not know (relay never creates one).
+var errNoTopic = errors.New("does not exist")
+
+// topicMetadata asks the brokers about topic t (within ctx, at most 10 s).
+func topicMetadata(ctx context.Context, kc *kafka.Consumer, t string) (kafka.TopicMetadata, error) {
+	md, err := kc.GetMetadata(&t, false, timeoutMS(ctx, 10*time.Second))
+	if err != nil {
+		return kafka.TopicMetadata{}, fmt.Errorf("metadata %s: %w", t, err)
+	}
+	tm, ok := md.Topics[t]
+	if !ok || tm.Error.Code() == kafka.ErrUnknownTopicOrPart || tm.Error.Code() == kafka.ErrUnknownTopic {
+		return tm, fmt.Errorf("topic %s %w", t, errNoTopic)
+	}
+	if tm.Error.Code() != kafka.ErrNoError {
+		return tm, fmt.Errorf("metadata %s: %w", t, tm.Error)
+	}
+	return tm, nil
+}
+
+// CheckTopics asks the brokers, with a client of its own configured like a session's consumer
+// (o's properties: TLS, SASL), whether every topic of o exists, and closes the client. Start-up
+// calls it until it succeeds: an error that says Kafka does not answer is fault.Unavailable, and so
+// is a topic that does not exist yet (marked Transient: at start another job may not have created
+// it yet), unlike in a session, where a topic missing is Permanent.
+func CheckTopics(ctx context.Context, o Options, log *zap.Logger) error {
+	cm := ConfigMap(o)
+	cm.SetKey("go.logs.channel.enable", true)
+	kc, err := kafka.NewConsumer(cm)
+	if err != nil {
+		return fmt.Errorf("kafka consumer: %w", err)
+	}
+	go ForwardLogs(kc.Logs(), log.Named("librdkafka"))
+	defer func() { _ = kc.Close() }()
+	for _, t := range o.Topics {
+		if _, err := topicMetadata(ctx, kc, t); errors.Is(err, errNoTopic) {
+			return fault.Transient(fmt.Errorf("%w (relay never creates topics)", err))
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Assign starts reading every owned partition: from its offset in from, else from the start

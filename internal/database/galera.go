@@ -75,6 +75,13 @@ func CheckPrimary(ctx context.Context, db querier) error {
 	if err != nil {
 		return err
 	}
+	return g.Err()
+}
+
+// Err is fault.ErrNotPrimary, describing the node, when g is a Galera node outside the primary
+// component (wsrep_cluster_status not Primary) or not ready for queries (wsrep_ready OFF); nil on
+// any other server.
+func (g Galera) Err() error {
 	if g.On && (!strings.EqualFold(g.Status, "Primary") || !g.Ready) {
 		return fmt.Errorf("%w: %s", fault.ErrNotPrimary, g)
 	}

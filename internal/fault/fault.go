@@ -10,6 +10,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -142,6 +143,53 @@ func Retryable(err error) bool {
 		}
 	}
 	return false
+}
+
+// Unavailable reports whether err says a service relay depends on does not serve yet, or not at
+// the moment: nothing listens or the connection dropped (ConnectionLost, a dial that timed out),
+// a server refusing connections (too many, shutting down), a Galera node outside the primary
+// component (NotPrimary), Kafka brokers out of reach (every error Retryable takes), or what a
+// caller marked Transient. Start-up waits these out, for as long as the operator allows, instead
+// of exiting (a sidecar starts in any order). Anything else, such as access denied (1045, 1044)
+// or an unknown database (1049), is the configuration's to fix and ends the start at once:
+// waiting would only hide it. A deadline that ended an attempt counts as unavailable; the caller
+// stops on its own context first.
+func Unavailable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || IsPermanent(err) || IsFatal(err) {
+		return false
+	}
+	return errors.Is(err, context.DeadlineExceeded) || NotPrimary(err) || Retryable(err)
+}
+
+// Await runs fn until it succeeds, fails with an error Unavailable rejects, or ctx ends; it
+// returns the last error, followed by ctx's when ctx ended (on one line: it may end the process).
+// There is no bound on attempts: the caller bounds the wait with ctx. The back-off is p's
+// (p.Attempts is not used), so it stays bounded by p.Max, with jitter. onWait, if not nil, is told
+// about each attempt that will be retried and how long relay waits before the next.
+func Await(ctx context.Context, p Policy, fn func(context.Context) error, onWait func(attempt int, err error, wait time.Duration)) error {
+	sleep := p.Sleep
+	if sleep == nil {
+		sleep = SleepContext
+	}
+	for attempt := 1; ; attempt++ {
+		err := fn(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w; %w", err, ctx.Err())
+		}
+		if !Unavailable(err) {
+			return err
+		}
+		wait := p.Backoff(attempt)
+		if onWait != nil {
+			onWait(attempt, err, wait)
+		}
+		if serr := sleep(ctx, wait); serr != nil {
+			return fmt.Errorf("%w; %w", err, serr)
+		}
+	}
 }
 
 // Causes are the values Cause returns: a bounded set, fit for a metric label.

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/go-sql-driver/mysql"
 )
 
@@ -93,5 +97,78 @@ func TestLockConflict(t *testing.T) {
 		if got := LockConflict(err); got != want {
 			t.Errorf("LockConflict(%v) = %v, want %v", err, got, want)
 		}
+	}
+}
+
+// Start-up waits out what a dependency that is not up yet answers, and nothing that only the
+// configuration can fix.
+func TestUnavailable(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	for err, want := range map[error]bool{
+		fmt.Errorf("connect sink: %w", refused):                                        true,
+		fmt.Errorf("connect sink: %w", context.DeadlineExceeded):                       true, // a dial or a query that timed out
+		fmt.Errorf("connect sink: %w", mysql.ErrInvalidConn):                           true,
+		&mysql.MySQLError{Number: ErTooManyConnections}:                                true,
+		&mysql.MySQLError{Number: ErServerShutdown}:                                    true,
+		&mysql.MySQLError{Number: ErUnknownCom}:                                        true, // Galera: WSREP has not yet prepared node
+		fmt.Errorf("session setup (causal reads): %w", ErrNotPrimary):                  true, // Galera: wsrep_cluster_status non-Primary
+		fmt.Errorf("metadata: %w", kafka.NewError(kafka.ErrTransport, "down", false)):  true,
+		fmt.Errorf("metadata: %w", kafka.NewError(kafka.ErrAllBrokersDown, "", false)): true,
+		Transient(errors.New("topic t does not exist")):                                true,
+		&mysql.MySQLError{Number: 1045}:                                                false, // access denied: fix the DSN
+		&mysql.MySQLError{Number: 1044}:                                                false,
+		&mysql.MySQLError{Number: 1049}:                                                false, // unknown database
+		Permanent(refused):                                                             false,
+		fmt.Errorf("stop: %w", context.Canceled):                                       false,
+		errors.New("mysql.session_timeout 1m0s is below ..."):                          false,
+		nil: false,
+	} {
+		if got := Unavailable(err); got != want {
+			t.Errorf("Unavailable(%v) = %v, want %v", err, got, want)
+		}
+	}
+}
+
+// Await retries an unavailable service with no bound on attempts, backing off through the
+// injected sleep, stops at once on any other error, and ends with its context.
+func TestAwait(t *testing.T) {
+	var slept []time.Duration
+	p := Policy{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond,
+		Sleep: func(_ context.Context, d time.Duration) error { slept = append(slept, d); return nil }}
+	tries := 0
+	err := Await(context.Background(), p, func(context.Context) error {
+		if tries++; tries < 50 {
+			return io.EOF
+		}
+		return nil
+	}, func(attempt int, err error, wait time.Duration) {
+		if attempt != tries || !errors.Is(err, io.EOF) || wait > p.Max {
+			t.Fatalf("onWait(%d, %v, %s) at try %d", attempt, err, wait, tries)
+		}
+	})
+	if err != nil || tries != 50 || len(slept) != 49 {
+		t.Fatalf("err %v after %d tries and %d sleeps, want nil after 50 and 49", err, tries, len(slept))
+	}
+	for _, d := range slept {
+		if d > p.Max {
+			t.Fatalf("slept %s, above the cap %s", d, p.Max)
+		}
+	}
+	tries = 0
+	denied := &mysql.MySQLError{Number: 1045}
+	if err := Await(context.Background(), p, func(context.Context) error { tries++; return denied }, nil); !errors.Is(err, denied) || tries != 1 {
+		t.Fatalf("access denied: err %v after %d tries, want it after 1", err, tries)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.Sleep = SleepContext
+	tries = 0
+	err = Await(ctx, p, func(context.Context) error {
+		if tries++; tries == 3 {
+			cancel()
+		}
+		return io.EOF
+	}, nil)
+	if !errors.Is(err, context.Canceled) || tries != 3 {
+		t.Fatalf("cancelled: err %v after %d tries, want context.Canceled after 3", err, tries)
 	}
 }

@@ -54,7 +54,13 @@ type Metrics struct {
 	Rebalances         *prometheus.CounterVec
 	RevokeDrain        prometheus.Histogram
 	FencedDecisions    prometheus.Counter
+	// StartupWaits counts the start-up's attempts that found a dependency not serving yet.
+	StartupWaits *prometheus.CounterVec
 }
+
+// Dependencies are the services start-up waits for: the values of relay_startup_waits_total's
+// dependency label.
+var Dependencies = []string{"mysql", "galera", "kafka"}
 
 // New builds and registers every collector; job becomes the relay_job constant label.
 func New(job string) *Metrics {
@@ -113,7 +119,10 @@ func New(job string) *Metrics {
 			prometheus.ExponentialBuckets(0.01, 2, 14)),
 		FencedDecisions: f.counter("relay_fenced_decisions_total",
 			"Checkpoints whose decision was refused because this process no longer held what it decided: a partition another member took (its owner epoch moved), or its fence and lease. Nothing of them was committed."),
+		StartupWaits: f.counterVec("relay_startup_waits_total",
+			"Attempts at start-up that found a dependency not serving yet, by dependency: mysql (not answering), galera (the node outside the primary component), kafka (brokers not answering, or a topic missing). relay waits, backing off up to 5s, for as long as startup_wait_timeout allows (0: forever).", "dependency"),
 	}
+	Zero(m.StartupWaits, Dependencies)
 	for _, k := range []string{"assigned", "revoked", "lost"} {
 		m.Rebalances.WithLabelValues(k)
 	}

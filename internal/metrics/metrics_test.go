@@ -90,8 +90,9 @@ var allowedLabels = map[string]bool{
 	"relay_job": true, "result": true, "phase": true, "action": true, "origin": true, "reason": true,
 	"topic": true, "partition": true, "pool": true, "state": true, "version": true, "goversion": true,
 	"cause": true, "from": true,
-	"kind":  true, // rebalance kinds: assigned, revoked, lost
-	"table": true, // the spec's aggregate tables, fixed at start
+	"kind":       true, // rebalance kinds: assigned, revoked, lost
+	"table":      true, // the spec's aggregate tables, fixed at start
+	"dependency": true, // start-up's dependencies: mysql, galera, kafka
 }
 
 func TestMetricsNamesAndLabels(t *testing.T) {

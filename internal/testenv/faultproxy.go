@@ -10,7 +10,9 @@ package testenv
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"testing"
@@ -41,7 +43,14 @@ const Forever = 24 * time.Hour
 // NewFaultProxy listens on 127.0.0.1 and forwards to target until the test ends.
 func NewFaultProxy(t testing.TB, target string) *FaultProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return NewFaultProxyAt(t, "127.0.0.1:0", target)
+}
+
+// NewFaultProxyAt is NewFaultProxy listening on addr: a service that comes up where a client was
+// told it would be (FreeAddr).
+func NewFaultProxyAt(t testing.TB, addr, target string) *FaultProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +58,27 @@ func NewFaultProxy(t testing.TB, target string) *FaultProxy {
 	go p.accept()
 	t.Cleanup(p.Close)
 	return p
+}
+
+// FreeAddr is a loopback host:port where nothing listens: a client dialling it is refused until
+// something listens there (NewFaultProxyAt). The port is drawn below Linux's ephemeral range
+// (32768 and up), so no outgoing connection takes it as its own port meanwhile, which would keep
+// the listener from binding it later.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.N(12000))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		if err := ln.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return addr
+	}
+	t.Fatal("no free port in 20000..31999")
+	return ""
 }
 
 // Addr is the proxy's host:port.
