@@ -250,9 +250,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		return err
 	}
 	failures := 0
-	streak := 0  // restarts in a row, cluster events included: what the back-off grows with
-	refused := 0 // sessions in a row whose data MySQL refused
-	ran := false // a session committed a checkpoint
+	streak := 0            // restarts in a row, cluster events included: what the back-off grows with
+	refused := 0           // sessions in a row whose data MySQL refused
+	ran := false           // a session committed a checkpoint
 	var lost *ledger.Fence // the fence released last, until a new one is held
 	for {
 		committed := false
