@@ -48,6 +48,8 @@ install_packages() {
   [ -f "$PROVIDER" ] || missing+=(galera-4)
   command -v rsync >/dev/null || missing+=(rsync)
   command -v socat >/dev/null || missing+=(socat)
+  # test/galera runs the cluster behind HAProxy too (deploy/haproxy).
+  command -v haproxy >/dev/null || missing+=(haproxy)
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]} from Debian (first run only)"
     export DEBIAN_FRONTEND=noninteractive
