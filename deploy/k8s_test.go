@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -45,7 +46,8 @@ type k8sDoc struct {
 					} `yaml:"secret"`
 				} `yaml:"volumes"`
 				Containers []struct {
-					Env []struct {
+					Args []string `yaml:"args"`
+					Env  []struct {
 						Name      string `yaml:"name"`
 						Value     string `yaml:"value"`
 						ValueFrom struct {
@@ -512,5 +514,59 @@ func TestK8sScrapeConfig(t *testing.T) {
 	}
 	if !keep || !labelmap {
 		t.Errorf("relabel_configs: keep on prometheus.io/scrape %v, labelmap of pod labels %v; want both", keep, labelmap)
+	}
+}
+
+// podSetup is what a pod template gives its one container: variables (as written) and the secret
+// mounted at each path.
+func podSetup(t *testing.T, path string, doc k8sDoc) (env map[string]string, mounts map[string]string) {
+	t.Helper()
+	tpl := doc.Spec.Template.Spec
+	if len(tpl.Containers) != 1 {
+		t.Fatalf("%s: %d containers, want 1", path, len(tpl.Containers))
+	}
+	env, mounts = map[string]string{}, map[string]string{}
+	for _, e := range tpl.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	volumes := map[string]string{}
+	for _, v := range tpl.Volumes {
+		volumes[v.Name] = v.Secret.SecretName
+	}
+	for _, m := range tpl.Containers[0].VolumeMounts {
+		mounts[m.MountPath] = volumes[m.Name]
+	}
+	return env, mounts
+}
+
+// The operator Job runs a relay command with exactly the group pods' configuration (so it acts on
+// their job and the layout they run), and its pod is no relay pod to the Service, the
+// PodDisruptionBudget or the scrape job.
+func TestK8sOpsJob(t *testing.T) {
+	const path = "k8s/relay-ops-job.yaml"
+	dep, _ := groupDeployment(t)
+	var jobs []k8sDoc
+	for _, doc := range readK8s[k8sDoc](t, path) {
+		if doc.Kind == "Job" {
+			jobs = append(jobs, doc)
+		}
+	}
+	if len(jobs) != 1 {
+		t.Fatalf("%s: %d Jobs, want 1", path, len(jobs))
+	}
+	job := jobs[0]
+	jobEnv, jobMounts := podSetup(t, path, job)
+	depEnv, depMounts := podSetup(t, "k8s/relay-group.yaml", dep)
+	if !maps.Equal(jobEnv, depEnv) {
+		t.Errorf("%s: env %v\nrelay-group.yaml's pods: %v\nthe command must run with the pods' configuration", path, jobEnv, depEnv)
+	}
+	if !maps.Equal(jobMounts, depMounts) {
+		t.Errorf("%s: secret mounts %v, relay-group.yaml's pods %v", path, jobMounts, depMounts)
+	}
+	if args := job.Spec.Template.Spec.Containers[0].Args; len(args) < 2 || args[0] != "membership" || args[len(args)-1] != "--yes" {
+		t.Errorf("%s: args %q, want relay membership switch --yes (the documented use)", path, args)
+	}
+	if l := job.Spec.Template.Metadata.Labels["app"]; l == "relay" || l == "" {
+		t.Errorf("%s: pod label app=%q; the Service, PodDisruptionBudget and scrape job select app=relay", path, l)
 	}
 }

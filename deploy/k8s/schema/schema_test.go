@@ -26,6 +26,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kjson "sigs.k8s.io/json"
@@ -108,6 +109,7 @@ var types = map[string]func() any{
 	"v1/Service":                             func() any { return &corev1.Service{} },
 	"apps/v1/Deployment":                     func() any { return &appsv1.Deployment{} },
 	"apps/v1/StatefulSet":                    func() any { return &appsv1.StatefulSet{} },
+	"batch/v1/Job":                           func() any { return &batchv1.Job{} },
 	"autoscaling/v2/HorizontalPodAutoscaler": func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
 	"keda.sh/v1alpha1/ScaledObject":          func() any { return &ScaledObject{} },
 }
