@@ -48,6 +48,7 @@ Usage:
                                              move a stopped job's resume offsets
   relay membership switch [--yes]            move a stopped job between instances (i/M) and a
                                              consumer group (membership: group)
+  relay membership forget [--yes]            delete stopped group members' lease and owner rows
   relay spec diff [--json]                   the spec against the table meanings the ledger records
   relay spec accept [--yes]                  record tables the spec adds or removes (a changed table
                                              is refused by relay run and here)
@@ -65,8 +66,9 @@ your own is a pipeline: block in the file or a file named by RELAY_PIPELINE_FILE
 
 Run 'relay <command> --help' for a command's flags, examples and exit codes.
 
-Commands that change state (txns resolve, offsets reset, membership switch, spec accept) print their plan first and
-act only with --yes or after "yes" typed at a terminal; without, nothing changes.
+Commands that change state (txns resolve, offsets reset, membership switch, membership forget,
+spec accept) print their plan first and act only with --yes or after "yes" typed at a terminal;
+without, nothing changes.
 
 `
 
