@@ -11,7 +11,7 @@ import (
 	"github.com/relay-sh/relay/internal/ops"
 )
 
-const membershipUsage = `usage: relay membership switch [--yes] [--json] [--config FILE]
+const membershipUsage = `usage: relay membership switch [--yes] [--json] [--config FILE] [--instance i/M]
        relay membership forget [--yes] [--json] [--config FILE]
 
 Run 'relay membership switch --help' or 'relay membership forget --help' for details.
@@ -82,11 +82,12 @@ func cmdMembershipForget(ctx context.Context, args []string) error {
 }
 
 func cmdMembershipSwitch(ctx context.Context, args []string) error {
-	fs, path := opsFlags("membership switch", "[--yes] [--json] [--config FILE]", membershipSwitchAbout,
+	fs, path := opsFlags("membership switch", "[--yes] [--json] [--config FILE] [--instance i/M]", membershipSwitchAbout,
 		`  RELAY_MEMBERSHIP=group relay membership switch         # prints the plan, changes nothing (exit 5)
   RELAY_MEMBERSHIP=group relay membership switch --yes
   RELAY_INSTANCE=0/3 relay membership switch --yes        # back to 3 instances
 `)
+	path.instanceFlag(fs)
 	yes := fs.Bool("yes", false, "apply the plan without asking")
 	asJSON := fs.Bool("json", false, "print JSON {job, from, to, running, partitions, applied}")
 	if err := parse(fs, args); err != nil {

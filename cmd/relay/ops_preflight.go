@@ -43,10 +43,11 @@ which setting is wrong, by how much, and what to change; a warn does not fail pr
 `
 
 func cmdPreflight(ctx context.Context, args []string) error {
-	fs, path := opsFlags("preflight", "[--config FILE]", preflightAbout,
+	fs, path := opsFlags("preflight", "[--config FILE] [--instance i/M]", preflightAbout,
 		`  relay preflight --config relay.yaml
   RELAY_MYSQL_SESSION_TIMEOUT=10m relay preflight
 `)
+	path.instanceFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}

@@ -59,7 +59,7 @@ It changes nothing and locks nothing: safe to run while relay runs.
 `
 
 func cmdStatus(ctx context.Context, args []string) error {
-	fs, path := opsFlags("status", "[--json] [--config FILE]", statusAbout,
+	fs, path := opsFlags("status", "[--json] [--readyz URL] [--config FILE]", statusAbout,
 		`  RELAY_JOB_NAME=orders_eu relay status
   relay status --config relay.yaml --json | jq '.partitions[] | select(.lag > 10000)'
 `)
