@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/ledger"
 )
 
@@ -75,21 +76,18 @@ func ForgetMembers(ctx context.Context, e *Env, confirm Confirm) (*ForgetReport,
 // doubtOwners are the member keys whose id blocks hold a checkpoint with a branch of the job in XA
 // RECOVER, each with the branch's tag: the resolver's keep, seen from here.
 func (e *Env) doubtOwners(ctx context.Context) (map[string]string, error) {
-	txns, _, err := e.inventory(ctx)
+	branches, err := commit.JobBranches(ctx, e.Sink, e.Ledger.Job())
 	if err != nil {
 		return nil, err
 	}
 	keep := map[string]string{}
-	for _, t := range txns {
-		if t.Kind != KindJob {
-			continue
-		}
-		key, ok, err := e.Ledger.BlockOwner(ctx, t.Checkpoint)
+	for _, b := range branches {
+		key, ok, err := e.Ledger.BlockOwner(ctx, b.Checkpoint)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			keep[key] = "its branch " + t.Tag + " is in XA RECOVER (relay txns list)"
+			keep[key] = "its branch " + b.Tag + " is in XA RECOVER (relay txns list)"
 		}
 	}
 	return keep, nil
