@@ -5,6 +5,7 @@
 # pid file behind, so the next `up` never mistakes a stopped server for a running one. apt_install
 # installs Debian packages without letting them start or enable a service of their own (the
 # distro's MariaDB would take :3306, its Prometheus :9090): the scripts run their own servers.
+# shellcheck shell=bash
 
 # stop_pidfile FILE SECONDS: SIGTERM the process named in FILE, give it SECONDS to exit (a server
 # flushing its data), then SIGKILL it; remove FILE. Prints the pid when one was running.

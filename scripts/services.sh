@@ -42,7 +42,7 @@ kafka_classpath() {
   [ "${major:-0}" -ge 17 ] || die "the Kafka broker needs Java 17 or later; java here is ${major:-unknown}"
   if [ ! -f "$KAFKA_DIR/lib/.complete" ]; then
     log "resolving Kafka broker jars from Maven Central (first run only)"
-    rm -rf "$KAFKA_DIR/lib"
+    rm -rf "${KAFKA_DIR:?}/lib"
     (cd "$ROOT/scripts/kafka" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
       -DoutputDirectory="$KAFKA_DIR/lib") >&2
     touch "$KAFKA_DIR/lib/.complete"
