@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,6 +47,10 @@ type k8sDoc struct {
 					} `yaml:"secret"`
 				} `yaml:"volumes"`
 				Containers []struct {
+					Args  []string `yaml:"args"`
+					Ports []struct {
+						Name string `yaml:"name"`
+					} `yaml:"ports"`
 					Env []struct {
 						Name      string `yaml:"name"`
 						Value     string `yaml:"value"`
@@ -347,8 +353,8 @@ func TestK8sGroupAutoscalers(t *testing.T) {
 	}
 
 	const kedaFile = "k8s/relay-group-keda.yaml"
-	sos := readK8s[scaledObject](t, kedaFile)
-	if len(sos) != 1 || sos[0].Kind != "ScaledObject" {
+	sos := slices.DeleteFunc(readK8s[scaledObject](t, kedaFile), func(d scaledObject) bool { return d.Kind != "ScaledObject" })
+	if len(sos) != 1 {
 		t.Fatalf("%s: want one ScaledObject", kedaFile)
 	}
 	so := sos[0].Spec
@@ -512,5 +518,216 @@ func TestK8sScrapeConfig(t *testing.T) {
 	}
 	if !keep || !labelmap {
 		t.Errorf("relabel_configs: keep on prometheus.io/scrape %v, labelmap of pod labels %v; want both", keep, labelmap)
+	}
+}
+
+// podSetup is what a pod template gives its one container: variables (as written) and the secret
+// mounted at each path.
+func podSetup(t *testing.T, path string, doc k8sDoc) (env map[string]string, mounts map[string]string) {
+	t.Helper()
+	tpl := doc.Spec.Template.Spec
+	if len(tpl.Containers) != 1 {
+		t.Fatalf("%s: %d containers, want 1", path, len(tpl.Containers))
+	}
+	env, mounts = map[string]string{}, map[string]string{}
+	for _, e := range tpl.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	volumes := map[string]string{}
+	for _, v := range tpl.Volumes {
+		volumes[v.Name] = v.Secret.SecretName
+	}
+	for _, m := range tpl.Containers[0].VolumeMounts {
+		mounts[m.MountPath] = volumes[m.Name]
+	}
+	return env, mounts
+}
+
+// The operator Job runs a relay command with exactly the group pods' configuration (so it acts on
+// their job and the layout they run), and its pod is no relay pod to the Service, the
+// PodDisruptionBudget or the scrape job.
+func TestK8sOpsJob(t *testing.T) {
+	const path = "k8s/relay-ops-job.yaml"
+	dep, _ := groupDeployment(t)
+	var jobs []k8sDoc
+	for _, doc := range readK8s[k8sDoc](t, path) {
+		if doc.Kind == "Job" {
+			jobs = append(jobs, doc)
+		}
+	}
+	if len(jobs) != 1 {
+		t.Fatalf("%s: %d Jobs, want 1", path, len(jobs))
+	}
+	job := jobs[0]
+	jobEnv, jobMounts := podSetup(t, path, job)
+	depEnv, depMounts := podSetup(t, "k8s/relay-group.yaml", dep)
+	if !maps.Equal(jobEnv, depEnv) {
+		t.Errorf("%s: env %v\nrelay-group.yaml's pods: %v\nthe command must run with the pods' configuration", path, jobEnv, depEnv)
+	}
+	if !maps.Equal(jobMounts, depMounts) {
+		t.Errorf("%s: secret mounts %v, relay-group.yaml's pods %v", path, jobMounts, depMounts)
+	}
+	if args := job.Spec.Template.Spec.Containers[0].Args; len(args) < 2 || args[0] != "membership" || args[len(args)-1] != "--yes" {
+		t.Errorf("%s: args %q, want relay membership switch --yes (the documented use)", path, args)
+	}
+	if l := job.Spec.Template.Metadata.Labels["app"]; l == "relay" || l == "" {
+		t.Errorf("%s: pod label app=%q; the Service, PodDisruptionBudget and scrape job select app=relay", path, l)
+	}
+}
+
+// k8sExtra is what the tests read of the documents around the workloads: a Service, a
+// ServiceMonitor, a PodDisruptionBudget, a TriggerAuthentication.
+type k8sExtra struct {
+	Kind     string `yaml:"kind"`
+	Metadata struct {
+		Name   string            `yaml:"name"`
+		Labels map[string]string `yaml:"labels"`
+	} `yaml:"metadata"`
+	StringData map[string]string `yaml:"stringData"`
+	Spec       struct {
+		// Selector is a Service's labels, or a label selector with matchLabels (selects reads both).
+		Selector map[string]any `yaml:"selector"`
+		Ports    []struct {
+			Name       string `yaml:"name"`
+			TargetPort string `yaml:"targetPort"`
+		} `yaml:"ports"`
+		PodTargetLabels []string `yaml:"podTargetLabels"`
+		Endpoints       []struct {
+			Port string `yaml:"port"`
+			Path string `yaml:"path"`
+		} `yaml:"endpoints"`
+		MaxUnavailable  *int `yaml:"maxUnavailable"`
+		MinAvailable    *int `yaml:"minAvailable"`
+		SecretTargetRef []struct {
+			Parameter string `yaml:"parameter"`
+			Name      string `yaml:"name"`
+			Key       string `yaml:"key"`
+		} `yaml:"secretTargetRef"`
+		Triggers []struct {
+			AuthenticationRef *struct {
+				Name string `yaml:"name"`
+			} `yaml:"authenticationRef"`
+		} `yaml:"triggers"`
+	} `yaml:"spec"`
+}
+
+// byKind reads a manifest file's documents of kind.
+func byKind(t *testing.T, path, kind string) []k8sExtra {
+	t.Helper()
+	var out []k8sExtra
+	for _, d := range readK8s[k8sExtra](t, path) {
+		if d.Kind == kind {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// selects is the labels a document's selector requires: a Service's own map, or matchLabels.
+func (d k8sExtra) selects() map[string]string {
+	sel := d.Spec.Selector
+	if m, ok := sel["matchLabels"].(map[string]any); ok {
+		sel = m
+	}
+	out := map[string]string{}
+	for k, v := range sel {
+		out[k] = fmt.Sprint(v)
+	}
+	return out
+}
+
+// matches reports whether a selector's labels are all among labels (and it selects something).
+func matches(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return len(selector) > 0
+}
+
+// Each workload has a PodDisruptionBudget over its pods that lets a drain evict one pod at a time
+// (maxUnavailable 1: a drain's eviction is a SIGTERM and a move of that pod's partitions; never two
+// shares or two members at once), and sets no minAvailable, which would fight the autoscaler's
+// replica count.
+func TestK8sPodDisruptionBudgets(t *testing.T) {
+	for path, kind := range map[string]string{"k8s/relay.yaml": "StatefulSet", "k8s/relay-group.yaml": "Deployment"} {
+		doc, _ := checkWorkload(t, path, kind)
+		pdbs := byKind(t, path, "PodDisruptionBudget")
+		if len(pdbs) != 1 {
+			t.Errorf("%s: %d PodDisruptionBudgets, want 1", path, len(pdbs))
+			continue
+		}
+		p := pdbs[0].Spec
+		if sel := pdbs[0].selects(); !matches(sel, doc.Spec.Template.Metadata.Labels) {
+			t.Errorf("%s: the PodDisruptionBudget selects %v, not the %s's pods %v", path, sel, kind, doc.Spec.Template.Metadata.Labels)
+		}
+		if p.MaxUnavailable == nil || *p.MaxUnavailable != 1 || p.MinAvailable != nil {
+			t.Errorf("%s: PodDisruptionBudget maxUnavailable %v, minAvailable %v; want maxUnavailable 1 alone", path, p.MaxUnavailable, p.MinAvailable)
+		}
+	}
+}
+
+// The ServiceMonitor scrapes every relay pod (both workloads) on its port named http at /metrics
+// through a Service over them, and copies the pod label app onto the series: RelayDown matches
+// up{app="relay"}, as with prometheus-scrape.yml.
+func TestK8sServiceMonitor(t *testing.T) {
+	const path = "k8s/relay-servicemonitor.yaml"
+	svcs, sms := byKind(t, path, "Service"), byKind(t, path, "ServiceMonitor")
+	if len(svcs) != 1 || len(sms) != 1 {
+		t.Fatalf("%s: %d Services, %d ServiceMonitors; want one of each", path, len(svcs), len(sms))
+	}
+	svc, sm := svcs[0], sms[0].Spec
+	for wpath, kind := range map[string]string{"k8s/relay.yaml": "StatefulSet", "k8s/relay-group.yaml": "Deployment"} {
+		doc, _ := checkWorkload(t, wpath, kind)
+		if !matches(svc.selects(), doc.Spec.Template.Metadata.Labels) {
+			t.Errorf("%s: the Service selects %v, not %s's pods %v", path, svc.selects(), wpath, doc.Spec.Template.Metadata.Labels)
+		}
+		named := false
+		for _, p := range doc.Spec.Template.Spec.Containers[0].Ports {
+			named = named || (len(svc.Spec.Ports) == 1 && p.Name == svc.Spec.Ports[0].TargetPort)
+		}
+		if !named {
+			t.Errorf("%s: the Service's targetPort %+v is no container port name of %s", path, svc.Spec.Ports, wpath)
+		}
+	}
+	if !matches(sms[0].selects(), svc.Metadata.Labels) {
+		t.Errorf("%s: the ServiceMonitor selects %v, not the Service's labels %v", path, sms[0].selects(), svc.Metadata.Labels)
+	}
+	if len(sm.Endpoints) != 1 || sm.Endpoints[0].Port != svc.Spec.Ports[0].Name || sm.Endpoints[0].Path != "/metrics" {
+		t.Errorf("%s: endpoints %+v, want the Service's port %q at /metrics", path, sm.Endpoints, svc.Spec.Ports[0].Name)
+	}
+	if !slices.Contains(sm.PodTargetLabels, "app") {
+		t.Errorf("%s: podTargetLabels %v lack app, which RelayDown's up{app=\"relay\"} matches", path, sm.PodTargetLabels)
+	}
+}
+
+// The TriggerAuthentication for a secured Kafka gives KEDA's kafka scaler only parameters it reads,
+// each from a key of the Secret beside it; a trigger that references one names it.
+func TestK8sKedaTriggerAuthentication(t *testing.T) {
+	const path = "k8s/relay-group-keda.yaml"
+	auths := byKind(t, path, "TriggerAuthentication")
+	if len(auths) != 1 {
+		t.Fatalf("%s: %d TriggerAuthentications, want 1", path, len(auths))
+	}
+	secrets := map[string]map[string]string{}
+	for _, s := range byKind(t, path, "Secret") {
+		secrets[s.Metadata.Name] = s.StringData
+	}
+	known := []string{"sasl", "username", "password", "tls", "ca", "cert", "key", "keyPassword", "oauthTokenEndpointUri", "scopes"}
+	for _, r := range auths[0].Spec.SecretTargetRef {
+		if !slices.Contains(known, r.Parameter) {
+			t.Errorf("%s: parameter %q is not one KEDA's kafka scaler reads", path, r.Parameter)
+		}
+		if _, ok := secrets[r.Name][r.Key]; !ok {
+			t.Errorf("%s: parameter %s comes from %s/%s, not a key of a Secret in the file", path, r.Parameter, r.Name, r.Key)
+		}
+	}
+	for _, so := range byKind(t, path, "ScaledObject") {
+		for _, tr := range so.Spec.Triggers {
+			if tr.AuthenticationRef != nil && tr.AuthenticationRef.Name != auths[0].Metadata.Name {
+				t.Errorf("%s: the trigger references %q, not the TriggerAuthentication %s", path, tr.AuthenticationRef.Name, auths[0].Metadata.Name)
+			}
+		}
 	}
 }

@@ -5,6 +5,12 @@
 # metrics side by side. DEMO_SPEC= (empty) runs the default spec (order_stats_minute) instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+. scripts/lib.sh
+# python3 compares the tables with loadgen's totals, curl reads /metrics; relay's Kafka client is C
+# (cgo), built with gcc.
+need_go
+need python3=python3 curl=curl gcc=gcc
 svc_env=$(scripts/services.sh up) # assigned first: a failed start stops the script
 eval "$svc_env"
 make -s build

@@ -2,18 +2,26 @@
 # galera.sh up|down|status|env|start N|kill N|clock N OFFSET|sql N [args] — a 3-node MariaDB Galera
 # cluster on loopback, for the tests of relay on a cluster (test/galera).
 #
-# Invariant: it touches only what it started: its own data dirs under .cache/galera, its own pids,
-# its own ports (SQL 13316..13318, group 14567/14577/14587, IST one above each, SST 14444/14454/14464;
+# Invariant: it touches only what it started: its own pids (under the checkout's .cache/galera),
+# its own nodes' directories (under /var/tmp/relay-galera-<hash of the checkout's path>), its own ports (SQL 13316..13318, group 14567/14577/14587, IST one above each, SST 14444/14454/14464;
 # RELAY_SVC_GALERA_PORT moves the SQL ports), never the shared MariaDB (services.sh) or its ports.
 # Node 1 bootstraps the cluster (--wsrep-new-cluster) when no node runs; the others join it by
 # SST (rsync) the first time and by IST after a restart. Everything listens on 127.0.0.1 only.
 # `clock N OFFSET` restarts node N with its wall clock OFFSET seconds off (libfaketime preloaded
 # into that mariadbd alone; its monotonic clock stays true, as after an NTP step), `clock N 0`
 # restarts it on the real clock; `up` leaves a node's clock as it is.
+#
+# The nodes run as the mysql user (an SST's rsync daemon, started by the server, writes as the
+# server's user; as root it would write as nobody), so their directories must be reachable by
+# mysql wherever the checkout is: a checkout in root's home or a mktemp -d directory is not. They
+# live in /var/tmp (world-traversable, kept across reboots like .cache), one directory per
+# checkout, owned by root, each node's by mysql. The pid files stay in the checkout (root writes
+# and reads them; internal/testenv's GaleraKill reads them there).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR="$ROOT/.cache/galera"
+NODES_DIR=/var/tmp/relay-galera-$(printf %s "$ROOT" | sha256sum | cut -c1-12)
 SQL_BASE=${RELAY_SVC_GALERA_PORT:-13316}
 NODES=3
 # shellcheck source=lib.sh
@@ -28,7 +36,7 @@ sql_port() { echo $((SQL_BASE + $1 - 1)); }
 gm_port() { echo $((14567 + 10 * ($1 - 1))); }
 ist_port() { echo $((14568 + 10 * ($1 - 1))); }
 sst_port() { echo $((14444 + 10 * ($1 - 1))); }
-node_dir() { echo "$DIR/node$1"; }
+node_dir() { echo "$NODES_DIR/node$1"; }
 pid_file() { echo "$DIR/node$1.pid"; }
 clock_file() { echo "$DIR/node$1.clock"; }
 
@@ -50,13 +58,18 @@ install_packages() {
   command -v socat >/dev/null || missing+=(socat)
   # test/galera runs the cluster behind HAProxy too (deploy/haproxy).
   command -v haproxy >/dev/null || missing+=(haproxy)
-  if [ ${#missing[@]} -gt 0 ]; then
-    log "installing ${missing[*]} from Debian (first run only)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    apt-get install -y -qq "${missing[@]}" >&2
-  fi
+  # apt_install keeps mariadb-server's own server (:3306) and haproxy's from starting and enabled.
+  apt_install "${missing[@]+"${missing[@]}"}" || die "needed: ${missing[*]}"
   [ -f "$PROVIDER" ] || die "no Galera provider at $PROVIDER (Debian package galera-4)"
+}
+
+# nodes_dir makes the directory of this checkout's nodes, refusing one it did not make (a symlink,
+# or a directory someone else owns, put there to have root write elsewhere).
+nodes_dir() {
+  if [ -L "$NODES_DIR" ] || { [ -e "$NODES_DIR" ] && [ "$(stat -c %u "$NODES_DIR")" != 0 ]; }; then
+    die "$NODES_DIR is not a directory root made: remove it"
+  fi
+  install -d -o root -m 0755 "$NODES_DIR"
 }
 
 config() { # config N
@@ -100,6 +113,8 @@ start_node() {
   local n=$1; shift
   alive "$n" && { log "node $n already running (pid $(cat "$(pid_file "$n")"))"; return; }
   local d; d=$(node_dir "$n")
+  mkdir -p "$DIR"
+  nodes_dir
   config "$n"
   mkdir -p "$d/data"
   # The server runs as mysql, and so does the rsync daemon of an SST (as root, rsync would write
@@ -128,6 +143,7 @@ start_node() {
 up() {
   install_packages
   mkdir -p "$DIR"
+  nodes_dir
   local any=0 n
   for n in $(seq 1 $NODES); do alive "$n" && any=1; done
   if [ $any = 0 ]; then
@@ -172,8 +188,7 @@ clock_node() {
     local lib
     if ! lib=$(faketime_lib); then
       log "installing libfaketime from Debian (first run only)"
-      export DEBIAN_FRONTEND=noninteractive
-      apt-get install -y -qq libfaketime >&2 || { apt-get update -qq >&2 && apt-get install -y -qq libfaketime >&2; }
+      apt_install libfaketime || die "needed: libfaketime"
       lib=$(faketime_lib) || die "no libfaketime.so.1 under /usr/lib (Debian package libfaketime)"
     fi
     [ "${off:0:1}" = - ] || off="+${off#+}"

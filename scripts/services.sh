@@ -36,11 +36,13 @@ wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
 
 # ---------------------------------------------------------------- Kafka
 kafka_classpath() {
+  # Kafka 4 brokers need Java 17 or later; Maven fetches their jars.
+  need java=default-jre-headless mvn=maven || die "Java 17+ and Maven are needed for the Kafka broker"
+  local major; major=$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = \([0-9]*\).*/\1/p')
+  [ "${major:-0}" -ge 17 ] || die "the Kafka broker needs Java 17 or later; java here is ${major:-unknown}"
   if [ ! -f "$KAFKA_DIR/lib/.complete" ]; then
-    command -v mvn >/dev/null || die "Maven (mvn) is needed to fetch the Kafka broker jars"
-    command -v java >/dev/null || die "Java 17 is needed to run the Kafka broker"
     log "resolving Kafka broker jars from Maven Central (first run only)"
-    rm -rf "$KAFKA_DIR/lib"
+    rm -rf "${KAFKA_DIR:?}/lib"
     (cd "$ROOT/scripts/kafka" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
       -DoutputDirectory="$KAFKA_DIR/lib") >&2
     touch "$KAFKA_DIR/lib/.complete"
@@ -108,13 +110,9 @@ EOF
 mariadbd_bin() { command -v mariadbd || command -v mysqld || ls /usr/sbin/mariadbd 2>/dev/null; }
 
 mysql_install() {
-  if [ -z "$(mariadbd_bin)" ]; then
-    log "installing mariadb-server from Debian (first run only)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    # policy-rc.d keeps the package from starting its own system service: we run our own instance.
-    apt-get install -y -qq mariadb-server mariadb-client >&2
-  fi
+  # apt_install keeps the package's own server (on :3306, started and enabled by its maintainer
+  # scripts otherwise) from starting: the instance below is the one relay's tests use.
+  [ -n "$(mariadbd_bin)" ] || apt_install mariadb-server mariadb-client || die "mariadb-server is needed"
 }
 
 # mysql_tls makes a private CA and a server certificate for 127.0.0.1/localhost (first run only), so
@@ -122,7 +120,7 @@ mysql_install() {
 mysql_tls() {
   local d="$MYSQL_DIR/tls"
   [ -f "$d/server-cert.pem" ] && return
-  command -v openssl >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >&2; }
+  need openssl=openssl || die "openssl is needed for the test certificates"
   mkdir -p "$d"
   openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=relay test CA" \
     -keyout "$d/ca-key.pem" -out "$d/ca.pem" >/dev/null 2>&1

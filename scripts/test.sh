@@ -4,17 +4,15 @@
 # them with `make services-down`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+. scripts/lib.sh
 # The deploy test validates docker-compose.yml with Debian's docker-compose (no Docker engine
 # needed), and the alert rules with promtool, which Debian ships only in its prometheus package
-# (on a host with systemd that package also enables a Prometheus daemon on :9090; the tests use
-# only promtool: `systemctl disable --now prometheus` if it is in the way).
-missing=()
-command -v docker-compose >/dev/null || missing+=(docker-compose)
-command -v promtool >/dev/null || missing+=(prometheus)
-if [ ${#missing[@]} -gt 0 ]; then
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# (whose own daemon apt_install keeps from starting, and disables); relay's Kafka client is C
+# (cgo), built with gcc.
+need_go
+need --no-install-recommends docker-compose=docker-compose promtool=prometheus
+need gcc=gcc # with its recommends: the C library's headers (libc6-dev)
 # Assigned first: a failed start must stop here (eval of an empty output would succeed).
 svc_env=$(scripts/services.sh up)
 eval "$svc_env"

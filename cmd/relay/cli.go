@@ -39,7 +39,7 @@ Usage:
                                              topic a job's ledger reads; with no MySQL to ask, a
                                              topic Kafka shows in use, unless --force)
   relay preflight [--config FILE]            check MySQL, Kafka and the configuration before a run
-  relay status    [--json]                   fence, last checkpoint, lag, prepared branches of the job
+  relay status    [--json] [--readyz URL]    fence, last checkpoint, lag, prepared branches of the job
   relay txns list [--json]                   prepared XA branches with the ledger's verdict
   relay txns resolve <tag> --commit|--rollback [--force] [--yes]
                                              settle one branch by hand; refuses to contradict the
@@ -48,6 +48,7 @@ Usage:
                                              move a stopped job's resume offsets
   relay membership switch [--yes]            move a stopped job between instances (i/M) and a
                                              consumer group (membership: group)
+  relay membership forget [--yes]            delete stopped group members' lease and owner rows
   relay spec diff [--json]                   the spec against the table meanings the ledger records
   relay spec accept [--yes]                  record tables the spec adds or removes (a changed table
                                              is refused by relay run and here)
@@ -65,8 +66,9 @@ your own is a pipeline: block in the file or a file named by RELAY_PIPELINE_FILE
 
 Run 'relay <command> --help' for a command's flags, examples and exit codes.
 
-Commands that change state (txns resolve, offsets reset, membership switch, spec accept) print their plan first and
-act only with --yes or after "yes" typed at a terminal; without, nothing changes.
+Commands that change state (txns resolve, offsets reset, membership switch, membership forget,
+spec accept) print their plan first and act only with --yes or after "yes" typed at a terminal;
+without, nothing changes.
 
 `
 
@@ -119,7 +121,6 @@ func flagSet(name, synopsis string) (*flag.FlagSet, *source) {
 	fs.SetOutput(io.Discard)
 	src := &source{}
 	fs.StringVar(&src.path, "config", "", "YAML configuration file (RELAY_* variables override it)")
-	fs.StringVar(&src.instance, "instance", "", "i/M: run as instance i of M (overrides RELAY_INSTANCE and the file; e.g. a StatefulSet ordinal)")
 	fs.Usage = func() {
 		fs.SetOutput(helpOut)
 		fmt.Fprintf(helpOut, "usage: relay %s %s\n\nflags:\n", name, synopsis)
@@ -134,6 +135,13 @@ func flagSet(name, synopsis string) (*flag.FlagSet, *source) {
 type source struct {
 	path     string
 	instance string
+}
+
+// instanceFlag adds --instance, for the commands whose work depends on the process's share (run:
+// what it reads; preflight: what it checks; membership switch: the layout it records); the others
+// act on the job as a whole and do not offer it.
+func (s *source) instanceFlag(fs *flag.FlagSet) {
+	fs.StringVar(&s.instance, "instance", "", "i/M: instance i of M (overrides RELAY_INSTANCE and the file; e.g. a StatefulSet ordinal)")
 }
 
 // load reads the configuration without validating it.

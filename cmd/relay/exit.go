@@ -38,6 +38,7 @@ var exitsOf = map[string][]int{
 	"txns resolve":      {exitOK, exitError, exitUsage, exitFenced, exitNotConfirmed},
 	"offsets reset":     {exitOK, exitError, exitUsage, exitFenced, exitNotConfirmed},
 	"membership switch": {exitOK, exitError, exitUsage, exitFenced, exitNotConfirmed},
+	"membership forget": {exitOK, exitError, exitUsage, exitNotConfirmed},
 	"spec diff":         {exitOK, exitError, exitUsage, exitDifferences},
 	"spec accept":       {exitOK, exitError, exitUsage, exitFenced, exitNotConfirmed},
 	"verify":            {exitOK, exitError, exitUsage, exitDifferences},

@@ -29,9 +29,10 @@ func TestHelpListsExitCodes(t *testing.T) {
 				}
 			}
 		case "offsets", "membership":
-			sub := map[string]string{"offsets": "reset", "membership": "switch"}[c.name]
-			if _, ok := exitsOf[c.name+" "+sub]; !ok {
-				t.Errorf("%s %s has no exit codes in exitsOf", c.name, sub)
+			for _, sub := range map[string][]string{"offsets": {"reset"}, "membership": {"switch", "forget"}}[c.name] {
+				if _, ok := exitsOf[c.name+" "+sub]; !ok {
+					t.Errorf("%s %s has no exit codes in exitsOf", c.name, sub)
+				}
 			}
 		case "spec":
 			for _, sub := range []string{"diff", "accept"} {
@@ -129,6 +130,33 @@ func TestExitCodesOfTheSource(t *testing.T) {
 						t.Errorf("%s: relay %s can exit %d, which its help does not list", f, m[1], c)
 					}
 				}
+			}
+		}
+	}
+}
+
+// Every command's synopsis (the usage line of its --help) names each flag the command takes, so
+// the short form never hides one (--readyz, --yes); a command that takes more than it can name says
+// [flags]. --instance is only offered where the process's share matters.
+func TestSynopsisNamesEveryFlag(t *testing.T) {
+	var out bytes.Buffer
+	helpOut = &out
+	defer func() { helpOut = os.Stdout }()
+	flagLine := regexp.MustCompile(`(?m)^  -([a-z-]+)`)
+	for name := range exitsOf {
+		out.Reset()
+		if err := run(context.Background(), append(strings.Fields(name), "--help")); err != nil {
+			t.Fatalf("relay %s --help: %v", name, err)
+		}
+		synopsis, _, _ := strings.Cut(out.String(), "\n")
+		if strings.Contains(synopsis, "[flags]") {
+			continue
+		}
+		_, flags, _ := strings.Cut(out.String(), "\nflags:\n")
+		flags, _, _ = strings.Cut(flags, "\n\n")
+		for _, m := range flagLine.FindAllStringSubmatch(flags, -1) {
+			if !regexp.MustCompile(`--` + m[1] + `\b`).MatchString(synopsis) {
+				t.Errorf("relay %s: the synopsis %q lacks --%s", name, synopsis, m[1])
 			}
 		}
 	}

@@ -46,7 +46,7 @@ func cmdOffsets(ctx context.Context, args []string) error {
 }
 
 func cmdOffsetsReset(ctx context.Context, args []string) error {
-	fs, path := opsFlags("offsets reset", "--to earliest|latest|<time>|<topic:partition=offset,...> [--json] [--config FILE]", offsetsResetAbout,
+	fs, path := opsFlags("offsets reset", "--to earliest|latest|<time>|<topic:partition=offset,...> [--yes] [--json] [--config FILE]", offsetsResetAbout,
 		`  relay offsets reset --to latest                 # prints the plan, changes nothing (exit 5)
   relay offsets reset --to latest --yes
   relay offsets reset --to 2025-11-24T16:00:00Z --yes

@@ -13,14 +13,16 @@ const preflightAbout = `Checks what relay run needs, one line per check: "ok|war
 which setting is wrong, by how much, and what to change; a warn does not fail preflight.
 
   config             the configuration validates (every refusal names its key and variable)
-  mysql              server flavour and version: MySQL >= 5.7.7 or MariaDB >= 10.5.2 for XA
-  galera             not a Galera node (Galera has no XA: use mode held)
+  mysql              server flavour and version: MySQL >= 5.7.7 or MariaDB >= 10.5.2 for mode xa
+  galera             whether the server is a Galera node (MariaDB Galera, Percona XtraDB Cluster):
+                     ok when it is not, and ok on one in mode held (mode unset picks held there);
+                     FAIL only for mode xa on Galera, which has no XA
   schema             relay's tables exist or can be created (CREATE privilege, ledger version), and
                      each sink table is InnoDB and exactly what relay writes (columns, types, sku
                      collation, primary key, no other unique key); relay never alters one
-  xa                 a probe branch (relaypreflight-...) is started, prepared and rolled back, and
-                     its row is gone afterwards (nothing is left behind)
-  xa_recover         XA RECOVER is allowed (MySQL 8: XA_RECOVER_ADMIN)
+  xa                 (mode xa) a probe branch (relaypreflight-...) is started, prepared and rolled
+                     back, and its row is gone afterwards (nothing is left behind)
+  xa_recover         (mode xa) XA RECOVER is allowed (MySQL 8: XA_RECOVER_ADMIN)
   binlog_format      ROW when the binary log is on (warn for MIXED; FAIL for STATEMENT, which cannot
                      log the sink's READ COMMITTED writes)
   session_timeout    the wait_timeout relay's sessions really get exceeds checkpoint.interval +
@@ -41,10 +43,11 @@ which setting is wrong, by how much, and what to change; a warn does not fail pr
 `
 
 func cmdPreflight(ctx context.Context, args []string) error {
-	fs, path := opsFlags("preflight", "[--config FILE]", preflightAbout,
+	fs, path := opsFlags("preflight", "[--config FILE] [--instance i/M]", preflightAbout,
 		`  relay preflight --config relay.yaml
   RELAY_MYSQL_SESSION_TIMEOUT=10m relay preflight
 `)
+	path.instanceFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}

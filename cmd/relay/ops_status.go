@@ -23,8 +23,11 @@ as a consumer group (membership group) it shows, instead of fences, the group: i
 (kafka.group_id: state, members, assignor), each member (id, host, whether it runs and is ready
 by the /readyz it recorded with its lease, owner epoch, the partitions it holds at their owner
 epochs, its last checkpoint and the sum of their lag), the partitions whose member stopped
-(UNOWNED: nobody reads them until the group hands them on), and the stale members (lock free,
-lease run out; one is left by every start of a member process) as a count with the newest five.
+(UNOWNED: nobody reads them until the group hands them on), the stale members (lock free, lease
+run out; one is left by every start of a member process) as a count, how long ago the oldest
+stopped, and the newest five, and the count of members already forgotten (their rows deleted by
+a live member's resolver job.forget_members_after after they stopped, or by relay membership
+forget).
 It changes nothing and locks nothing: safe to run while relay runs.
 
 --json prints one object with these fields (stable; null means "none" or "unknown"):
@@ -35,9 +38,9 @@ It changes nothing and locks nothing: safe to run while relay runs.
           at readyz_url, null when not asked or no answer, with readiness saying why; the lease
           fields are null when nobody holds the fence; lease_remaining_seconds is 0 once expired)
   group: {group_id, state, kafka_members, assignor, kafka_error, members, stale, stale_count,
-          unowned} | null   (null unless the job runs as a group; fences is empty then. members:
+          stale_oldest_seconds, forget_members_after, forgotten_count, unowned} | null   (null unless the job runs as a group; fences is empty then. members:
           [{id, key, host, live, ready, readiness, readyz_url, owner_epoch, acquired_at,
-          lease_remaining_seconds, partitions, last_checkpoint: {id, decided_at, age_seconds} |
+          lease_remaining_seconds, stopped_seconds, partitions, last_checkpoint: {id, decided_at, age_seconds} |
           null, lag}] for each member running or within its lease; stale: the newest five of the others; partitions and unowned:
           [{topic, partition, owner_epoch, member, decisions, taken_at, written_at, lag}];
           kafka_members null and kafka_error set when Kafka did not describe the group)
@@ -56,7 +59,7 @@ It changes nothing and locks nothing: safe to run while relay runs.
 `
 
 func cmdStatus(ctx context.Context, args []string) error {
-	fs, path := opsFlags("status", "[--json] [--config FILE]", statusAbout,
+	fs, path := opsFlags("status", "[--json] [--readyz URL] [--config FILE]", statusAbout,
 		`  RELAY_JOB_NAME=orders_eu relay status
   relay status --config relay.yaml --json | jq '.partitions[] | select(.lag > 10000)'
 `)

@@ -40,7 +40,7 @@ extra_count}, detail: {table, expected, rows, duplicates} | null, notes, clean}.
 `
 
 func cmdVerify(ctx context.Context, args []string) error {
-	fs, path := opsFlags("verify", "[--from earliest|<checkpoint id>] [--expected FILE] [--json] [--config FILE]", verifyAbout,
+	fs, path := opsFlags("verify", "[--from earliest|<checkpoint id>] [--expected FILE] [--limit N] [--timeout D] [--json] [--config FILE]", verifyAbout,
 		`  relay verify                              # exit 0: MySQL matches the topic
   relay verify --json | jq '.differences[]'
   relay loadgen --brokers B --topic T --totals expected.json ... && relay verify --expected expected.json

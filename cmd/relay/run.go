@@ -52,6 +52,7 @@ func cmdRun(ctx context.Context, args []string) error {
   RELAY_PIPELINE_FILE=sales.yaml relay run --config relay.yaml
   relay run --config relay.yaml --instance 0/2      # instance 0 of 2 (RELAY_SUBTASKS=1)
 `)
+	path.instanceFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}

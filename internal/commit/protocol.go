@@ -33,6 +33,9 @@ type Settings struct {
 	CheckpointTimeout time.Duration // of each phase, and of a refused statement's probe
 	ResolveInterval   time.Duration // between two resolver passes
 	InDoubtAlertAge   time.Duration // an in-doubt branch older than this is logged
+	// ForgetMembersAfter is job.forget_members_after: how long after its lease ran out a stopped
+	// group member's rows are deleted by the resolver.
+	ForgetMembersAfter time.Duration
 }
 
 // Protocol is one way of making each epoch's writes durable exactly once.

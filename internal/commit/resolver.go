@@ -17,10 +17,6 @@ import (
 	"github.com/relay-sh/relay/internal/metrics"
 )
 
-// forgetMembersAfter is how long a stopped member's rows stay: long enough for `relay status` to
-// show who ran lately and for an operator to look into one that died.
-const forgetMembersAfter = 24 * time.Hour
-
 // Resolver resolves, every interval, the branches this job left behind.
 type Resolver struct {
 	Deps
@@ -189,16 +185,16 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger, own bool) (
 	if p.Ledger.Group() {
 		// Each member's process leaves its key's rows behind; those stopped long ago, with
 		// nothing left to settle, are forgotten (the rows listing them would only grow).
-		keep := map[string]bool{}
+		keep := map[string]string{}
 		for _, b := range branches {
 			if key, ok, err := p.Ledger.BlockOwner(ctx, b.Checkpoint); err == nil && ok {
-				keep[key] = true
+				keep[key] = "its branch " + b.Tag + " is in XA RECOVER"
 			}
 		}
-		if n, err := ledger.ForgetMembers(ctx, p.Ledger, forgetMembersAfter, keep); err != nil {
+		if n, err := ledger.ForgetMembers(ctx, p.Ledger, p.ForgetMembersAfter, keep); err != nil {
 			log.Warn("forgetting stopped members failed", zap.Error(err))
 		} else if n > 0 {
-			log.Info("forgot stopped members", zap.Int("members", n), zap.Duration("stopped_for_more_than", forgetMembersAfter))
+			log.Info("forgot stopped members", zap.Int("members", n), zap.Duration("stopped_for_more_than", p.ForgetMembersAfter))
 		}
 	}
 	for key, bs := range byOwner {

@@ -60,7 +60,7 @@ func (c Config) SinkSession() database.Session {
 func (c Config) Commit() commit.Settings {
 	return commit.Settings{Job: c.Job.Name, BatchRows: c.MySQL.BatchRows, LockWait: c.MySQL.LockWait,
 		CheckpointTimeout: c.Checkpoint.Timeout, ResolveInterval: c.Checkpoint.ResolveInterval,
-		InDoubtAlertAge: c.Checkpoint.InDoubtAlertAge}
+		InDoubtAlertAge: c.Checkpoint.InDoubtAlertAge, ForgetMembersAfter: c.Job.ForgetMembersAfter}
 }
 
 // LedgerSession is what the connections of a separate ledger server (mysql.ledger_dsn) get: the
@@ -101,6 +101,9 @@ type Config struct {
 type Job struct {
 	Name  string        `yaml:"name"`
 	Lease time.Duration `yaml:"lease"`
+	// ForgetMembersAfter is how long a stopped group member's lease and owner rows stay once its
+	// lease ran out (ledger.ForgetMembers): every member process start leaves one key behind.
+	ForgetMembersAfter time.Duration `yaml:"forget_members_after"`
 }
 
 // Kafka is the source.
@@ -165,7 +168,7 @@ type Input struct {
 // Default returns the configuration every unset key falls back to.
 func Default() Config {
 	return Config{
-		Job: Job{Lease: 10 * time.Second},
+		Job: Job{Lease: 10 * time.Second, ForgetMembersAfter: 24 * time.Hour},
 		Kafka: Kafka{
 			StartOffset:        "earliest",
 			CommitGroupOffsets: true,
@@ -339,6 +342,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Job.Lease < time.Second || c.Job.Lease >= c.MySQL.SessionTimeout {
 		return bad("job.lease", "%s must be at least 1s and below mysql.session_timeout (%s)", c.Job.Lease, c.MySQL.SessionTimeout)
+	}
+	if c.Job.ForgetMembersAfter < 0 {
+		return bad("job.forget_members_after", "%s is negative", c.Job.ForgetMembersAfter)
 	}
 	switch c.Mode {
 	case commit.ModeXA, commit.ModeHeld, commit.ModeAuto:

@@ -58,6 +58,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"mysql.batch_rows", func(c *Config) { c.MySQL.BatchRows = 0 }, "outside"},
 		{"mysql.lock_wait_timeout", func(c *Config) { c.MySQL.LockWait = 0 }, "below 1s"},
 		{"mysql.lock_wait_timeout", func(c *Config) { c.MySQL.LockWait = 2 * time.Minute }, "below checkpoint.timeout"},
+		{"job.forget_members_after", func(c *Config) { c.Job.ForgetMembersAfter = -time.Hour }, "is negative"},
 		{"mysql.tls_ca_file", func(c *Config) { c.MySQL.TLSCAFile = "/nonexistent/ca.pem" }, "no such file"},
 		{"mysql.tls_key_file", func(c *Config) { c.MySQL.TLSCertFile = "/etc/hostname" }, "go together"},
 		{"gc_heap_floor_mib", func(c *Config) { c.GCFloorMiB = -1 }, "outside"},

@@ -15,11 +15,12 @@ import (
 
 // Manual actions recorded in relay_audit.
 const (
-	AuditCommit       = "commit"        // a prepared branch committed by hand
-	AuditRollback     = "rollback"      // a prepared branch rolled back by hand
-	AuditOffsetsReset = "offsets_reset" // resume offsets replaced by a new checkpoint row
-	AuditSpecAccept   = "spec_accept"   // tables added to or removed from the recorded meanings
-	AuditLayoutSwitch = "layout_switch" // the job moved between instances and a consumer group
+	AuditCommit        = "commit"         // a prepared branch committed by hand
+	AuditRollback      = "rollback"       // a prepared branch rolled back by hand
+	AuditOffsetsReset  = "offsets_reset"  // resume offsets replaced by a new checkpoint row
+	AuditSpecAccept    = "spec_accept"    // tables added to or removed from the recorded meanings
+	AuditLayoutSwitch  = "layout_switch"  // the job moved between instances and a consumer group
+	AuditForgetMembers = "forget_members" // stopped group members' lease and owner rows deleted
 )
 
 // auditTable holds one row per manual action. target is the transaction tag, or "offsets".

@@ -16,41 +16,79 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
-// ForgetMembers deletes the lease and owner rows of the job's group members stopped longer than after, except keep
-// (keys with branches still in XA RECOVER), and returns how many it forgot.
-func ForgetMembers(ctx context.Context, l *Ledger, after time.Duration, keep map[string]bool) (int, error) {
-	rows, err := l.db.QueryContext(ctx, `SELECT j.job FROM relay_jobs j
-		JOIN relay_leases s ON s.job = j.job
-		WHERE j.job LIKE ? AND j.job <> ? AND IS_USED_LOCK(CONCAT('relay/', j.job)) IS NULL
-			AND s.lease_until < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
-			AND NOT EXISTS (SELECT 1 FROM relay_checkpoints c WHERE c.job = ? AND c.instance = j.job AND c.state <> ?)`,
-		likePrefix(MemberKey(l.job, "")), l.key, after.Microseconds(), l.job, Committed)
+// Stopped is a group member with a lease row left, as ForgetMembers sees it: forgotten when Kept
+// is empty, else kept for that reason.
+type Stopped struct {
+	Key   string `json:"key"`
+	ID    string `json:"id"`
+	Owner string `json:"owner"` // the process that took its fence last (host, pid)
+	// ExpiredFor is how long ago its lease ran out, by the server's clock (negative: it still runs).
+	ExpiredFor time.Duration `json:"expired_for_ns"`
+	Kept       string        `json:"kept,omitempty"`
+}
+
+// PlanForget sorts the job's members that have a lease row into those ForgetMembers deletes (the
+// lease ran out longer ago than after, nothing in doubt) and those it keeps, with why: a held
+// lock, a lease within the bound, a checkpoint not COMMITTED, or keep's reason (the caller's: a
+// branch still in XA RECOVER).
+func PlanForget(ctx context.Context, l *Ledger, after time.Duration, keep map[string]string) ([]Stopped, error) {
+	rows, err := l.db.QueryContext(ctx, `SELECT j.job, j.owner, IS_USED_LOCK(CONCAT('relay/', j.job)) IS NOT NULL,
+			TIMESTAMPDIFF(MICROSECOND, s.lease_until, UTC_TIMESTAMP(6)),
+			(SELECT MIN(c.checkpoint_id) FROM relay_checkpoints c WHERE c.job = ? AND c.instance = j.job AND c.state <> ?)
+		FROM relay_jobs j JOIN relay_leases s ON s.job = j.job
+		WHERE j.job LIKE ? AND j.job <> ? ORDER BY j.job`,
+		l.job, Committed, likePrefix(MemberKey(l.job, "")), l.key)
+	if err != nil {
+		return nil, fmt.Errorf("stopped members: %w", err)
+	}
+	defer rows.Close()
+	var out []Stopped
+	for rows.Next() {
+		var m Stopped
+		var held bool
+		var expired int64
+		var undecided sql.NullInt64
+		if err := rows.Scan(&m.Key, &m.Owner, &held, &expired, &undecided); err != nil {
+			return nil, fmt.Errorf("stopped members: %w", err)
+		}
+		m.ID = strings.TrimPrefix(m.Key, MemberKey(l.job, ""))
+		m.ExpiredFor = time.Duration(expired) * time.Microsecond
+		switch {
+		case held:
+			m.Kept = "live: its lock is held"
+		case m.ExpiredFor <= 0:
+			m.Kept = fmt.Sprintf("stopped, but its lease runs %s more", (-m.ExpiredFor).Round(time.Millisecond))
+		case m.ExpiredFor <= after:
+			m.Kept = fmt.Sprintf("its lease ran out %s ago, within %s", m.ExpiredFor.Round(time.Second), after)
+		case undecided.Valid:
+			m.Kept = fmt.Sprintf("in doubt: its checkpoint %d is not COMMITTED (recovery or a live member's resolver finishes it)", undecided.Int64)
+		case keep[m.Key] != "":
+			m.Kept = "in doubt: " + keep[m.Key]
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// ForgetMembers deletes the lease and owner rows of the job's group members PlanForget does not
+// keep, and returns how many it forgot.
+func ForgetMembers(ctx context.Context, l *Ledger, after time.Duration, keep map[string]string) (int, error) {
+	plan, err := PlanForget(ctx, l, after, keep)
 	if err != nil {
 		return 0, fmt.Errorf("forget members: %w", err)
 	}
-	var keys []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		if !keep[k] {
-			keys = append(keys, k)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
 	n := 0
-	for _, k := range keys {
-		forgot, err := l.forget(ctx, k)
+	for _, m := range plan {
+		if m.Kept != "" {
+			continue
+		}
+		forgot, err := l.forget(ctx, m.Key)
 		if err != nil {
-			return n, fmt.Errorf("forget member %s: %w", k, err)
+			return n, fmt.Errorf("forget member %s: %w", m.Key, err)
 		}
 		if forgot {
 			n++

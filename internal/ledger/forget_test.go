@@ -37,7 +37,7 @@ func TestForgetMembers(t *testing.T) {
 	}, "the stopped members' leases to run out")
 	time.Sleep(1200 * time.Millisecond) // the scenario: stopped longer ago than the bound below
 	fences["recent"].Release()
-	n, err := ForgetMembers(ctx, NewMember(l.DB(), l.Job(), "self"), time.Second, map[string]bool{MemberKey(l.Job(), "kept"): true})
+	n, err := ForgetMembers(ctx, NewMember(l.DB(), l.Job(), "self"), time.Second, map[string]string{MemberKey(l.Job(), "kept"): "a branch in XA RECOVER"})
 	if err != nil || n != 1 {
 		t.Fatalf("forgot %d (%v), want 1", n, err)
 	}

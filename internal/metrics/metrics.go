@@ -7,10 +7,13 @@ package metrics
 import (
 	"database/sql"
 	"runtime"
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/relay-sh/relay/internal/fault"
 )
 
 // Version is set at build time (-ldflags "-X .../metrics.Version=...").
@@ -105,7 +108,7 @@ func New(job string) *Metrics {
 		Takeovers: f.counter("relay_resolver_takeovers_total",
 			"Times this instance's resolver took a stopped instance's fence to finish its branches."),
 		Restarts: f.counterVec("relay_restarts_total",
-			"In-process restarts of the pipeline (session torn down, recovered, started again) by cause: mysql_connection, timeout, lock_conflict, fence_lost, kafka, mysql, other.", "cause"),
+			"In-process restarts of the pipeline (session torn down, recovered, started again) by cause: "+strings.Join(fault.Causes, ", ")+".", "cause"),
 		FenceTakeovers: f.counterVec("relay_fence_takeovers_total",
 			"Times this process ended an owner's sessions to take the job's fence: from an owner whose lease ran out (expired_lease) or from its own lock session cut off by the network (own).", "from"),
 		AssignedPartitions: f.gauge("relay_assigned_partitions",

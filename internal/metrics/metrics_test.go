@@ -4,7 +4,7 @@
 // and the relay_job label, counters end in _total, labels come from a small known set, and the
 // label values the code passes for result, phase, action and origin (labelsource_test.go reads them
 // from the source) are the ones New registers, so a typo cannot start a series no dashboard or
-// alert looks at. docs/METRICS.md lists every family.
+// alert looks at. docs/METRICS.md lists every family, and relay_restarts_total's causes as fault.Causes does.
 package metrics
 
 import (
@@ -20,6 +20,8 @@ import (
 	_ "github.com/go-sql-driver/mysql" // for sql.Open; WatchPool never connects
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/relay-sh/relay/internal/fault"
 )
 
 // gatherAll registers everything a running relay registers and gives every vector one child, so the
@@ -257,5 +259,27 @@ func TestMetricsDocumented(t *testing.T) {
 		if !exported[name] {
 			t.Errorf("docs/METRICS.md documents %s, which relay does not export", name)
 		}
+	}
+}
+
+// relay_restarts_total's HELP and its docs/METRICS.md row name every cause fault.Cause can give, in
+// its order, and no other: both come from the one list (fault.Causes).
+func TestRestartCausesListed(t *testing.T) {
+	want := strings.Join(fault.Causes, ", ")
+	for _, mf := range gatherAll(t) {
+		if mf.GetName() == "relay_restarts_total" && !strings.HasSuffix(mf.GetHelp(), "by cause: "+want+".") {
+			t.Errorf("relay_restarts_total HELP %q does not end with the causes %s", mf.GetHelp(), want)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "METRICS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `relay_restarts_total` \\| counter \\| `cause`: ([^|]*) \\|").FindSubmatch(b)
+	if row == nil {
+		t.Fatal("docs/METRICS.md has no relay_restarts_total row with its cause label")
+	}
+	if got := strings.ReplaceAll(strings.TrimSpace(string(row[1])), "`", ""); got != want {
+		t.Errorf("docs/METRICS.md lists the causes %s, want %s", got, want)
 	}
 }

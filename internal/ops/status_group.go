@@ -30,10 +30,18 @@ type GroupStatus struct {
 	// Members are those whose lock is held or whose lease still runs (a member restarting, or one
 	// that just stopped), by id.
 	Members []GroupMember `json:"members"`
-	// Stale are members gone for good (lock free, lease run out): one is left behind by every
-	// start of a member process, so only the newest staleShown are listed; StaleCount counts all.
-	Stale      []GroupMember `json:"stale"`
-	StaleCount int           `json:"stale_count"`
+	// Stale are members gone for good (lock free, lease run out) whose lease and owner rows are
+	// still there: one is left behind by every start of a member process, so only the newest
+	// staleShown are listed; StaleCount counts all, StaleOldestSeconds is how long ago the
+	// oldest one's lease ran out (null: none). A live member's resolver deletes their rows
+	// ForgetMembersAfter (job.forget_members_after) after that; relay membership forget at once.
+	Stale              []GroupMember `json:"stale"`
+	StaleCount         int           `json:"stale_count"`
+	StaleOldestSeconds *float64      `json:"stale_oldest_seconds"`
+	ForgetMembersAfter string        `json:"forget_members_after"`
+	// ForgottenCount counts the stopped members whose rows were deleted: only their relay_jobs
+	// row is left, keeping the member id's owner epoch.
+	ForgottenCount int `json:"forgotten_count"`
 	// Unowned are the partitions whose last owner does not hold its lock now: nobody reads them
 	// until the group hands them to a live member. Lag as in Partitions.
 	Unowned []MemberPartition `json:"unowned"`
@@ -52,8 +60,10 @@ type GroupMember struct {
 	ReadyzURL  string    `json:"readyz_url"`
 	OwnerEpoch int64     `json:"owner_epoch"`
 	AcquiredAt time.Time `json:"acquired_at"`
-	// LeaseRemainingSeconds is how long its lease still runs (0 once expired; null: it has none).
+	// LeaseRemainingSeconds is how long its lease still runs (0 once expired; null: it has none);
+	// StoppedSeconds how long ago it ran out, for a member that does not run (null otherwise).
 	LeaseRemainingSeconds *float64          `json:"lease_remaining_seconds"`
+	StoppedSeconds        *float64          `json:"stopped_seconds"`
 	Partitions            []MemberPartition `json:"partitions"`
 	LastCheckpoint        *MemberCheckpoint `json:"last_checkpoint"` // null: it never decided one
 	// Lag is the sum of its partitions' lag (null when none of them has one).
@@ -103,12 +113,20 @@ func (e *Env) group(ctx context.Context, lags []PartitionLag) (*GroupStatus, err
 		}
 		return out, sum
 	}
-	s := &GroupStatus{GroupID: e.Config.Kafka.GroupID, Members: []GroupMember{}, Stale: []GroupMember{}}
+	s := &GroupStatus{GroupID: e.Config.Kafka.GroupID, Members: []GroupMember{}, Stale: []GroupMember{},
+		ForgetMembersAfter: e.Config.Job.ForgetMembersAfter.String()}
 	for _, m := range g.Members {
 		gm := GroupMember{ID: m.ID, Key: m.Key, Host: m.Owner, Live: m.Held, OwnerEpoch: m.Epoch, AcquiredAt: m.AcquiredAt}
 		if m.Lease != nil {
 			left := max(m.Lease.Remaining.Seconds(), 0)
 			gm.LeaseRemainingSeconds = &left
+			if !m.Held && left == 0 {
+				stopped := -m.Lease.Remaining.Seconds()
+				gm.StoppedSeconds = &stopped
+				if s.StaleOldestSeconds == nil || stopped > *s.StaleOldestSeconds {
+					s.StaleOldestSeconds = &stopped
+				}
+			}
 			if m.Held {
 				gm.ReadyzURL = localReadyz(m.Lease.Readyz)
 			}
@@ -125,9 +143,12 @@ func (e *Env) group(ctx context.Context, lags []PartitionLag) (*GroupStatus, err
 		if m.Last != nil {
 			gm.LastCheckpoint = &MemberCheckpoint{MemberCheckpoint: *m.Last}
 		}
-		if m.Stale() {
+		switch {
+		case m.Stale() && m.Lease == nil:
+			s.ForgottenCount++
+		case m.Stale():
 			s.Stale = append(s.Stale, gm)
-		} else {
+		default:
 			s.Members = append(s.Members, gm)
 		}
 	}

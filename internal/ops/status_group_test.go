@@ -159,7 +159,8 @@ func TestStatusGroupMembers(t *testing.T) {
 		fmt.Sprintf("b host-b pid 1 lock held, readiness unknown (not asked: it recorded no /readyz address) 1 %s[2]@1 2, ", topic),
 		fmt.Sprintf("UNOWNED partitions (their last owner does not run; the group hands them to a live member): %s[3]@1 of %s", topic, ledger.MemberKey(job, "old6")),
 		"c host-c pid 1 not running (lock free; lease runs ",
-		"stale members (lock free, lease run out): 7, the newest 5: old6 host-old pid 6 owner epoch 1",
+		"stale members (lock free, lease run out): 7, the oldest stopped ",
+		"(a live member's resolver deletes their rows 24h0m0s after that; relay membership forget now), the newest 5: old6 host-old pid 6 owner epoch 1",
 	} {
 		if !strings.Contains(strings.Join(strings.Fields(text.String()), " "), strings.Join(strings.Fields(line), " ")) {
 			t.Errorf("status text lacks %q:\n%s", line, text.String())
@@ -198,6 +199,28 @@ func TestStatusGroupMembers(t *testing.T) {
 		len(b.Members[0].Partitions) != 2 || b.Members[0].Partitions[1].Partition != 1 || b.Members[0].Partitions[1].OwnerEpoch != 1 ||
 		b.Members[1].Lag != wantLag["b"] || b.Members[1].LastCheckpoint.ID != 2 {
 		t.Fatalf("status --json group: %s", js)
+	}
+	if g.StaleOldestSeconds == nil || *g.StaleOldestSeconds <= 0 || g.Stale[0].StoppedSeconds == nil || *g.Stale[0].StoppedSeconds > *g.StaleOldestSeconds {
+		t.Fatalf("stale members' ages: oldest %v, newest %v; want the oldest at least the newest's", g.StaleOldestSeconds, g.Stale[0].StoppedSeconds)
+	}
+
+	// relay membership forget deletes the stale members' rows: status counts them as forgotten,
+	// no longer as stale; c, whose lease runs, stays listed.
+	if f, err := ForgetMembers(ctx, e, yes); err != nil || f.Forgotten != stale {
+		t.Fatalf("forget: %+v, %v; want %d forgotten", f, err, stale)
+	}
+	if r, err = Status(ctx, e, ""); err != nil {
+		t.Fatal(err)
+	}
+	if g := r.Group; g.StaleCount != 0 || g.ForgottenCount != stale || g.StaleOldestSeconds != nil || len(g.Members) != 3 {
+		t.Fatalf("after forget: stale %d, forgotten %d, oldest %v, members %d; want 0, %d, none, 3", g.StaleCount, g.ForgottenCount, g.StaleOldestSeconds, len(g.Members), stale)
+	}
+	text.Reset()
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), fmt.Sprintf("forgotten members (rows deleted; only the relay_jobs row keeps each id's owner epoch): %d", stale)) {
+		t.Errorf("status text after forget:\n%s", text.String())
 	}
 }
 

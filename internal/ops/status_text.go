@@ -174,10 +174,14 @@ func (g *GroupStatus) writeText(w io.Writer) {
 		fmt.Fprintf(w, "UNOWNED partitions (their last owner does not run; the group hands them to a live member): %s\n", partitionList(g.Unowned, true))
 	}
 	if g.StaleCount > 0 {
-		fmt.Fprintf(w, "stale members (lock free, lease run out): %d, the newest %d:\n", g.StaleCount, len(g.Stale))
+		fmt.Fprintf(w, "stale members (lock free, lease run out): %d, the oldest stopped %s ago (a live member's resolver deletes their rows %s after that; relay membership forget now), the newest %d:\n",
+			g.StaleCount, ageString(*g.StaleOldestSeconds), g.ForgetMembersAfter, len(g.Stale))
 		for _, m := range g.Stale {
-			fmt.Fprintf(w, "  %s\t%s\towner epoch %d\tsince %s\n", m.ID, m.Host, m.OwnerEpoch, m.AcquiredAt.Format(time.RFC3339))
+			fmt.Fprintf(w, "  %s\t%s\towner epoch %d\tsince %s\tstopped %s ago\n", m.ID, m.Host, m.OwnerEpoch, m.AcquiredAt.Format(time.RFC3339), ageString(*m.StoppedSeconds))
 		}
+	}
+	if g.ForgottenCount > 0 {
+		fmt.Fprintf(w, "forgotten members (rows deleted; only the relay_jobs row keeps each id's owner epoch): %d\n", g.ForgottenCount)
 	}
 }
 

@@ -1,12 +1,17 @@
 package spec
 
 import (
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/relay-sh/relay/internal/money"
+	"github.com/relay-sh/relay/internal/order"
 )
 
 // docs/METRICS.md lists every value of relay_bad_records_total's reason label (the dead-letter
@@ -55,5 +60,19 @@ aggregates:
 		if !slices.Contains(AllReasons(), r) {
 			t.Errorf("the plan's reason %s is not in AllReasons", r)
 		}
+	}
+}
+
+// docs/PIPELINES.md names the decimal limit (amount_range) as the constant it is: the default
+// limits' largest amount, in units of 10^-money.Scale.
+func TestPipelinesDocNamesTheAmountLimit(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "PIPELINES.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	units, scale := order.DefaultLimits().MaxAmountUnits, int64(math.Pow10(money.Scale))
+	limit := fmt.Sprintf("%d.%0*d", units/scale, money.Scale, units%scale)
+	if !strings.Contains(string(b), "above "+limit+" (`amount_range`; a constant") {
+		t.Errorf("docs/PIPELINES.md does not name the amount limit %s as a constant", limit)
 	}
 }

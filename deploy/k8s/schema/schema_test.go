@@ -7,9 +7,13 @@
 // (kubectl sends JSON, so `false` stays a boolean), then sigs.k8s.io/json's case-sensitive strict
 // decoder. An unknown or misspelt field (in any letter case), a duplicate key or a value of the
 // wrong type is an error, and a kind without a type here fails. KEDA's
-// ScaledObject is a custom resource: its type is declared below from KEDA's documented CRD fields
-// (v2.x, apis/keda/v1alpha1), not imported (KEDA's module pulls in every cloud SDK), so a field
-// KEDA added later and this declaration lacks fails too; add it here. What this does not check is
+// ScaledObject and TriggerAuthentication and the Prometheus Operator's ServiceMonitor are custom
+// resources: their types are declared below from their documented CRD fields (KEDA v2.x,
+// apis/keda/v1alpha1; prometheus-operator monitoring.coreos.com/v1), not imported (KEDA's module
+// pulls in every cloud SDK, the operator's a Kubernetes client), so a field added later that a
+// declaration lacks fails too; add it here. Only the fields relay's manifests may use are declared
+// for ServiceMonitor: one outside them fails, which is the point (deploy/k8s_test.go checks what
+// the values must be). What this does not check is
 // what the API server validates beyond the schema (names, selector against labels, ranges):
 // deploy/k8s_test.go checks the parts relay depends on.
 package schema
@@ -26,7 +30,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -80,6 +86,55 @@ type ScaledObject struct {
 	} `json:"spec"`
 }
 
+// TriggerAuthentication is KEDA's keda.sh/v1alpha1 TriggerAuthentication (secrets and variables
+// as scaler parameters), from its CRD's documented fields.
+type TriggerAuthentication struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              struct {
+		PodIdentity *struct {
+			Provider   string `json:"provider"`
+			IdentityID string `json:"identityId,omitempty"`
+		} `json:"podIdentity,omitempty"`
+		SecretTargetRef []struct {
+			Parameter string `json:"parameter"`
+			Name      string `json:"name"`
+			Key       string `json:"key"`
+		} `json:"secretTargetRef,omitempty"`
+		Env []struct {
+			Parameter     string `json:"parameter"`
+			Name          string `json:"name"`
+			ContainerName string `json:"containerName,omitempty"`
+		} `json:"env,omitempty"`
+	} `json:"spec"`
+}
+
+// ServiceMonitor is the Prometheus Operator's monitoring.coreos.com/v1 ServiceMonitor, from its
+// CRD's documented fields.
+type ServiceMonitor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              struct {
+		JobLabel          string               `json:"jobLabel,omitempty"`
+		TargetLabels      []string             `json:"targetLabels,omitempty"`
+		PodTargetLabels   []string             `json:"podTargetLabels,omitempty"`
+		Selector          metav1.LabelSelector `json:"selector"`
+		NamespaceSelector *struct {
+			Any        bool     `json:"any,omitempty"`
+			MatchNames []string `json:"matchNames,omitempty"`
+		} `json:"namespaceSelector,omitempty"`
+		Endpoints []struct {
+			Port            string `json:"port,omitempty"`
+			Path            string `json:"path,omitempty"`
+			Scheme          string `json:"scheme,omitempty"`
+			Interval        string `json:"interval,omitempty"`
+			ScrapeTimeout   string `json:"scrapeTimeout,omitempty"`
+			HonorLabels     bool   `json:"honorLabels,omitempty"`
+			HonorTimestamps *bool  `json:"honorTimestamps,omitempty"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
 // kafkaTrigger is the metadata of KEDA's kafka scaler (its documented parameters). The CRD types
 // trigger metadata as a map of strings, which the API server accepts whatever the keys; KEDA only
 // reads the keys it knows, so a misspelt one (consumergroup) would silently be ignored.
@@ -104,12 +159,16 @@ type kafkaTrigger struct {
 
 // types maps apiVersion/kind to a new value of the type that kind decodes into.
 var types = map[string]func() any{
-	"v1/Secret":                              func() any { return &corev1.Secret{} },
-	"v1/Service":                             func() any { return &corev1.Service{} },
-	"apps/v1/Deployment":                     func() any { return &appsv1.Deployment{} },
-	"apps/v1/StatefulSet":                    func() any { return &appsv1.StatefulSet{} },
-	"autoscaling/v2/HorizontalPodAutoscaler": func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
-	"keda.sh/v1alpha1/ScaledObject":          func() any { return &ScaledObject{} },
+	"v1/Secret":                               func() any { return &corev1.Secret{} },
+	"v1/Service":                              func() any { return &corev1.Service{} },
+	"apps/v1/Deployment":                      func() any { return &appsv1.Deployment{} },
+	"apps/v1/StatefulSet":                     func() any { return &appsv1.StatefulSet{} },
+	"batch/v1/Job":                            func() any { return &batchv1.Job{} },
+	"autoscaling/v2/HorizontalPodAutoscaler":  func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
+	"keda.sh/v1alpha1/ScaledObject":           func() any { return &ScaledObject{} },
+	"keda.sh/v1alpha1/TriggerAuthentication":  func() any { return &TriggerAuthentication{} },
+	"monitoring.coreos.com/v1/ServiceMonitor": func() any { return &ServiceMonitor{} },
+	"policy/v1/PodDisruptionBudget":           func() any { return &policyv1.PodDisruptionBudget{} },
 }
 
 var separator = regexp.MustCompile(`(?m)^---[ \t]*$`)
@@ -235,6 +294,8 @@ spec:
 		"no name":          "apiVersion: v1\nkind: Secret\nmetadata: {}\n",
 		"misspelt keda":    "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: x}\nspec:\n  scaleTargetRef: {name: x}\n  maxReplicas: 3\n  triggers: [{type: kafka, metadata: {bootstrapServers: b, consumerGroup: g}}]\n",
 		"misspelt trigger": "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: x}\nspec:\n  scaleTargetRef: {name: x}\n  triggers: [{type: kafka, metadata: {bootstrapServers: b, consumergroup: g}}]\n",
+		"misspelt monitor": "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: x}\nspec:\n  selector: {matchLabels: {a: b}}\n  podTargetLabel: [app]\n  endpoints: [{port: http}]\n",
+		"misspelt auth":    "apiVersion: keda.sh/v1alpha1\nkind: TriggerAuthentication\nmetadata: {name: x}\nspec:\n  secretTargetRefs: [{parameter: sasl, name: s, key: k}]\n",
 		"bool in metadata": "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: x}\nspec:\n  scaleTargetRef: {name: x}\n  triggers: [{type: kafka, metadata: {bootstrapServers: b, consumerGroup: g, allowIdleConsumers: false}}]\n",
 	}
 	for name, doc := range cases {
