@@ -1,0 +1,79 @@
+package config
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fieldErrors are the keys of the FieldErrors in err, in order.
+func fieldErrors(err error) []string {
+	var keys []string
+	var walk func(error)
+	walk = func(err error) {
+		var fe *FieldError
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+		} else if errors.As(err, &fe) {
+			keys = append(keys, fe.Key)
+		}
+	}
+	if err != nil {
+		walk(err)
+	}
+	return keys
+}
+
+// Validate reports every refusal at once, each naming its key, in the order of the sections; a
+// check that depends on a refused key (the plan on a refused input.window) adds nothing.
+func TestValidateReportsEveryError(t *testing.T) {
+	c := valid()
+	c.Job.Name = "Bad-Name"
+	c.Kafka.StartOffset = "x"
+	c.MySQL.BatchRows = 0
+	c.Checkpoint.Interval = time.Millisecond
+	c.Input.Window = 7 * time.Minute
+	c.LogLevel = "loud"
+	err := c.Validate()
+	want := []string{"job.name", "kafka.start_offset", "mysql.batch_rows", "checkpoint.interval", "checkpoint.idle_after", "input.window", "log_level"}
+	if got := fieldErrors(err); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("refused %v, want %v:\n%v", got, want, err)
+	}
+	if !strings.Contains(err.Error(), `config kafka.start_offset (RELAY_START_OFFSET): "x" is not earliest or latest`) {
+		t.Errorf("error does not name the key with its message:\n%v", err)
+	}
+}
+
+// Load reports every bad variable and every type error of the file at once, and still applies
+// the rest.
+func TestLoadReportsEveryError(t *testing.T) {
+	path := writeConfig(t, "job: {name: j}\nsubtasks: many\ncheckpoint: {interval: fast}\n")
+	c, err := Load(path, []string{"RELAY_MYSQL_BATCH_ROWS=lots", "RELAY_KAFKA_DISCOVERY_INTERVAL=often", "RELAY_NOPE=1", "RELAY_LOG_LEVEL=debug"})
+	got := fieldErrors(err)
+	for _, key := range []string{"subtasks", "checkpoint.interval", "mysql.batch_rows", "kafka.discovery_interval"} {
+		if !strings.Contains(" "+strings.Join(got, " ")+" ", " "+key+" ") {
+			t.Errorf("%s not refused: %v", key, err)
+		}
+	}
+	if !errors.Is(err, ErrUnknownKey) || !strings.Contains(err.Error(), "RELAY_NOPE") {
+		t.Errorf("unknown variable not reported: %v", err)
+	}
+	if c.Job.Name != "j" || c.LogLevel != "debug" {
+		t.Errorf("the good keys were not applied: %+v", c)
+	}
+}
+
+// A Kubernetes manifest given as the config (deploy/k8s/relay.yaml, next to the name a config is
+// given) is named as such, not reported as a list of unknown keys.
+func TestLoadRefusesAManifest(t *testing.T) {
+	for _, path := range []string{filepath.Join("..", "..", "deploy", "k8s", "relay.yaml"), writeConfig(t, "kind: ConfigMap\ndata: {}\n")} {
+		_, err := Load(path, nil)
+		if !errors.Is(err, ErrManifest) || !strings.Contains(err.Error(), "this is a Kubernetes manifest, not a relay config") || errors.Is(err, ErrUnknownKey) {
+			t.Errorf("%s: %v", path, err)
+		}
+	}
+}
