@@ -182,7 +182,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		return err
 	}
 
-	copts := consumer.Options{Brokers: cfg.Kafka.Brokers, Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
+	copts := consumer.Options{Brokers: cfg.Kafka.Brokers.String(), Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
 		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties,
 		Instance: cfg.InstanceIndex(), Instances: cfg.InstanceCount()}
 	// Listen first: the fence records where this process answers /readyz (relay status asks the

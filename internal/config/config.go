@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/order"
@@ -101,8 +103,8 @@ type Job struct {
 
 // Kafka is the source.
 type Kafka struct {
-	Brokers            string            `yaml:"brokers"`
-	Topics             []string          `yaml:"topics"`
+	Brokers            List              `yaml:"brokers"`
+	Topics             List              `yaml:"topics"`
 	GroupID            string            `yaml:"group_id"`
 	GroupInstanceID    string            `yaml:"group_instance_id"`
 	StartOffset        string            `yaml:"start_offset"`
@@ -111,6 +113,33 @@ type Kafka struct {
 	Properties         map[string]string `yaml:"properties"`
 	SASLPasswordFile   string            `yaml:"sasl_password_file"`
 }
+
+// List is a key that takes a YAML list or one string of comma-separated items (topics: a, b), as
+// its RELAY_* variable does, so either spelling of kafka.brokers or kafka.topics is right.
+type List []string
+
+// UnmarshalYAML takes a sequence of strings, or a string split at its commas (items trimmed, empty
+// ones dropped, as in the environment).
+func (l *List) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		var items []string
+		if err := n.Decode(&items); err != nil {
+			return err
+		}
+		*l = items
+		return nil
+	}
+	*l = nil
+	for _, item := range strings.Split(n.Value, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			*l = append(*l, item)
+		}
+	}
+	return nil
+}
+
+// String is the comma-separated form, as librdkafka's bootstrap.servers takes it.
+func (l List) String() string { return strings.Join(l, ",") }
 
 // MySQL is the sink and, by default, the ledger.
 type MySQL struct {

@@ -16,7 +16,7 @@ import (
 func valid() Config {
 	c := Default()
 	c.Job.Name = "orders_eu"
-	c.Kafka.Brokers = "127.0.0.1:9092"
+	c.Kafka.Brokers = List{"127.0.0.1:9092"}
 	c.Kafka.Topics = []string{"orders"}
 	c.MySQL.DSN = "relay:pw@tcp(127.0.0.1:3306)/relay"
 	return c
@@ -39,7 +39,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"job.name", func(c *Config) { c.Job.Name = "" }, "must match"},
 		{"job.name", func(c *Config) { c.Job.Name = "Orders-EU" }, "must match"},
 		{"job.name", func(c *Config) { c.Job.Name = strings.Repeat("a", 33) }, "must match"},
-		{"kafka.brokers", func(c *Config) { c.Kafka.Brokers = " " }, "required"},
+		{"kafka.brokers", func(c *Config) { c.Kafka.Brokers = List{" "} }, "required"},
 		{"kafka.topics", func(c *Config) { c.Kafka.Topics = nil }, "at least one"},
 		{"kafka.topics", func(c *Config) { c.Kafka.Topics = []string{"a b"} }, "bad topic"},
 		{"kafka.start_offset", func(c *Config) { c.Kafka.StartOffset = "middle" }, "earliest or latest"},

@@ -121,7 +121,7 @@ func (c *Config) validateLayout(p *problems) {
 
 // validateKafka checks the source.
 func (c *Config) validateKafka(p *problems) {
-	if strings.TrimSpace(c.Kafka.Brokers) == "" {
+	if strings.TrimSpace(c.Kafka.Brokers.String()) == "" {
 		p.bad("kafka.brokers", "is required")
 	}
 	if len(c.Kafka.Topics) == 0 {

@@ -77,3 +77,21 @@ func TestLoadRefusesAManifest(t *testing.T) {
 		}
 	}
 }
+
+// kafka.brokers and kafka.topics take a list or a comma-separated string in YAML, as in the
+// environment, and mean the same either way.
+func TestListsTakeAStringOrAList(t *testing.T) {
+	for _, text := range []string{
+		"kafka:\n  brokers: k1:9092, k2:9092\n  topics: [a, b]\n",
+		"kafka:\n  brokers: [k1:9092, k2:9092]\n  topics: a,b\n",
+		"kafka:\n  brokers:\n    - k1:9092\n    - k2:9092\n  topics: \"a, b,\"\n",
+	} {
+		c, err := Load(writeConfig(t, text), nil)
+		if err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		if c.Kafka.Brokers.String() != "k1:9092,k2:9092" || strings.Join(c.Kafka.Topics, "|") != "a|b" {
+			t.Errorf("%q: brokers %q, topics %q", text, c.Kafka.Brokers, c.Kafka.Topics)
+		}
+	}
+}

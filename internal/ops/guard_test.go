@@ -29,7 +29,7 @@ func rowCount(t *testing.T, ctx context.Context, e *Env, table string) int {
 // produceOrders writes n orders into the job's first topic and returns its high watermarks.
 func produceOrders(t *testing.T, ctx context.Context, e *Env, n int) partition.Offsets {
 	t.Helper()
-	o := loadgen.Options{Brokers: e.Config.Kafka.Brokers, Topic: e.Config.Kafka.Topics[0], Orders: n, Batch: 10, Seed: 3}
+	o := loadgen.Options{Brokers: e.Config.Kafka.Brokers.String(), Topic: e.Config.Kafka.Topics[0], Orders: n, Batch: 10, Seed: 3}
 	if err := loadgen.Run(ctx, o, loadgen.NewTotals()); err != nil {
 		t.Fatal(err)
 	}

@@ -321,7 +321,7 @@ func specCheck(ctx context.Context, e *Env, cs *checks) {
 func topicCheck(ctx context.Context, e *Env, cs *checks) {
 	c, parts, err := e.partitions(ctx)
 	if err != nil {
-		cs.add("topics", CheckFail, "%v (brokers %s)", err, e.Config.Kafka.Brokers)
+		cs.add("topics", CheckFail, "%v (brokers %s)", err, e.Config.Kafka.Brokers.String())
 		return
 	}
 	defer c.Close()
