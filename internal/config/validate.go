@@ -46,7 +46,9 @@ func (p problems) refused(prefixes ...string) bool {
 
 // Validate refuses a configuration that cannot run safely, with every refusal at once (joined, in
 // the order below), so that an operator fixes a file in one round rather than one error per start.
+// It first picks the subtasks an unset key means for the layout (pickSubtasks).
 func (c *Config) Validate() error {
+	c.pickSubtasks()
 	var p problems
 	c.validateLayout(&p)
 	c.validateKafka(&p)
@@ -71,6 +73,19 @@ func (c *Config) Validate() error {
 		p.bad("log_level", "%q is not debug, info, warn or error", c.LogLevel)
 	}
 	return errors.Join(p...)
+}
+
+// pickSubtasks gives subtasks, when neither the file nor the environment set it, the value the
+// layout runs: 1 when the job's processes share rows (membership group, or instance i/M with
+// M > 1: see validateLayout), else the default. A value written out is kept, and refused there
+// when it conflicts. It runs in Validate, after --instance is applied over the file.
+func (c *Config) pickSubtasks() {
+	if c.set["subtasks"] || c.Subtasks != Default().Subtasks {
+		return
+	}
+	if _, m, err := ParseInstance(c.Instance); c.Membership == MembershipGroup || (err == nil && m > 1) {
+		c.Subtasks = 1
+	}
 }
 
 // validateLayout checks the job's name and how its processes share the partitions: instances,

@@ -95,3 +95,43 @@ func TestListsTakeAStringOrAList(t *testing.T) {
 		}
 	}
 }
+
+// An unset subtasks is 1 where the job's processes share rows (membership group, instance i/M with
+// M > 1, from the file, the environment or --instance after Load); a value written out, even the
+// default 2, is kept and refused with the reason.
+func TestUnsetSubtasksFollowTheLayout(t *testing.T) {
+	base := "job: {name: j}\nkafka: {brokers: k:9092, topics: [t]}\nmysql: {dsn: \"u:p@tcp(h:3306)/d\"}\n"
+	for _, tc := range []struct {
+		yaml     string
+		env      []string
+		instance string // as cmd/relay's --instance sets it after Load
+		want     int
+		refusal  string
+	}{
+		{yaml: "", want: 2},
+		{yaml: "membership: group\n", want: 1},
+		{yaml: "instance: 1/3\n", want: 1},
+		{env: []string{"RELAY_MEMBERSHIP=group"}, want: 1},
+		{env: []string{"RELAY_INSTANCE=0/2"}, want: 1},
+		{instance: "1/2", want: 1},
+		{yaml: "membership: group\nsubtasks: 2\n", refusal: "config subtasks (RELAY_SUBTASKS): 2 with membership group"},
+		{yaml: "instance: 0/2\nsubtasks: 2\n", refusal: "config subtasks (RELAY_SUBTASKS): 2 with instance 0/2"},
+		{env: []string{"RELAY_INSTANCE=0/2", "RELAY_SUBTASKS=2"}, refusal: "2 with instance 0/2"},
+		{yaml: "subtasks: 2\n", instance: "1/2", refusal: "2 with instance 1/2"},
+	} {
+		c, err := Load(writeConfig(t, base+tc.yaml), tc.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.instance != "" {
+			c.Instance = tc.instance
+		}
+		err = c.Validate()
+		switch {
+		case tc.refusal != "" && (err == nil || !strings.Contains(err.Error(), tc.refusal)):
+			t.Errorf("%q %v: got %v, want %q", tc.yaml, tc.env, err, tc.refusal)
+		case tc.refusal == "" && (err != nil || c.Subtasks != tc.want):
+			t.Errorf("%q %v: subtasks %d (%v), want %d", tc.yaml, tc.env, c.Subtasks, err, tc.want)
+		}
+	}
+}
