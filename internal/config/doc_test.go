@@ -1,8 +1,10 @@
-// docs/CONFIG.md is generated from the field table and Default(); this test keeps it that way.
+// docs/CONFIG.md and relay.example.yaml are generated from the field table and Default(); this
+// test keeps them that way.
 //
-// Invariant: docs/CONFIG.md is byte-for-byte what renderConfigDoc produces from Fields() and
-// Default(), so a key, a default or a doc line cannot change without the published reference
-// changing with it. Regenerate with: go test ./internal/config -run TestConfigDoc -update
+// Invariant: docs/CONFIG.md and relay.example.yaml are byte-for-byte what renderConfigDoc and
+// renderExampleConfig produce from Fields() and Default(), so a key, a default or a doc line cannot
+// change without the published reference and the example changing with it. Regenerate both with:
+// go test ./internal/config -run TestConfigDoc -update
 package config
 
 import (
@@ -18,7 +20,7 @@ import (
 	"time"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/CONFIG.md from the field table")
+var update = flag.Bool("update", false, "rewrite docs/CONFIG.md and relay.example.yaml from the field table")
 
 var configDocPath = filepath.Join("..", "..", "docs", "CONFIG.md")
 
@@ -113,23 +115,78 @@ checks the settings that depend on the servers.
 	return b.Bytes()
 }
 
-func TestConfigDoc(t *testing.T) {
-	want := renderConfigDoc()
-	if *update {
-		if err := os.WriteFile(configDocPath, want, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote %s", configDocPath)
-		return
-	}
-	got, err := os.ReadFile(configDocPath)
+// exampleConfigPath is the commented example config at the repository root: not relay.yaml, the
+// name deploy/k8s gives a manifest.
+var exampleConfigPath = filepath.Join("..", "..", "relay.example.yaml")
+
+const exampleHead = `relay.example.yaml: every key of relay's configuration at its default, under its doc line and
+the RELAY_* variable that overrides it (docs/CONFIG.md is the same table).
+
+Generated from internal/config/fields.go and config.Default() by
+  go test ./internal/config -run TestConfigDoc -update
+Do not edit by hand: the test fails when this file and the code differ.
+
+To start: cp relay.example.yaml relay.yaml, set job.name, kafka.brokers, kafka.topics and
+mysql.dsn (keys left at their default can be deleted), check it offline with
+  relay config check --config relay.yaml
+then run relay preflight --config relay.yaml and relay run --config relay.yaml.`
+
+func renderExampleConfig() []byte {
+	b, err := Default().renderYAML(renderDocumented, exampleHead)
 	if err != nil {
-		t.Fatalf("%v\nregenerate it with: go test ./internal/config -run TestConfigDoc -update", err)
+		panic(err)
 	}
-	if !bytes.Equal(got, want) {
-		line, g, w := firstDiffLine(got, want)
-		t.Fatalf("docs/CONFIG.md is out of date with internal/config (first difference at line %d: %q, want %q).\n"+
-			"Regenerate it with: go test ./internal/config -run TestConfigDoc -update", line, g, w)
+	return b
+}
+
+// TestConfigDoc keeps every file generated from the field table (docs/CONFIG.md and
+// relay.example.yaml) byte for byte what the code renders; -update rewrites them.
+func TestConfigDoc(t *testing.T) {
+	for _, f := range []struct {
+		path string
+		want []byte
+	}{{configDocPath, renderConfigDoc()}, {exampleConfigPath, renderExampleConfig()}} {
+		name := filepath.Base(f.path)
+		if *update {
+			if err := os.WriteFile(f.path, f.want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("wrote %s", f.path)
+			continue
+		}
+		got, err := os.ReadFile(f.path)
+		if err != nil {
+			t.Errorf("%v\nregenerate it with: go test ./internal/config -run TestConfigDoc -update", err)
+			continue
+		}
+		if !bytes.Equal(got, f.want) {
+			line, g, w := firstDiffLine(got, f.want)
+			t.Errorf("%s is out of date with internal/config (first difference at line %d: %q, want %q).\n"+
+				"Regenerate it with: go test ./internal/config -run TestConfigDoc -update", name, line, g, w)
+		}
+	}
+}
+
+// The example config loads as it is, to the defaults, and names every key and its variable.
+func TestExampleConfigIsTheDefaults(t *testing.T) {
+	c, err := Load(exampleConfigPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	if c.Subtasks != want.Subtasks || c.Checkpoint != want.Checkpoint || c.Input != want.Input || c.MySQL != want.MySQL {
+		t.Errorf("relay.example.yaml loads as %+v, want the defaults %+v", c, want)
+	}
+	example := string(renderExampleConfig())
+	for _, f := range Fields() {
+		env := "(" + f.Env + ")"
+		if f.Env == "" {
+			env = "(YAML only)"
+		}
+		leaf := f.Key[strings.LastIndexByte(f.Key, '.')+1:]
+		if !strings.Contains(example, env) || !strings.Contains(example, leaf+":") {
+			t.Errorf("relay.example.yaml does not show %s %s", f.Key, env)
+		}
 	}
 }
 

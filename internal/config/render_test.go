@@ -1,0 +1,79 @@
+package config
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A rendering without masks (the example config's) loads back to the Config it came from, for the
+// defaults and for a Config with every kind of value set.
+func TestRenderedConfigLoadsBack(t *testing.T) {
+	c := valid()
+	c.Kafka.Topics = List{"a", "b"}
+	c.Kafka.Properties = map[string]string{"security.protocol": "SASL_SSL", "sasl.password": "p:w, #x", "enable.ssl.certificate.verification": "true"}
+	c.Checkpoint.Interval = 1500 * time.Millisecond
+	c.Input.MinEventTime = time.Date(2020, 2, 3, 4, 5, 6, 0, time.UTC)
+	c.HTTPPprof = true
+	c.Mode = "held"
+	withSpec, err := Load(writeConfig(t, pipelineYAML), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []Config{Default(), c, withSpec} {
+		b, err := want.renderYAML(renderDocumented, "head")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Load(writeConfig(t, string(b)), nil)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, b)
+		}
+		got.set, want.set = nil, nil
+		// An empty list or map reads back empty, not nil: the same configuration.
+		for _, l := range []*List{&got.Kafka.Brokers, &got.Kafka.Topics} {
+			if len(*l) == 0 {
+				*l = nil
+			}
+		}
+		if len(got.Kafka.Properties) == 0 {
+			got.Kafka.Properties = nil
+		}
+		if want.Job.Name != "" {
+			want.Kafka.GroupID = "relay-" + want.Job.Name
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("loaded back\n%+v\nwant\n%+v\nfrom\n%s", got, want, b)
+		}
+	}
+}
+
+// The effective config shows every key and masks every password: in DSNs, and secret
+// kafka.properties (sasl.password comes from kafka.sasl_password_file too).
+func TestEffectiveYAMLMasksSecrets(t *testing.T) {
+	c := valid()
+	c.MySQL.DSN = "relay:dsn-S3cret@tcp(db:3306)/relay"
+	c.MySQL.LedgerDSN = "relay:ledger-S3cret@tcp(l:3306)/l"
+	c.Kafka.Properties = map[string]string{"sasl.username": "relay", "sasl.password": "kafka-S3cret",
+		"ssl.key.password": "key-S3cret", "sasl.oauthbearer.client.secret": "oauth-S3cret"}
+	b, err := c.EffectiveYAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(b)
+	if strings.Contains(out, "S3cret") {
+		t.Errorf("a secret is shown:\n%s", out)
+	}
+	for _, want := range []string{"dsn: relay:xxxxx@tcp(db:3306)/relay", "ledger_dsn: relay:xxxxx@tcp(l:3306)/l", "sasl.username: relay", "sasl.password: xxxxx"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	for _, f := range Fields() {
+		leaf := f.Key[strings.LastIndexByte(f.Key, '.')+1:]
+		if !strings.Contains(out, leaf+":") {
+			t.Errorf("%s is not shown", f.Key)
+		}
+	}
+}
