@@ -28,8 +28,8 @@ func TestHelpListsExitCodes(t *testing.T) {
 					t.Errorf("txns %s has no exit codes in exitsOf", sub)
 				}
 			}
-		case "offsets", "membership":
-			sub := map[string]string{"offsets": "reset", "membership": "switch"}[c.name]
+		case "offsets", "membership", "config":
+			sub := map[string]string{"offsets": "reset", "membership": "switch", "config": "check"}[c.name]
 			if _, ok := exitsOf[c.name+" "+sub]; !ok {
 				t.Errorf("%s %s has no exit codes in exitsOf", c.name, sub)
 			}

@@ -95,8 +95,10 @@ instead come from files, such as a mounted Kubernetes secret: ` + "`kafka.sasl_p
 
 Start-up validation also enforces relations between keys, e.g. ` + "`mysql.session_timeout`" + ` must exceed
 ` + "`checkpoint.interval + checkpoint.timeout + checkpoint.restart_allowance`" + ` and ` + "`mysql.lock_wait_timeout`" + `
-must stay below ` + "`checkpoint.timeout`" + `; the error says by how much a value is off. ` + "`relay preflight`" + `
-checks the settings that depend on the servers.
+must stay below ` + "`checkpoint.timeout`" + `; the error says by how much a value is off, and every error is
+reported at once. ` + "`relay config check`" + ` runs these checks offline and prints the configuration relay runs
+with, passwords masked; ` + "`relay preflight`" + ` runs them first, then checks the settings that depend on the
+servers. ` + "`relay.example.yaml`" + ` is this table as a commented config file, every key at its default.
 
 | key | environment variable | default | description |
 |---|---|---|---|

@@ -31,6 +31,37 @@ func Load(path string, environ []string) (Config, error) {
 	return c, errors.Join(errs...)
 }
 
+// Check is Load, then apply (the command line's overrides, nil for none), then Validate, with every
+// problem of all three at once: a refusal Validate makes of a key Load already refused (the key
+// kept its default) is left out. A file that cannot be read or parsed is not validated: every key
+// of it would be reported missing.
+func Check(path string, environ []string, apply func(*Config)) (Config, error) {
+	c, errs, complete := load(path, environ)
+	if apply != nil {
+		apply(&c)
+	}
+	if !complete {
+		return c, errors.Join(errs...)
+	}
+	refused := map[string]bool{}
+	for _, err := range errs {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			refused[fe.Key] = true
+		}
+	}
+	verr := c.Validate()
+	if j, ok := verr.(interface{ Unwrap() []error }); ok {
+		for _, err := range j.Unwrap() {
+			var fe *FieldError
+			if !errors.As(err, &fe) || !refused[fe.Key] {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
 // load is Load's work. complete is false when the file could not be read or parsed: the Config
 // then holds nothing of it, and validating it would only report the file's keys as missing.
 func load(path string, environ []string) (c Config, errs []error, complete bool) {

@@ -135,3 +135,24 @@ func TestUnsetSubtasksFollowTheLayout(t *testing.T) {
 		}
 	}
 }
+
+// Check reports the file's, the environment's and the rules' problems at once, each key once, and
+// applies the command line's overrides before it validates.
+func TestCheckReportsEverything(t *testing.T) {
+	path := writeConfig(t, "job: {name: j}\nkafka: {brokers: k:9092, topics: t, start_offset: x}\nmysql: {dsn: \"u:p@tcp(h:3306)/d\"}\nsubtasks: many\n")
+	c, err := Check(path, []string{"RELAY_CHECKPOINT_INTERVAL=fast"}, func(c *Config) { c.Instance = "0/2" })
+	want := []string{"subtasks", "checkpoint.interval", "kafka.start_offset"}
+	if got := fieldErrors(err); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("refused %v, want %v:\n%v", got, want, err)
+	}
+	if c.Instance != "0/2" {
+		t.Errorf("instance %s: the override was not applied", c.Instance)
+	}
+	if _, err := Check(filepath.Join("..", "..", "deploy", "k8s", "relay.yaml"), nil, nil); !errors.Is(err, ErrManifest) || len(fieldErrors(err)) > 0 {
+		t.Errorf("a manifest: %v", err)
+	}
+	if _, err := Check(filepath.Join("..", "..", "relay.example.yaml"), []string{"RELAY_JOB_NAME=j", "RELAY_KAFKA_BROKERS=k:9092",
+		"RELAY_KAFKA_TOPICS=t", "RELAY_MYSQL_DSN=u:p@tcp(h:3306)/d"}, nil); err != nil {
+		t.Errorf("the example with the four essentials: %v", err)
+	}
+}
