@@ -2,7 +2,9 @@
 //
 // Invariant: a Config that passed Validate can run; every refusal names the offending key (its YAML
 // path and its RELAY_* variable) and, for limits, by how much it is off. The field table in fields.go
-// is the single description of every key: YAML, environment override and docs/CONFIG.md come from it.
+// is the single description of every key: YAML, environment override, docs/CONFIG.md and
+// relay.example.yaml come from it. Loading is in load.go, the rules in validate.go, rendering a
+// Config as a file in render.go.
 package config
 
 import (

@@ -1,7 +1,7 @@
 // Field table: every configuration key, its environment variable and its doc line.
 //
 // Invariant: a key exists in exactly one place (this table, checked against the struct by a test), so
-// the YAML loader, the RELAY_* overrides and docs/CONFIG.md cannot drift apart.
+// the YAML loader, the RELAY_* overrides, docs/CONFIG.md and relay.example.yaml cannot drift apart.
 package config
 
 import (
