@@ -171,7 +171,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 func loadConfig(src *source) (config.Config, error) {
 	cfg, err := config.Check(src.path, os.Environ(), src.apply)
 	if err != nil {
-		return cfg, codedError{exitUsage, fmt.Errorf("invalid configuration (relay config check shows it offline):\n%w", err)}
+		return cfg, codedError{exitUsage, fmt.Errorf("invalid configuration:\n%w", err)}
 	}
 	return cfg, nil
 }

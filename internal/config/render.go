@@ -22,8 +22,11 @@ import (
 
 // Rendering styles.
 const (
-	renderMasked     = iota // values, secrets masked (what may be printed or pasted into a ticket)
-	renderDocumented        // values under their doc line and variable, as comments
+	renderMasked = iota // values, secrets masked (what may be printed or pasted into a ticket)
+	// renderExample comments every key out under its doc line and variable: a copy sets nothing
+	// until a line is uncommented, so a default that depends on other keys (subtasks) stays unset,
+	// and a later relay's defaults still apply to what was never changed.
+	renderExample
 )
 
 // EffectiveYAML is c as a YAML file, every key with the value relay runs with, passwords masked:
@@ -54,7 +57,7 @@ func (c Config) renderYAML(style int, head string) ([]byte, error) {
 			parent, name = sections[section], leaf
 		}
 		k := &yaml.Node{Kind: yaml.ScalarNode, Value: name}
-		if style == renderDocumented {
+		if style == renderExample {
 			k.HeadComment = wrapComment(docOf(key), 96)
 		}
 		val, verr := valueNode(key, v, style == renderMasked)
@@ -73,7 +76,21 @@ func (c Config) renderYAML(style int, head string) ([]byte, error) {
 	if err := enc.Encode(doc); err != nil {
 		return nil, fmt.Errorf("config: rendering: %w", err)
 	}
-	return []byte(b.String()), enc.Close()
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("config: rendering: %w", err)
+	}
+	if style != renderExample {
+		return []byte(b.String()), nil
+	}
+	lines := strings.SplitAfter(b.String(), "\n")
+	for i, l := range lines {
+		body := strings.TrimLeft(l, " ")
+		if body == "" || body == "\n" || strings.HasPrefix(body, "#") || sections[strings.TrimSuffix(body, ":\n")] != nil {
+			continue
+		}
+		lines[i] = l[:len(l)-len(body)] + "# " + body
+	}
+	return []byte(strings.Join(lines, "")), nil
 }
 
 // docOf is a key's doc line and how else to set it.

@@ -1,18 +1,20 @@
 package config
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 )
 
-// A rendering without masks (the example config's) loads back to the Config it came from, for the
-// defaults and for a Config with every kind of value set.
+// A rendering loads back to the Config it came from (with no secret to mask), for the defaults and
+// for a Config with every kind of value set.
 func TestRenderedConfigLoadsBack(t *testing.T) {
 	c := valid()
+	c.MySQL.DSN = "relay@tcp(127.0.0.1:3306)/relay"
 	c.Kafka.Topics = List{"a", "b"}
-	c.Kafka.Properties = map[string]string{"security.protocol": "SASL_SSL", "sasl.password": "p:w, #x", "enable.ssl.certificate.verification": "true"}
+	c.Kafka.Properties = map[string]string{"security.protocol": "SASL_SSL", "sasl.username": "u:w, #x", "enable.ssl.certificate.verification": "true"}
 	c.Checkpoint.Interval = 1500 * time.Millisecond
 	c.Input.MinEventTime = time.Date(2020, 2, 3, 4, 5, 6, 0, time.UTC)
 	c.HTTPPprof = true
@@ -21,8 +23,9 @@ func TestRenderedConfigLoadsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	withSpec.MySQL.DSN = c.MySQL.DSN
 	for _, want := range []Config{Default(), c, withSpec} {
-		b, err := want.renderYAML(renderDocumented, "head")
+		b, err := want.renderYAML(renderMasked, "head")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,9 +47,35 @@ func TestRenderedConfigLoadsBack(t *testing.T) {
 			want.Kafka.GroupID = "relay-" + want.Job.Name
 		}
 		if !reflect.DeepEqual(got, want) {
-			t.Errorf("loaded back\n%+v\nwant\n%+v\nfrom\n%s", got, want, b)
+			t.Errorf("loaded back with %v\nfrom\n%s", configDiff(got, want), b)
 		}
 	}
+}
+
+// configDiff lists the keys whose values differ, as key: got, want.
+func configDiff(got, want Config) []string {
+	values := func(c Config) map[string]string {
+		m := map[string]string{}
+		walk(reflect.ValueOf(&c).Elem(), "", func(key string, v reflect.Value) {
+			switch {
+			case (v.Kind() == reflect.Slice || v.Kind() == reflect.Map) && v.Len() == 0:
+				m[key] = "empty"
+			case v.Kind() == reflect.Pointer && !v.IsNil():
+				m[key] = fmt.Sprintf("%+v", v.Elem().Interface())
+			default:
+				m[key] = fmt.Sprintf("%#v", v.Interface())
+			}
+		})
+		return m
+	}
+	g, w := values(got), values(want)
+	var out []string
+	for _, f := range Fields() {
+		if g[f.Key] != w[f.Key] {
+			out = append(out, fmt.Sprintf("%s: %s, want %s", f.Key, g[f.Key], w[f.Key]))
+		}
+	}
+	return out
 }
 
 // The effective config shows every key and masks every password: in DSNs, and secret
