@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -98,6 +100,21 @@ func TestEffectiveYAMLMasksSecrets(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
 		}
+	}
+	// Secrets read from files (mounted secrets) are masked where they end up.
+	dir := t.TempDir()
+	kpw, mpw := filepath.Join(dir, "kafka"), filepath.Join(dir, "mysql")
+	for p, pw := range map[string]string{kpw: "kafkafile-S3cret\n", mpw: "mysqlfile-S3cret\n"} {
+		if err := os.WriteFile(p, []byte(pw), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fromFiles, err := Load("", []string{"RELAY_KAFKA_SASL_PASSWORD_FILE=" + kpw, "RELAY_MYSQL_DSN=relay@tcp(db:3306)/relay", "RELAY_MYSQL_PASSWORD_FILE=" + mpw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := fromFiles.EffectiveYAML(); err != nil || strings.Contains(string(b), "S3cret") || !strings.Contains(string(b), "dsn: relay:xxxxx@tcp(db:3306)/relay") {
+		t.Errorf("secrets from files (%v):\n%s", err, b)
 	}
 	for _, f := range Fields() {
 		leaf := f.Key[strings.LastIndexByte(f.Key, '.')+1:]
