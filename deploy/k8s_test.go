@@ -369,7 +369,7 @@ func TestK8sGroupAutoscalers(t *testing.T) {
 	want := map[string]string{
 		"consumerGroup":    cfg.Kafka.GroupID,
 		"topic":            cfg.Kafka.Topics[0],
-		"bootstrapServers": cfg.Kafka.Brokers,
+		"bootstrapServers": cfg.Kafka.Brokers.String(),
 	}
 	for k, v := range want {
 		if md[k] != v {

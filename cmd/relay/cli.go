@@ -38,7 +38,9 @@ Usage:
                                              produce synthetic orders with known totals (refuses a
                                              topic a job's ledger reads; with no MySQL to ask, a
                                              topic Kafka shows in use, unless --force)
-  relay preflight [--config FILE]            check MySQL, Kafka and the configuration before a run
+  relay config check [--config FILE]         validate the configuration offline (every error at once)
+                                             and print it as relay runs it, secrets masked
+  relay preflight [--config FILE]            check the configuration, then MySQL and Kafka, before a run
   relay status    [--json] [--readyz URL]    fence, last checkpoint, lag, prepared branches of the job
   relay txns list [--json]                   prepared XA branches with the ledger's verdict
   relay txns resolve <tag> --commit|--rollback [--force] [--yes]
@@ -58,7 +60,7 @@ Usage:
   relay help                                 this text
 
 Configuration comes from --config FILE (YAML) and RELAY_* environment variables, which override
-the file; see docs/CONFIG.md. The essentials: RELAY_JOB_NAME, RELAY_KAFKA_BROKERS,
+the file; see docs/CONFIG.md, and relay.example.yaml for every key at its default. The essentials: RELAY_JOB_NAME, RELAY_KAFKA_BROKERS,
 RELAY_KAFKA_TOPICS (which must exist: relay never creates a topic), RELAY_MYSQL_DSN. Without a
 spec relay runs the default one (order_id, sku, amount, ts into order_stats_minute); a spec of
 your own is a pipeline: block in the file or a file named by RELAY_PIPELINE_FILE
@@ -81,6 +83,7 @@ func commands() []command {
 	return []command{
 		{"run", cmdRun},
 		{"loadgen", cmdLoadgen},
+		{"config", cmdConfig},
 		{"preflight", cmdPreflight},
 		{"status", cmdStatus},
 		{"txns", cmdTxns},
@@ -144,11 +147,18 @@ func (s *source) instanceFlag(fs *flag.FlagSet) {
 	fs.StringVar(&s.instance, "instance", "", "i/M: instance i of M (overrides RELAY_INSTANCE and the file; e.g. a StatefulSet ordinal)")
 }
 
-// load reads the configuration without validating it.
+// apply puts the flags over what the file and the environment set.
+func (s *source) apply(cfg *config.Config) {
+	if s.instance != "" {
+		cfg.Instance = s.instance
+	}
+}
+
+// load reads the configuration without validating it (loadgen needs only its spec).
 func (s *source) load() (config.Config, error) {
 	cfg, err := config.Load(s.path, os.Environ())
-	if err == nil && s.instance != "" {
-		cfg.Instance = s.instance
+	if err == nil {
+		s.apply(&cfg)
 	}
 	return cfg, err
 }
@@ -164,13 +174,14 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// loadConfig reads and validates the configuration.
+// loadConfig reads and validates the configuration, every problem at once (config.Check). An
+// invalid configuration is the caller's mistake, like a bad flag: exit 2, before anything is dialled.
 func loadConfig(src *source) (config.Config, error) {
-	cfg, err := src.load()
+	cfg, err := config.Check(src.path, os.Environ(), src.apply)
 	if err != nil {
-		return cfg, err
+		return cfg, codedError{exitUsage, fmt.Errorf("invalid configuration:\n%w", err)}
 	}
-	return cfg, cfg.Validate()
+	return cfg, nil
 }
 
 // subcommand is one verb of a command with several (txns list, spec accept ...).

@@ -21,7 +21,7 @@ const (
 var exitMeanings = [...]string{
 	exitOK:           "ok",
 	exitError:        "error, or a refusal (the message on stderr says why)",
-	exitUsage:        "usage error (an unknown flag, a missing argument)",
+	exitUsage:        "usage error (an unknown flag, a missing argument, an invalid configuration)",
 	exitFenced:       "fenced: another process holds the job's fence (the job runs elsewhere; stop it first)",
 	exitDifferences:  "differences found (verify: MySQL does not match the topic; spec diff: relay run would refuse the spec)",
 	exitNotConfirmed: "nothing changed: the plan was shown without --yes (or not confirmed at the terminal)",
@@ -32,6 +32,7 @@ var exitMeanings = [...]string{
 var exitsOf = map[string][]int{
 	"run":               {exitOK, exitError, exitUsage, exitFenced, exitDataRefused},
 	"loadgen":           {exitOK, exitError, exitUsage},
+	"config check":      {exitOK, exitError, exitUsage},
 	"preflight":         {exitOK, exitError, exitUsage},
 	"status":            {exitOK, exitError, exitUsage},
 	"txns list":         {exitOK, exitError, exitUsage},

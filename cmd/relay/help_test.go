@@ -28,8 +28,8 @@ func TestHelpListsExitCodes(t *testing.T) {
 					t.Errorf("txns %s has no exit codes in exitsOf", sub)
 				}
 			}
-		case "offsets", "membership":
-			for _, sub := range map[string][]string{"offsets": {"reset"}, "membership": {"switch", "forget"}}[c.name] {
+		case "offsets", "membership", "config":
+			for _, sub := range map[string][]string{"offsets": {"reset"}, "membership": {"switch", "forget"}, "config": {"check"}}[c.name] {
 				if _, ok := exitsOf[c.name+" "+sub]; !ok {
 					t.Errorf("%s %s has no exit codes in exitsOf", c.name, sub)
 				}

@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 const preflightAbout = `Checks what relay run needs, one line per check: "ok|warn|FAIL <name>: <detail>". A FAIL says
 which setting is wrong, by how much, and what to change; a warn does not fail preflight.
 
-  config             the configuration validates (every refusal names its key and variable)
+  config             the configuration validates, as relay config check checks it (every refusal
+                     names its key and variable; with any, nothing else is checked: exit 2)
   mysql              server flavour and version: MySQL >= 5.7.7 or MariaDB >= 10.5.2 for mode xa
   galera             whether the server is a Galera node (MariaDB Galera, Percona XtraDB Cluster):
                      ok when it is not, and ok on one in mode held (mode unset picks held there);
@@ -51,20 +53,28 @@ func cmdPreflight(ctx context.Context, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, err := path.load()
+	// The configuration first, as relay config check does it: an invalid one is never dialled with
+	// (its DSN, TLS files or timeouts may be the mistake), and every error is one FAIL line.
+	cfg, err := loadConfig(path)
 	if err != nil {
-		return err
+		var all interface{ Unwrap() []error }
+		if !errors.As(err, &all) {
+			return err
+		}
+		for _, e := range all.Unwrap() {
+			fmt.Println(ops.Check{Name: "config", Status: ops.CheckFail, Detail: e.Error()})
+		}
+		return codedError{exitUsage, fmt.Errorf("preflight: %d configuration errors; MySQL and Kafka were not checked", len(all.Unwrap()))}
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	configErr := cfg.Validate()
 	e, closeEnv, err := openEnv(cfg)
 	if err != nil {
 		fmt.Println(ops.Check{Name: "mysql", Status: ops.CheckFail, Detail: err.Error()})
 		return fmt.Errorf("preflight: %w", err)
 	}
 	defer closeEnv()
-	checks := ops.Preflight(ctx, e, configErr)
+	checks := ops.Preflight(ctx, e)
 	for _, c := range checks {
 		fmt.Println(c)
 	}

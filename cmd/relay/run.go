@@ -165,7 +165,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		log.Info("membership group", zap.String("group", cfg.Kafka.GroupID), zap.String("member", led.Key()),
 			zap.Bool("static", cfg.Kafka.GroupInstanceID != ""))
 	}
-	copts := consumer.Options{Brokers: cfg.Kafka.Brokers, Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
+	copts := consumer.Options{Brokers: cfg.Kafka.Brokers.String(), Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
 		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties,
 		Instance: cfg.InstanceIndex(), Instances: cfg.InstanceCount()}
 

@@ -2,22 +2,21 @@
 //
 // Invariant: a Config that passed Validate can run; every refusal names the offending key (its YAML
 // path and its RELAY_* variable) and, for limits, by how much it is off. The field table in fields.go
-// is the single description of every key: YAML, environment override and docs/CONFIG.md come from it.
+// is the single description of every key: YAML, environment override, docs/CONFIG.md and
+// relay.example.yaml come from it. Loading is in load.go, the rules in validate.go, rendering a
+// Config as a file in render.go.
 package config
 
 import (
 	"errors"
 	"fmt"
-	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/relay-sh/relay/internal/commit"
-	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/order"
 	"github.com/relay-sh/relay/internal/spec"
@@ -95,6 +94,10 @@ type Config struct {
 	Instance    string        `yaml:"instance"`
 	Membership  string        `yaml:"membership"`
 	GCFloorMiB  int           `yaml:"gc_heap_floor_mib"`
+
+	// set holds the YAML paths the file or the environment set (Load), so that a default that
+	// depends on other keys (subtasks) is told apart from the same value written out.
+	set map[string]bool
 }
 
 // Job names the pipeline.
@@ -108,8 +111,8 @@ type Job struct {
 
 // Kafka is the source.
 type Kafka struct {
-	Brokers            string            `yaml:"brokers"`
-	Topics             []string          `yaml:"topics"`
+	Brokers            List              `yaml:"brokers"`
+	Topics             List              `yaml:"topics"`
 	GroupID            string            `yaml:"group_id"`
 	GroupInstanceID    string            `yaml:"group_instance_id"`
 	StartOffset        string            `yaml:"start_offset"`
@@ -118,6 +121,33 @@ type Kafka struct {
 	Properties         map[string]string `yaml:"properties"`
 	SASLPasswordFile   string            `yaml:"sasl_password_file"`
 }
+
+// List is a key that takes a YAML list or one string of comma-separated items (topics: a, b), as
+// its RELAY_* variable does, so either spelling of kafka.brokers or kafka.topics is right.
+type List []string
+
+// UnmarshalYAML takes a sequence of strings, or a string split at its commas (items trimmed, empty
+// ones dropped, as in the environment).
+func (l *List) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		var items []string
+		if err := n.Decode(&items); err != nil {
+			return err
+		}
+		*l = items
+		return nil
+	}
+	*l = nil
+	for _, item := range strings.Split(n.Value, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			*l = append(*l, item)
+		}
+	}
+	return nil
+}
+
+// String is the comma-separated form, as librdkafka's bootstrap.servers takes it.
+func (l List) String() string { return strings.Join(l, ",") }
 
 // MySQL is the sink and, by default, the ledger.
 type MySQL struct {
@@ -216,15 +246,7 @@ func Default() Config {
 	}
 }
 
-var (
-	jobNameRE = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
-	// A member's id goes into its ledger key (64 characters with the job's) and lock name.
-	memberIDRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,20}$`)
-	// Table names are spliced into SQL text, so they are held to a conservative identifier grammar.
-	identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
-)
-
-// FieldError names the key a Validate refusal is about.
+// FieldError names the key a refusal is about, in Load and in Validate.
 type FieldError struct {
 	Key string // YAML path, e.g. checkpoint.interval
 	Env string // RELAY_* variable, when it has one
@@ -240,215 +262,6 @@ func (e *FieldError) Error() string {
 
 func bad(key, format string, args ...any) error {
 	return &FieldError{Key: key, Env: envOf(key), Msg: fmt.Sprintf(format, args...)}
-}
-
-// Validate refuses a configuration that cannot run safely. The first refusal wins, so the operator
-// fixes one thing at a time with an exact message.
-func (c *Config) Validate() error {
-	if !jobNameRE.MatchString(c.Job.Name) {
-		return bad("job.name", "%q must match [a-z0-9_]{1,32}: it names XA transactions and ledger rows", c.Job.Name)
-	}
-	_, m, err := ParseInstance(c.Instance)
-	if err != nil {
-		return bad("instance", "%v", err)
-	}
-	switch c.Membership {
-	case MembershipInstances:
-		if c.Kafka.GroupInstanceID != "" {
-			return bad("kafka.group_instance_id", "is for membership group (%s=group); with instances the partitions are fixed by instance", envOf("membership"))
-		}
-	case MembershipGroup:
-		if id := c.Kafka.GroupInstanceID; id != "" && !memberIDRE.MatchString(id) {
-			return bad("kafka.group_instance_id", "%q must match [A-Za-z0-9_.-]{1,20}: it names the member's ledger rows and lock", id)
-		}
-		if m > 1 {
-			return bad("membership", "group shares the partitions among the running processes itself: instance (%s) must stay 0/1, not %s", envOf("instance"), c.Instance)
-		}
-		if c.Subtasks > 1 {
-			return bad("subtasks", "%d with membership group: members share rows, and several branches per member could wait on each other across members: set subtasks to 1 (%s=1) and scale with more members", c.Subtasks, envOf("subtasks"))
-		}
-	default:
-		return bad("membership", "%q is not instances or group", c.Membership)
-	}
-	// Instances own partitions, not keys, so they write the same rows. With one branch per instance
-	// a prepared branch never waits, and every wait ends; with several, instance A's branch can wait
-	// for B's prepared one while B's waits for A's: a cycle only a lock wait timeout breaks.
-	if m > 1 && c.Subtasks > 1 {
-		return bad("subtasks", "%d with instance %s: a job split into instances runs one subtask per instance (several would deadlock across instances on shared rows): set subtasks to 1 (%s=1) and scale with more instances", c.Subtasks, c.Instance, envOf("subtasks"))
-	}
-	if n := len(commit.MaxTag(c.Job.Name, m*c.Subtasks)); n > commit.MaxTagBytes {
-		return bad("job.name", "transaction tag can reach %d bytes, XA allows %d", n, commit.MaxTagBytes)
-	}
-	if strings.TrimSpace(c.Kafka.Brokers) == "" {
-		return bad("kafka.brokers", "is required")
-	}
-	if len(c.Kafka.Topics) == 0 {
-		return bad("kafka.topics", "at least one topic is required")
-	}
-	for _, t := range c.Kafka.Topics {
-		if t == "" || strings.ContainsAny(t, ", ") {
-			return bad("kafka.topics", "bad topic name %q", t)
-		}
-	}
-	switch c.Kafka.StartOffset {
-	case "earliest", "latest":
-	default:
-		return bad("kafka.start_offset", "%q is not earliest or latest", c.Kafka.StartOffset)
-	}
-	if c.Kafka.DiscoveryInterval < time.Second {
-		return bad("kafka.discovery_interval", "%s is below 1s", c.Kafka.DiscoveryInterval)
-	}
-	// librdkafka would otherwise refuse a property only when the consumer is built, after the fence.
-	if err := consumer.CheckProperties(c.Kafka.Properties); err != nil {
-		return bad("kafka.properties", "%v", err)
-	}
-	if c.MySQL.DSN == "" {
-		return bad("mysql.dsn", "is required")
-	}
-	if _, err := mysql.ParseDSN(c.MySQL.DSN); err != nil {
-		return bad("mysql.dsn", "%v", err)
-	}
-	if c.MySQL.LedgerDSN != "" {
-		if _, err := mysql.ParseDSN(c.MySQL.LedgerDSN); err != nil {
-			return bad("mysql.ledger_dsn", "%v", err)
-		}
-	}
-	if !identRE.MatchString(c.MySQL.Table) {
-		return bad("mysql.table", "%q is not a plain identifier", c.MySQL.Table)
-	}
-	if !identRE.MatchString(c.MySQL.DLQTable) {
-		return bad("mysql.dlq_table", "%q is not a plain identifier", c.MySQL.DLQTable)
-	}
-	if c.MySQL.DetailTable != "" && !identRE.MatchString(c.MySQL.DetailTable) {
-		return bad("mysql.detail_table", "%q is not a plain identifier", c.MySQL.DetailTable)
-	}
-	if c.MySQL.BatchRows < 1 || c.MySQL.BatchRows > 10000 {
-		return bad("mysql.batch_rows", "%d is outside 1..10000", c.MySQL.BatchRows)
-	}
-	if (c.MySQL.TLSCertFile == "") != (c.MySQL.TLSKeyFile == "") {
-		return bad("mysql.tls_key_file", "mysql.tls_cert_file and mysql.tls_key_file go together")
-	}
-	for _, f := range []struct{ key, path string }{{"mysql.tls_ca_file", c.MySQL.TLSCAFile},
-		{"mysql.tls_cert_file", c.MySQL.TLSCertFile}, {"mysql.tls_key_file", c.MySQL.TLSKeyFile}} {
-		if f.path == "" {
-			continue
-		}
-		if _, err := os.Stat(f.path); err != nil {
-			return bad(f.key, "%v", err)
-		}
-	}
-	if c.MySQL.LockWait < time.Second {
-		return bad("mysql.lock_wait_timeout", "%s is below 1s", c.MySQL.LockWait)
-	}
-	if c.Job.Lease < time.Second || c.Job.Lease >= c.MySQL.SessionTimeout {
-		return bad("job.lease", "%s must be at least 1s and below mysql.session_timeout (%s)", c.Job.Lease, c.MySQL.SessionTimeout)
-	}
-	if c.Job.ForgetMembersAfter < 0 {
-		return bad("job.forget_members_after", "%s is negative", c.Job.ForgetMembersAfter)
-	}
-	switch c.Mode {
-	case commit.ModeXA, commit.ModeHeld, commit.ModeAuto:
-	default:
-		return bad("mode", "%q is not xa or held", c.Mode)
-	}
-	// Held mode commits a subtask's offsets in its data transaction, so on the sink connection, while
-	// the fence and recovery read the ledger database: with a separate ledger, recovery would resume
-	// from offsets the data never moved (or from stale relay_* tables) and replay committed records.
-	if c.Mode == commit.ModeHeld && c.MySQL.LedgerDSN != "" {
-		return bad("mode", "held keeps the ledger in the sink database (offsets commit with the data): mysql.ledger_dsn (%s) must be empty with it", envOf("mysql.ledger_dsn"))
-	}
-	if c.Subtasks < 1 || c.Subtasks > 256 {
-		return bad("subtasks", "%d is outside 1..256", c.Subtasks)
-	}
-	cp := c.Checkpoint
-	if cp.Interval < 10*time.Millisecond {
-		return bad("checkpoint.interval", "%s is below 10ms", cp.Interval)
-	}
-	if cp.MinPause < 0 || cp.MinPause > cp.Interval {
-		return bad("checkpoint.min_pause", "%s must be between 0 and checkpoint.interval (%s)", cp.MinPause, cp.Interval)
-	}
-	if cp.IdleAfter != 0 && (cp.IdleAfter < time.Millisecond || cp.IdleAfter > cp.Interval) {
-		return bad("checkpoint.idle_after", "%s must be 0 (off) or between 1ms and checkpoint.interval (%s)", cp.IdleAfter, cp.Interval)
-	}
-	if cp.Timeout < 100*time.Millisecond {
-		return bad("checkpoint.timeout", "%s is below 100ms", cp.Timeout)
-	}
-	if cp.TolerableFailures < 0 {
-		return bad("checkpoint.tolerable_failures", "%d is negative", cp.TolerableFailures)
-	}
-	if cp.RestartAllowance < 0 {
-		return bad("checkpoint.restart_allowance", "%s is negative", cp.RestartAllowance)
-	}
-	// A session killed for idleness between checkpoints loses its open transaction (held mode) or
-	// the XA branch being filled: the timeout must outlast the longest gap relay can leave.
-	if need := cp.Interval + cp.Timeout + cp.RestartAllowance; c.MySQL.SessionTimeout <= need {
-		return bad("mysql.session_timeout", "%s must exceed checkpoint.interval + checkpoint.timeout + checkpoint.restart_allowance = %s (short by %s)",
-			c.MySQL.SessionTimeout, need, need-c.MySQL.SessionTimeout+time.Second)
-	}
-	if c.MySQL.LockWait >= cp.Timeout {
-		return bad("mysql.lock_wait_timeout", "%s must be below checkpoint.timeout (%s) so a blocked flush fails inside the checkpoint", c.MySQL.LockWait, cp.Timeout)
-	}
-	if c.MySQL.StatementTimeout < c.MySQL.LockWait+time.Second {
-		return bad("mysql.statement_timeout", "%s must exceed mysql.lock_wait_timeout (%s) by at least 1s: a statement waiting for a row lock is not a dead connection",
-			c.MySQL.StatementTimeout, c.MySQL.LockWait)
-	}
-	if cp.BufferKeys < 1 {
-		return bad("checkpoint.buffer_keys", "%d must be positive", cp.BufferKeys)
-	}
-	if cp.ResolveInterval < time.Second {
-		return bad("checkpoint.resolve_interval", "%s is below 1s", cp.ResolveInterval)
-	}
-	if cp.ReadyMaxAge <= cp.Interval {
-		return bad("checkpoint.ready_max_age", "%s must exceed checkpoint.interval (%s)", cp.ReadyMaxAge, cp.Interval)
-	}
-	in := c.Input
-	for key, v := range map[string]string{"input.order_id_field": in.OrderIDField, "input.sku_field": in.SKUField,
-		"input.amount_field": in.AmountField, "input.ts_field": in.TSField} {
-		if v == "" {
-			return bad(key, "must not be empty")
-		}
-	}
-	if in.Window < time.Second || time.Hour*24%in.Window != 0 {
-		return bad("input.window", "%s must be at least 1s and divide a day", in.Window)
-	}
-	switch in.BadInputPolicy {
-	case "dlq", "skip", "fail":
-	default:
-		return bad("input.bad_input_policy", "%q is not dlq, skip or fail", in.BadInputPolicy)
-	}
-	if in.MaxPayloadBytes < 64 {
-		return bad("input.max_payload_bytes", "%d is below 64", in.MaxPayloadBytes)
-	}
-	if in.DLQPayloadBytes < 0 || in.DLQPayloadBytes > 65535 {
-		return bad("input.dlq_payload_bytes", "%d is outside 0..65535", in.DLQPayloadBytes)
-	}
-	// DATETIME holds years 1000..9999; a window outside it cannot be stored.
-	lo, hi := time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
-	if in.MinEventTime.Before(lo) || !in.MinEventTime.Before(in.MaxEventTime) {
-		return bad("input.min_event_time", "%s must be after %s and before input.max_event_time", in.MinEventTime, lo)
-	}
-	if in.MaxEventTime.After(hi) {
-		return bad("input.max_event_time", "%s is past what DATETIME holds (%s)", in.MaxEventTime, hi)
-	}
-	if _, err := c.Plan(); err != nil {
-		return err
-	}
-	// The append sink's rows are the default spec's fields (order_id, sku, amount).
-	if c.Pipeline != nil && c.MySQL.DetailTable != "" {
-		return bad("mysql.detail_table", "the append sink writes order_id, sku and amount, the default spec's fields: it does not run with a pipeline block")
-	}
-	if c.StartupWait < 0 {
-		return bad("startup_wait_timeout", "%s is negative (0 waits for as long as it takes)", c.StartupWait)
-	}
-	if c.GCFloorMiB < 0 || c.GCFloorMiB > 1<<16 {
-		return bad("gc_heap_floor_mib", "%d is outside 0..65536", c.GCFloorMiB)
-	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		return bad("log_level", "%q is not debug, info, warn or error", c.LogLevel)
-	}
-	return nil
 }
 
 // Plan compiles the pipeline spec: the pipeline block, or without one the default spec built from

@@ -16,7 +16,7 @@ import (
 func valid() Config {
 	c := Default()
 	c.Job.Name = "orders_eu"
-	c.Kafka.Brokers = "127.0.0.1:9092"
+	c.Kafka.Brokers = List{"127.0.0.1:9092"}
 	c.Kafka.Topics = []string{"orders"}
 	c.MySQL.DSN = "relay:pw@tcp(127.0.0.1:3306)/relay"
 	return c
@@ -39,7 +39,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"job.name", func(c *Config) { c.Job.Name = "" }, "must match"},
 		{"job.name", func(c *Config) { c.Job.Name = "Orders-EU" }, "must match"},
 		{"job.name", func(c *Config) { c.Job.Name = strings.Repeat("a", 33) }, "must match"},
-		{"kafka.brokers", func(c *Config) { c.Kafka.Brokers = " " }, "required"},
+		{"kafka.brokers", func(c *Config) { c.Kafka.Brokers = List{" "} }, "required"},
 		{"kafka.topics", func(c *Config) { c.Kafka.Topics = nil }, "at least one"},
 		{"kafka.topics", func(c *Config) { c.Kafka.Topics = []string{"a b"} }, "bad topic"},
 		{"kafka.start_offset", func(c *Config) { c.Kafka.StartOffset = "middle" }, "earliest or latest"},
@@ -66,11 +66,11 @@ func TestValidateRefuses(t *testing.T) {
 		{"mode", func(c *Config) { c.Mode = "2pc" }, "xa or held"},
 		{"subtasks", func(c *Config) { c.Subtasks = 0 }, "outside"},
 		{"subtasks", func(c *Config) { c.Subtasks = 1000 }, "outside"},
-		{"subtasks", func(c *Config) { c.Instance = "1/3" }, "set subtasks to 1 (RELAY_SUBTASKS=1)"},
+		{"subtasks", func(c *Config) { c.Instance = "1/3"; c.set = map[string]bool{"subtasks": true} }, "set subtasks to 1 (RELAY_SUBTASKS=1)"},
 		{"instance", func(c *Config) { c.Instance = "3/3" }, "not i/M"},
 		{"membership", func(c *Config) { c.Membership = "elastic" }, `"elastic" is not instances or group`},
 		{"membership", func(c *Config) { c.Membership = MembershipGroup; c.Subtasks = 1; c.Instance = "0/2" }, "must stay 0/1"},
-		{"subtasks", func(c *Config) { c.Membership = MembershipGroup }, "with membership group"},
+		{"subtasks", func(c *Config) { c.Membership = MembershipGroup; c.Subtasks = 3 }, "with membership group"},
 		{"kafka.group_instance_id", func(c *Config) { c.Kafka.GroupInstanceID = "relay-0" }, "is for membership group"},
 		{"checkpoint.interval", func(c *Config) { c.Checkpoint.Interval = time.Millisecond }, "below"},
 		{"checkpoint.min_pause", func(c *Config) { c.Checkpoint.MinPause = time.Hour }, "between"},

@@ -1,8 +1,10 @@
-// docs/CONFIG.md is generated from the field table and Default(); this test keeps it that way.
+// docs/CONFIG.md and relay.example.yaml are generated from the field table and Default(); this
+// test keeps them that way.
 //
-// Invariant: docs/CONFIG.md is byte-for-byte what renderConfigDoc produces from Fields() and
-// Default(), so a key, a default or a doc line cannot change without the published reference
-// changing with it. Regenerate with: go test ./internal/config -run TestConfigDoc -update
+// Invariant: docs/CONFIG.md and relay.example.yaml are byte-for-byte what renderConfigDoc and
+// renderExampleConfig produce from Fields() and Default(), so a key, a default or a doc line cannot
+// change without the published reference and the example changing with it. Regenerate both with:
+// go test ./internal/config -run TestConfigDoc -update
 package config
 
 import (
@@ -12,13 +14,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/CONFIG.md from the field table")
+var update = flag.Bool("update", false, "rewrite docs/CONFIG.md and relay.example.yaml from the field table")
 
 var configDocPath = filepath.Join("..", "..", "docs", "CONFIG.md")
 
@@ -93,8 +96,10 @@ instead come from files, such as a mounted Kubernetes secret: ` + "`kafka.sasl_p
 
 Start-up validation also enforces relations between keys, e.g. ` + "`mysql.session_timeout`" + ` must exceed
 ` + "`checkpoint.interval + checkpoint.timeout + checkpoint.restart_allowance`" + ` and ` + "`mysql.lock_wait_timeout`" + `
-must stay below ` + "`checkpoint.timeout`" + `; the error says by how much a value is off. ` + "`relay preflight`" + `
-checks the settings that depend on the servers.
+must stay below ` + "`checkpoint.timeout`" + `; the error says by how much a value is off, and every error is
+reported at once. ` + "`relay config check`" + ` runs these checks offline and prints the configuration relay runs
+with, passwords masked; ` + "`relay preflight`" + ` runs them first, then checks the settings that depend on the
+servers. ` + "`relay.example.yaml`" + ` is this table as a config file, every key commented out at its default.
 
 | key | environment variable | default | description |
 |---|---|---|---|
@@ -113,23 +118,98 @@ checks the settings that depend on the servers.
 	return b.Bytes()
 }
 
-func TestConfigDoc(t *testing.T) {
-	want := renderConfigDoc()
-	if *update {
-		if err := os.WriteFile(configDocPath, want, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote %s", configDocPath)
-		return
-	}
-	got, err := os.ReadFile(configDocPath)
+// exampleConfigPath is the commented example config at the repository root: not relay.yaml, the
+// name deploy/k8s gives a manifest.
+var exampleConfigPath = filepath.Join("..", "..", "relay.example.yaml")
+
+const exampleHead = `relay.example.yaml: every key of relay's configuration, commented out at its default, under its
+doc line and the RELAY_* variable that overrides it (docs/CONFIG.md is the same table).
+
+Generated from internal/config/fields.go and config.Default() by
+  go test ./internal/config -run TestConfigDoc -update
+Do not edit by hand: the test fails when this file and the code differ.
+
+To start: cp relay.example.yaml relay.yaml, uncomment and set job.name, kafka.brokers,
+kafka.topics and mysql.dsn, and uncomment only what else you change (a commented key keeps
+relay's default, which for subtasks depends on membership and instance). Check it offline with
+  relay config check --config relay.yaml
+then run relay preflight --config relay.yaml and relay run --config relay.yaml.`
+
+func renderExampleConfig() []byte {
+	b, err := Default().renderYAML(renderExample, exampleHead)
 	if err != nil {
-		t.Fatalf("%v\nregenerate it with: go test ./internal/config -run TestConfigDoc -update", err)
+		panic(err)
 	}
-	if !bytes.Equal(got, want) {
-		line, g, w := firstDiffLine(got, want)
-		t.Fatalf("docs/CONFIG.md is out of date with internal/config (first difference at line %d: %q, want %q).\n"+
-			"Regenerate it with: go test ./internal/config -run TestConfigDoc -update", line, g, w)
+	return b
+}
+
+// TestConfigDoc keeps every file generated from the field table (docs/CONFIG.md and
+// relay.example.yaml) byte for byte what the code renders; -update rewrites them.
+func TestConfigDoc(t *testing.T) {
+	for _, f := range []struct {
+		path string
+		want []byte
+	}{{configDocPath, renderConfigDoc()}, {exampleConfigPath, renderExampleConfig()}} {
+		name := filepath.Base(f.path)
+		if *update {
+			if err := os.WriteFile(f.path, f.want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("wrote %s", f.path)
+			continue
+		}
+		got, err := os.ReadFile(f.path)
+		if err != nil {
+			t.Errorf("%v\nregenerate it with: go test ./internal/config -run TestConfigDoc -update", err)
+			continue
+		}
+		if !bytes.Equal(got, f.want) {
+			line, g, w := firstDiffLine(got, f.want)
+			t.Errorf("%s is out of date with internal/config (first difference at line %d: %q, want %q).\n"+
+				"Regenerate it with: go test ./internal/config -run TestConfigDoc -update", name, line, g, w)
+		}
+	}
+}
+
+// The example config sets nothing as it is (every key is commented out), and with every key line
+// uncommented it sets every key, to its default.
+func TestExampleConfigIsTheDefaults(t *testing.T) {
+	c, err := Load(exampleConfigPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range Fields() {
+		if c.set[f.Key] {
+			t.Errorf("relay.example.yaml sets %s: a copy would pin it", f.Key)
+		}
+	}
+	b, err := os.ReadFile(exampleConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A key's line follows its doc, which ends naming the variable (a doc line may itself begin
+	// with "word: ").
+	keyLine := regexp.MustCompile(`(?m)(\((?:RELAY_[A-Z0-9_]+|YAML only)\)\n)( *)# ([a-z_]+: )`)
+	c, err = Load(writeConfig(t, keyLine.ReplaceAllString(string(b), "$1$2$3")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range Fields() {
+		if !c.set[f.Key] {
+			t.Errorf("relay.example.yaml has no line for %s", f.Key)
+		}
+	}
+	if d := configDiff(c, Default()); len(d) > 0 {
+		t.Errorf("relay.example.yaml, uncommented, differs from the defaults: %v", d)
+	}
+	for _, f := range Fields() {
+		env := "(" + f.Env + ")"
+		if f.Env == "" {
+			env = "(YAML only)"
+		}
+		if !strings.Contains(string(b), env) {
+			t.Errorf("relay.example.yaml does not name %s's variable %s", f.Key, env)
+		}
 	}
 }
 

@@ -17,6 +17,14 @@ import (
 // trackedLedger is a ledger on a pool whose sessions are tracked, as relay run opens it.
 func trackedLedger(t *testing.T) (*Ledger, Pool, context.Context) {
 	t.Helper()
+	_, pool, ctx := trackedPool(t)
+	return New(pool.DB, "job_"+testenv.Suffix()), pool, ctx
+}
+
+// trackedPool is a fresh database with the ledger's schema (its DSN), and a pool on it whose
+// sessions are tracked.
+func trackedPool(t *testing.T) (string, Pool, context.Context) {
+	t.Helper()
 	dsn := testenv.Database(t)
 	tr := database.NewTracker()
 	db, err := database.Open(dsn, database.Session{Track: tr})
@@ -28,7 +36,7 @@ func trackedLedger(t *testing.T) (*Ledger, Pool, context.Context) {
 	if err := EnsureSchema(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	return New(db, "job_"+testenv.Suffix()), Pool{Name: "sink", DB: db, Sessions: tr}, ctx
+	return dsn, Pool{Name: "sink", DB: db, Sessions: tr}, ctx
 }
 
 // silence stops a fence's renewals while its lock session stays open on the server: what a

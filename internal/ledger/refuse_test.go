@@ -29,21 +29,11 @@ func TestLostFenceRefusesConnections(t *testing.T) {
 		recording bool
 	}{{"after the loss", false}, {"while recording", true}} {
 		t.Run(c.name, func(t *testing.T) {
-			dsn := testenv.Database(t)
-			tr := database.NewTracker()
-			db, err := database.Open(dsn, database.Session{Track: tr})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
+			dsn, pool, ctx := trackedPool(t)
+			db, tr := pool.DB, pool.Sessions
 			// The server's view, on a pool the fence does not hook.
 			direct := testenv.Open(t, dsn)
-			ctx := testenv.Context(t, time.Minute)
-			if err := EnsureSchema(ctx, db); err != nil {
-				t.Fatal(err)
-			}
 			l := New(db, "job_"+testenv.Suffix())
-			pool := Pool{Name: "sink", DB: db, Sessions: tr}
 
 			// Armed, a renewal that finds a session the pool did not list before ends the lock
 			// session first, so that the renewal recording that session fails.

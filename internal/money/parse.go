@@ -42,12 +42,7 @@ const cutoff = (1 << 63) / 10
 // units do not fit an int64).
 func Parse(b []byte) (int64, error) {
 	n := len(b)
-	i := 0
-	neg := false
-	if n > 0 && b[0] == '-' {
-		neg = true
-		i = 1
-	}
+	neg, i := sign(b)
 	intStart := i
 	for i < n && isDigit(b[i]) {
 		i++
@@ -162,4 +157,13 @@ func accumulate(d uint64, s []byte) (uint64, bool) {
 		d = d*10 + uint64(c-'0')
 	}
 	return d, d <= 1<<63
+}
+
+// sign reads an optional leading '-' of an amount (Parse) or a sum (ParseSum): whether it is
+// negative, and where its digits start.
+func sign[T string | []byte](s T) (neg bool, digits int) {
+	if len(s) > 0 && s[0] == '-' {
+		return true, 1
+	}
+	return false, 0
 }

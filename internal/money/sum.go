@@ -101,12 +101,7 @@ func (s Sum) String() string {
 // ones are zeros. No exponent: sums are read back from MySQL, not from JSON.
 func ParseSum(str string) (Sum, error) {
 	n := len(str)
-	i := 0
-	neg := false
-	if n > 0 && str[0] == '-' {
-		neg = true
-		i = 1
-	}
+	neg, i := sign(str)
 	var hi, lo uint64
 	ok := true
 	push := func(c byte) {

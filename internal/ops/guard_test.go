@@ -29,7 +29,7 @@ func rowCount(t *testing.T, ctx context.Context, e *Env, table string) int {
 // produceOrders writes n orders into the job's first topic and returns its high watermarks.
 func produceOrders(t *testing.T, ctx context.Context, e *Env, n int) partition.Offsets {
 	t.Helper()
-	o := loadgen.Options{Brokers: e.Config.Kafka.Brokers, Topic: e.Config.Kafka.Topics[0], Orders: n, Batch: 10, Seed: 3}
+	o := loadgen.Options{Brokers: e.Config.Kafka.Brokers.String(), Topic: e.Config.Kafka.Topics[0], Orders: n, Batch: 10, Seed: 3}
 	if err := loadgen.Run(ctx, o, loadgen.NewTotals()); err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func produceOrders(t *testing.T, ctx context.Context, e *Env, n int) partition.O
 // still leaves nothing.
 func TestPreflightRefusesSinkTable(t *testing.T) {
 	e, ctx := newEnv(t, 1)
-	cs := Preflight(ctx, e, e.Config.Validate())
+	cs := Preflight(ctx, e)
 	if c := checkNamed(t, cs, "xa"); c.Status != CheckOK {
 		t.Fatalf("xa on relay's table: %s", c)
 	}
@@ -55,7 +55,7 @@ func TestPreflightRefusesSinkTable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cs = Preflight(ctx, e, e.Config.Validate())
+	cs = Preflight(ctx, e)
 	c := checkNamed(t, cs, "schema")
 	if c.Status != CheckFail || !strings.Contains(c.Detail, ".order_stats_minute: engine MyISAM, not InnoDB") ||
 		!strings.Contains(c.Detail, "column sku has collation utf8mb4_general_ci") {
@@ -84,14 +84,14 @@ func TestPreflightRefusesSinkTable(t *testing.T) {
 // warns about rows in an unowned table that the job cannot have written.
 func TestPreflightTableOwner(t *testing.T) {
 	e, ctx := newEnv(t, 1)
-	if c := checkNamed(t, Preflight(ctx, e, nil), "table_owner"); c.Status != CheckOK || !strings.Contains(c.Detail, "relay run claims it") {
+	if c := checkNamed(t, Preflight(ctx, e), "table_owner"); c.Status != CheckOK || !strings.Contains(c.Detail, "relay run claims it") {
 		t.Fatalf("table_owner before any claim: %s", c)
 	}
 	// Rows nobody owns, in a table of a job that never committed: written by someone else.
 	if _, err := e.Sink.ExecContext(ctx, `INSERT INTO order_stats_minute VALUES ('2025-01-01 00:00:00', 'x', 1, 1)`); err != nil {
 		t.Fatal(err)
 	}
-	if c := checkNamed(t, Preflight(ctx, e, nil), "table_owner"); c.Status != CheckWarn || !strings.Contains(c.Detail, "holds rows, and job "+e.Config.Job.Name+" never committed") {
+	if c := checkNamed(t, Preflight(ctx, e), "table_owner"); c.Status != CheckWarn || !strings.Contains(c.Detail, "holds rows, and job "+e.Config.Job.Name+" never committed") {
 		t.Fatalf("table_owner with rows nobody owns: %s", c)
 	}
 	first := ledger.New(e.Sink, "first_"+testenv.Suffix())
@@ -102,7 +102,7 @@ func TestPreflightTableOwner(t *testing.T) {
 	if err := plan.Schema("relay_dlq", "").Claim(ctx, e.Sink, first); err != nil {
 		t.Fatal(err)
 	}
-	c := checkNamed(t, Preflight(ctx, e, nil), "table_owner")
+	c := checkNamed(t, Preflight(ctx, e), "table_owner")
 	if c.Status != CheckFail || !strings.Contains(c.Detail, "order_stats_minute is written by job "+first.Job()) {
 		t.Fatalf("table_owner with the table claimed by %s: %s", first.Job(), c)
 	}
@@ -122,7 +122,7 @@ func TestResumeOffsetBeyondTopic(t *testing.T) {
 	}
 	want := "topic " + topic + " partition 1: the ledger resumes at offset "
 
-	c := checkNamed(t, Preflight(ctx, e, nil), "topics")
+	c := checkNamed(t, Preflight(ctx, e), "topics")
 	if c.Status != CheckFail || !strings.Contains(c.Detail, want) || !strings.Contains(c.Detail, "beyond the high watermark") ||
 		!strings.Contains(c.Detail, "relay offsets reset --to "+topic+":1=0") {
 		t.Fatalf("topics: %s", c)

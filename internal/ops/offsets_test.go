@@ -42,7 +42,7 @@ func TestParseResetTarget(t *testing.T) {
 func TestResetOffsets(t *testing.T) {
 	e, ctx := newEnv(t, 2)
 	topic := e.Config.Kafka.Topics[0]
-	if err := loadgen.Run(ctx, loadgen.Options{Brokers: e.Config.Kafka.Brokers, Topic: topic, Orders: 40, Batch: 10, Seed: 1}, loadgen.NewTotals()); err != nil {
+	if err := loadgen.Run(ctx, loadgen.Options{Brokers: e.Config.Kafka.Brokers.String(), Topic: topic, Orders: 40, Batch: 10, Seed: 1}, loadgen.NewTotals()); err != nil {
 		t.Fatal(err)
 	}
 	hi := highWatermarks(t, e)
@@ -148,7 +148,7 @@ func mustTarget(t *testing.T, s string) ResetTarget {
 
 func highWatermarks(t *testing.T, e *Env) partition.Offsets {
 	t.Helper()
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": e.Config.Kafka.Brokers, "group.id": "hw"})
+	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": e.Config.Kafka.Brokers.String(), "group.id": "hw"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func highWatermarks(t *testing.T, e *Env) partition.Offsets {
 func TestResetOffsetsHeld(t *testing.T) {
 	e, ctx := newEnv(t, 2, func(c *config.Config) { c.Mode = commit.ModeHeld })
 	topic := e.Config.Kafka.Topics[0]
-	if err := loadgen.Run(ctx, loadgen.Options{Brokers: e.Config.Kafka.Brokers, Topic: topic, Orders: 30, Batch: 10, Seed: 2}, loadgen.NewTotals()); err != nil {
+	if err := loadgen.Run(ctx, loadgen.Options{Brokers: e.Config.Kafka.Brokers.String(), Topic: topic, Orders: 30, Batch: 10, Seed: 2}, loadgen.NewTotals()); err != nil {
 		t.Fatal(err)
 	}
 	r, err := ResetOffsets(ctx, e, mustTarget(t, "latest"), yes)

@@ -68,7 +68,7 @@ func confirmed(c Confirm, p Plan) error {
 // an operator command never touches the job's consumer group.
 func (e *Env) consumer() (*consumer.Consumer, error) {
 	k := e.Config.Kafka
-	return consumer.New(consumer.Options{Brokers: k.Brokers, Topics: k.Topics, GroupID: "relay-ops-" + e.Config.Job.Name,
+	return consumer.New(consumer.Options{Brokers: k.Brokers.String(), Topics: k.Topics, GroupID: "relay-ops-" + e.Config.Job.Name,
 		StartOffset: "earliest", Properties: k.Properties}, e.Log.Named("consumer"))
 }
 

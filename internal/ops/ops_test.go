@@ -27,7 +27,7 @@ func newEnv(t *testing.T, partitions int, mutate ...func(*config.Config)) (*Env,
 	t.Helper()
 	cfg := config.Default()
 	cfg.Job.Name = "j" + testenv.Suffix()
-	cfg.Kafka.Brokers = testenv.Brokers(t)
+	cfg.Kafka.Brokers = config.List{testenv.Brokers(t)}
 	cfg.Kafka.Topics = []string{testenv.Topic(t, partitions)}
 	cfg.MySQL.DSN = testenv.Database(t)
 	for _, m := range mutate {

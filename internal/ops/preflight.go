@@ -73,12 +73,12 @@ var (
 	minMariaDB = [3]int{10, 5, 2}
 )
 
-// Preflight runs every check. configErr is the configuration's Validate result: the checks that
-// can still run on an invalid configuration do, so one run shows everything to fix.
-func Preflight(ctx context.Context, e *Env, configErr error) []Check {
+// Preflight runs every check of the servers for a configuration that passed Validate (cmd/relay
+// never dials with one that did not: relay config check's errors are preflight's first lines).
+func Preflight(ctx context.Context, e *Env) []Check {
 	var cs checks
 	cfg := e.Config
-	cs.result("config", configErr, "valid: job %s, mode %s, %d subtasks, topics %s", cfg.Job.Name, cfg.Mode, cfg.Subtasks,
+	cs.add("config", CheckOK, "valid: job %s, mode %s, %d subtasks, topics %s", cfg.Job.Name, cfg.Mode, cfg.Subtasks,
 		strings.Join(cfg.Kafka.Topics, ","))
 	if serverChecks(ctx, e, &cs) {
 		jobChecks(ctx, e, &cs)
@@ -321,7 +321,7 @@ func specCheck(ctx context.Context, e *Env, cs *checks) {
 func topicCheck(ctx context.Context, e *Env, cs *checks) {
 	c, parts, err := e.partitions(ctx)
 	if err != nil {
-		cs.add("topics", CheckFail, "%v (brokers %s)", err, e.Config.Kafka.Brokers)
+		cs.add("topics", CheckFail, "%v (brokers %s)", err, e.Config.Kafka.Brokers.String())
 		return
 	}
 	defer c.Close()

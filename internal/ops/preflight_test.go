@@ -23,7 +23,7 @@ func checkNamed(t *testing.T, cs []Check, name string) Check {
 // On the test setup every check passes; an orphan branch is a warning, not a failure.
 func TestPreflightPasses(t *testing.T) {
 	e, ctx := newEnv(t, 3)
-	cs := Preflight(ctx, e, e.Config.Validate())
+	cs := Preflight(ctx, e)
 	for _, c := range cs {
 		if c.Status == CheckFail {
 			t.Errorf("%s", c)
@@ -38,7 +38,7 @@ func TestPreflightPasses(t *testing.T) {
 	}
 	orphan := "renamed" + testenv.Suffix() + "-9-0"
 	prepare(t, ctx, e, orphan)
-	cs = Preflight(ctx, e, e.Config.Validate())
+	cs = Preflight(ctx, e)
 	if c := checkNamed(t, cs, "orphans"); c.Status != CheckWarn || !strings.Contains(c.Detail, orphan) {
 		t.Fatalf("orphans with %s prepared: %s", orphan, c)
 	}
@@ -47,18 +47,15 @@ func TestPreflightPasses(t *testing.T) {
 	}
 }
 
-// A session timeout shorter than interval + timeout + restart allowance fails twice: as the
-// configuration's own rule, and as what the server's sessions really get, with the numbers.
+// A session timeout shorter than interval + timeout + restart allowance, as the server's sessions
+// really get it, fails with the numbers. (The configuration's own rule refuses the same setting
+// before anything is dialled, config.Validate; here the server's side is checked alone.)
 func TestPreflightFailsOnShortSessionTimeout(t *testing.T) {
 	e, ctx := newEnv(t, 1, func(c *config.Config) {
 		c.MySQL.SessionTimeout = time.Minute
-		c.Kafka.Topics = []string{"missing_" + testenv.Suffix()}
+		c.Kafka.Topics = config.List{"missing_" + testenv.Suffix()}
 	})
-	cs := Preflight(ctx, e, e.Config.Validate())
-	if c := checkNamed(t, cs, "config"); c.Status != CheckFail ||
-		!strings.Contains(c.Detail, "mysql.session_timeout (RELAY_MYSQL_SESSION_TIMEOUT): 1m0s must exceed") || !strings.Contains(c.Detail, "short by 2m2s") {
-		t.Fatalf("config: %s", c)
-	}
+	cs := Preflight(ctx, e)
 	if c := checkNamed(t, cs, "session_timeout"); c.Status != CheckFail ||
 		!strings.Contains(c.Detail, "wait_timeout 1m0s") || !strings.Contains(c.Detail, "= 3m1s (short by 2m2s)") || !strings.Contains(c.Detail, "RELAY_MYSQL_SESSION_TIMEOUT") {
 		t.Fatalf("session_timeout: %s", c)
@@ -69,7 +66,7 @@ func TestPreflightFailsOnShortSessionTimeout(t *testing.T) {
 	if c := checkNamed(t, cs, "xa"); c.Status != CheckOK {
 		t.Fatalf("xa should still pass: %s", c)
 	}
-	if n := Failed(cs); n != 3 {
-		t.Fatalf("%d checks failed, want 3: %v", n, cs)
+	if n := Failed(cs); n != 2 {
+		t.Fatalf("%d checks failed, want 2: %v", n, cs)
 	}
 }

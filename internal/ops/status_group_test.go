@@ -28,7 +28,7 @@ func TestStatusGroupMembers(t *testing.T) {
 	topic := e.Config.Kafka.Topics[0]
 	produceOrders(t, ctx, e, 200)
 	// A consumer in the job's group, as a member's membership consumer: Kafka reports the group.
-	kc, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": e.Config.Kafka.Brokers, "group.id": e.Config.Kafka.GroupID,
+	kc, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": e.Config.Kafka.Brokers.String(), "group.id": e.Config.Kafka.GroupID,
 		"partition.assignment.strategy": "cooperative-sticky"})
 	if err != nil {
 		t.Fatal(err)

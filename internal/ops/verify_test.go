@@ -26,7 +26,7 @@ import (
 func committedLoad(t *testing.T, ctx context.Context, e *Env, o loadgen.Options) (*loadgen.Totals, loadgen.Tables, string) {
 	t.Helper()
 	topic := e.Config.Kafka.Topics[0]
-	o.Brokers, o.Topic, o.TxnID = e.Config.Kafka.Brokers, topic, "lg-"+topic
+	o.Brokers, o.Topic, o.TxnID = e.Config.Kafka.Brokers.String(), topic, "lg-"+topic
 	totals := loadgen.NewTotals()
 	err := loadgen.Run(ctx, o, totals)
 	for attempt := 2; err != nil && attempt <= 3; attempt++ {

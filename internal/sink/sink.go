@@ -100,21 +100,11 @@ type DetailRow struct {
 
 // AppendDLQInsert renders one multi-row insert of bad records.
 func (s Schema) AppendDLQInsert(dst []byte, job string, checkpoint int64, rows []DLQRow) []byte {
-	dst = append(dst, "INSERT INTO "...)
-	dst = append(dst, quote(s.DLQ)...)
-	dst = append(dst, " (job, topic, kpartition, koffset, reason, payload, payload_bytes, checkpoint_id) VALUES "...)
-	for i, r := range rows {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, '(')
+	return appendInsert(dst, s.DLQ, "job, topic, kpartition, koffset, reason, payload, payload_bytes, checkpoint_id", len(rows), func(dst []byte, i int) []byte {
+		r := rows[i]
 		dst = AppendHexString(dst, job)
 		dst = append(dst, ',')
-		dst = AppendHexString(dst, r.Topic)
-		dst = append(dst, ',')
-		dst = strconv.AppendInt(dst, int64(r.Partition), 10)
-		dst = append(dst, ',')
-		dst = strconv.AppendInt(dst, r.Offset, 10)
+		dst = appendSource(dst, r.Topic, r.Partition, r.Offset)
 		dst = append(dst, ',')
 		dst = AppendHexString(dst, r.Reason)
 		dst = append(dst, ",X'"...)
@@ -122,22 +112,14 @@ func (s Schema) AppendDLQInsert(dst []byte, job string, checkpoint int64, rows [
 		dst = append(dst, "',"...)
 		dst = strconv.AppendInt(dst, int64(r.Size), 10)
 		dst = append(dst, ',')
-		dst = strconv.AppendInt(dst, checkpoint, 10)
-		dst = append(dst, ')')
-	}
-	return dst
+		return strconv.AppendInt(dst, checkpoint, 10)
+	})
 }
 
 // AppendDetailInsert renders one multi-row insert into the append sink.
 func (s Schema) AppendDetailInsert(dst []byte, rows []DetailRow) []byte {
-	dst = append(dst, "INSERT INTO "...)
-	dst = append(dst, quote(s.Detail)...)
-	dst = append(dst, " (order_id, sku, amount, event_time, src_topic, src_partition, src_offset) VALUES "...)
-	for i, r := range rows {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, '(')
+	return appendInsert(dst, s.Detail, "order_id, sku, amount, event_time, src_topic, src_partition, src_offset", len(rows), func(dst []byte, i int) []byte {
+		r := rows[i]
 		dst = AppendHexString(dst, r.OrderID)
 		dst = append(dst, ',')
 		dst = AppendHexString(dst, r.SKU)
@@ -146,14 +128,36 @@ func (s Schema) AppendDetailInsert(dst []byte, rows []DetailRow) []byte {
 		dst = append(dst, ",'"...)
 		dst = time.UnixMilli(r.TS).UTC().AppendFormat(dst, "2006-01-02 15:04:05.000")
 		dst = append(dst, "',"...)
-		dst = AppendHexString(dst, r.Topic)
-		dst = append(dst, ',')
-		dst = strconv.AppendInt(dst, int64(r.Partition), 10)
-		dst = append(dst, ',')
-		dst = strconv.AppendInt(dst, r.Offset, 10)
+		return appendSource(dst, r.Topic, r.Partition, r.Offset)
+	})
+}
+
+// appendInsert renders INSERT INTO table (columns) VALUES and n rows, row i's values written by
+// values between its parentheses: the one shape of relay's multi-row inserts.
+func appendInsert(dst []byte, table, columns string, n int, values func(dst []byte, i int) []byte) []byte {
+	dst = append(dst, "INSERT INTO "...)
+	dst = append(dst, quote(table)...)
+	dst = append(dst, " ("...)
+	dst = append(dst, columns...)
+	dst = append(dst, ") VALUES "...)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, '(')
+		dst = values(dst, i)
 		dst = append(dst, ')')
 	}
 	return dst
+}
+
+// appendSource renders where a record came from: topic, partition, offset.
+func appendSource(dst []byte, topic string, partition int32, offset int64) []byte {
+	dst = AppendHexString(dst, topic)
+	dst = append(dst, ',')
+	dst = strconv.AppendInt(dst, int64(partition), 10)
+	dst = append(dst, ',')
+	return strconv.AppendInt(dst, offset, 10)
 }
 
 // AppendHexString writes s as a utf8mb4 hex literal: exact bytes, nothing to escape (the one

@@ -143,6 +143,16 @@ func (f *Fields) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// MarshalYAML writes the mapping UnmarshalYAML reads, so a Config renders its pipeline block
+// (relay config check).
+func (f Fields) MarshalYAML() (any, error) {
+	n := &yaml.Node{Kind: yaml.MappingNode}
+	for _, field := range f {
+		n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: field.Name}, &yaml.Node{Kind: yaml.ScalarNode, Value: field.Type})
+	}
+	return n, nil
+}
+
 // Default is the shape relay had before specs, from the input.* settings: order_id, sku, amount and
 // ts by their configured keys (each one literal top-level key), one aggregate table of
 // (window_start, sku) with order_count and amount_sum. Its DDL and upserts are byte for byte the

@@ -54,7 +54,7 @@ func run(cpuPath, allocPath, tracePath string, limit time.Duration) error {
 	topic := cfg.Kafka.Topics[0]
 	log := zap.NewNop()
 	ctx := context.Background()
-	end, err := harness.EndOffsets(cfg.Kafka.Brokers, topic)
+	end, err := harness.EndOffsets(cfg.Kafka.Brokers.String(), topic)
 	if err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func run(cpuPath, allocPath, tracePath string, limit time.Duration) error {
 		return err
 	}
 	led := ledger.New(db, cfg.Job.Name)
-	copts := consumer.Options{Brokers: cfg.Kafka.Brokers, Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
+	copts := consumer.Options{Brokers: cfg.Kafka.Brokers.String(), Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
 		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties}
 	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Log: log, Metrics: m, Sink: db, Ledger: led, Fence: ledger.FenceConfig{Owner: "relayprof"},
 		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log) }})
