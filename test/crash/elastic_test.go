@@ -41,7 +41,8 @@ const (
 	// groupSession is the consumer group's session timeout the members run with (the broker's
 	// smallest by default): a member that stops heartbeating loses its partitions after it.
 	groupSession = 6 * time.Second
-	// checkpointInterval is env's RELAY_CHECKPOINT_INTERVAL.
+	// checkpointInterval is env's RELAY_CHECKPOINT_INTERVAL (a group's interval unless it sets
+	// another).
 	checkpointInterval = 200 * time.Millisecond
 	// stallAllowance is what the test lets a graceful join or leave stall a partition beyond 2
 	// checkpoint intervals plus the drain before it fails: the noise of 2 shared cores (a
@@ -355,8 +356,8 @@ func (s stall) String() string {
 }
 
 // stall is the longest wait, from readable (r) to decided (w's advances), of the records readable
-// in [from, to]; one not decided by to waits until to.
-func (g *group) stall(from, to time.Time) stall {
+// in [from, to]; one not decided by until waits until until.
+func (g *group) stall(from, to, until time.Time) stall {
 	g.r.mu.Lock()
 	defer g.r.mu.Unlock()
 	g.w.mu.Lock()
@@ -369,8 +370,8 @@ func (g *group) stall(from, to time.Time) stall {
 				continue
 			}
 			i := sort.Search(len(advs), func(i int) bool { return advs[i].next > rec.off })
-			end, by := to, advance{}
-			if i < len(advs) && advs[i].at.Before(to) {
+			end, by := until, advance{}
+			if i < len(advs) && advs[i].at.Before(until) {
 				end, by = advs[i].at, advs[i]
 			}
 			if w := end.Sub(rec.at); w > worst.wait || !worst.found {
@@ -384,12 +385,16 @@ func (g *group) stall(from, to time.Time) stall {
 // group drives the members of one job: it starts and stops them, waits for the group to settle,
 // and keeps what the test reports.
 type group struct {
-	e     *env
-	w     *ledgerWatch
-	r     *readWatch
-	live  []*member
-	stats map[string]memberStats // each member's last scrape, by key
-	dead  map[string]bool        // keys of the members SIGKILLed
+	e *env
+	w *ledgerWatch
+	r *readWatch
+	// interval is the members' checkpoint.interval (the stall bound's 2 intervals), and extra what
+	// each member runs with besides groupEnv.
+	interval time.Duration
+	extra    []string
+	live     []*member
+	stats    map[string]memberStats // each member's last scrape, by key
+	dead     map[string]bool        // keys of the members SIGKILLed
 	// numbers for the report
 	takeovers []time.Duration
 	joins     []time.Duration // the longest stall of each join
@@ -398,7 +403,7 @@ type group struct {
 }
 
 func (e *env) group() *group {
-	return &group{e: e, w: e.watch(), r: e.watchReadable(), stats: map[string]memberStats{}, dead: map[string]bool{}}
+	return &group{e: e, w: e.watch(), r: e.watchReadable(), interval: checkpointInterval, stats: map[string]memberStats{}, dead: map[string]bool{}}
 }
 
 func (g *group) keys() []string {
@@ -470,7 +475,7 @@ func (g *group) drained(before map[string]memberStats) time.Duration {
 func (g *group) steady() {
 	start := time.Now()
 	time.Sleep(steadyFor)
-	g.e.t.Logf("steady %s: longest wait of a readable record %s; advances per partition %v", steadyFor, g.stall(start, time.Now()), g.w.advancesIn(start, time.Now()))
+	g.e.t.Logf("steady %s: longest wait of a readable record %s; advances per partition %v", steadyFor, g.stall(start, time.Now(), time.Now()), g.w.advancesIn(start, time.Now()))
 }
 
 // advancesIn counts each partition's advances in [from, to].
@@ -503,7 +508,7 @@ func (g *group) join(n int, measure bool) {
 	from := len(g.live)
 	t0 := time.Now()
 	for i := 0; i < n; i++ {
-		g.live = append(g.live, g.e.startMember())
+		g.live = append(g.live, g.e.startMember(g.extra...))
 	}
 	at := g.settle(t0, 90*time.Second, fmt.Sprintf("join %d → %d", from, len(g.live)))
 	if !measure {
@@ -520,8 +525,11 @@ func (g *group) join(n int, measure bool) {
 func (g *group) stalled(what string, t0, at time.Time, drain time.Duration, drainIs string) time.Duration {
 	t := g.e.t
 	t.Helper()
-	st := g.stall(t0, at)
-	bound := 2*checkpointInterval + drain
+	// A record readable just before the group settled is decided up to an interval or two later:
+	// its wait is read once those decisions are seen, not cut short at the settling.
+	time.Sleep(2*g.interval + 200*time.Millisecond)
+	st := g.stall(t0, at, time.Now())
+	bound := 2*g.interval + drain
 	t.Logf("%s at %s: settled after %s; longest stall %s; drain %s (%s); 2 intervals + drain = %s",
 		what, t0.Format("15:04:05.000"), at.Sub(t0).Round(time.Millisecond), st, drain.Round(time.Millisecond), drainIs, bound.Round(time.Millisecond))
 	if st.wait <= bound {
@@ -586,7 +594,7 @@ func (g *group) afterServerRestart(t0 time.Time) {
 			if !m.Alive() {
 				t.Logf("member %s exited after the MariaDB restart (%v): replaced\n%s", m.key, m.Err(), tail(m.Log, 5))
 				g.dead[m.key] = true
-				g.live[i] = g.e.startMember()
+				g.live[i] = g.e.startMember(g.extra...)
 			}
 		}
 		rows, seen := g.w.state()
@@ -720,11 +728,16 @@ const producers = 4
 // produceOrders produces orders in the background (producers loads side by side, seeded from
 // seed) until the returned stop is called, which returns the error of a load that ended before.
 func (e *env) produceOrders(totals *loadgen.Totals, seed uint64) (stop func() error) {
+	return e.produceOrdersAt(totals, seed, 500)
+}
+
+// produceOrdersAt is produceOrders with each load at rate orders a second.
+func (e *env) produceOrdersAt(totals *loadgen.Totals, seed uint64, rate float64) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	produced := make(chan error, producers)
 	for i := uint64(0); i < producers; i++ {
 		go func() {
-			err := e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 500, Batch: 10,
+			err := e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: rate, Batch: 10,
 				AbortRate: 0.1, BadRate: 0.005, SKUs: 50, Windows: 5, Seed: seed + i, TxnID: fmt.Sprintf("lg%d-%s", i, e.topic)})
 			if ctx.Err() != nil {
 				err = nil // stopped
@@ -813,6 +826,57 @@ func elastic(t *testing.T, extra ...string) {
 	}
 	_, bad, good := totals.Snapshot()
 	t.Logf("%d good orders, %d bad, %d aborted", good, len(bad), totals.Aborted)
+	g.finish(totals)
+	g.report()
+}
+
+// Graceful joins (2 → 4, 2 → 3) and leaves (4 → 3 → 2) at checkpoint.interval 500 ms with librdkafka's
+// default group session timeout (45 s: no session.timeout.ms set), both modes, orders flowing into
+// 16 partitions: neither may stall a partition longer than 2 intervals + the drain + stallAllowance
+// (issue 34.4: on 7 Dec such a hand-over stalled one 3.6-4.3 s), and the totals stay exact.
+// RELAY_TEST_HANDOVER_INTERVAL sets another interval (the issue asks for 500 ms and 1 s).
+func TestElasticHandover(t *testing.T) {
+	interval := 500 * time.Millisecond
+	if v := os.Getenv("RELAY_TEST_HANDOVER_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("RELAY_TEST_HANDOVER_INTERVAL: %v", err)
+		}
+		interval = d
+	}
+	for _, mode := range groupModes {
+		t.Run(mode.name, func(t *testing.T) { handover(t, interval, mode.extra...) })
+	}
+}
+
+func handover(t *testing.T, interval time.Duration, extra ...string) {
+	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_SEED", 0), 34))
+	e := newEnv(t, elasticPartitions, append(slices.Clone(extra), "RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s",
+		"RELAY_CHECKPOINT_INTERVAL="+interval.String())...)
+	t.Logf("job %s topic %s (%d partitions); checkpoint.interval %s, librdkafka's default session timeout", e.job, e.topic, elasticPartitions, interval)
+	rate := 500.0
+	if v := os.Getenv("RELAY_TEST_HANDOVER_RATE"); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatalf("RELAY_TEST_HANDOVER_RATE: %v", err)
+		}
+		rate = r
+	}
+	totals := loadgen.NewTotals()
+	stop := e.produceOrdersAt(totals, rng.Uint64(), rate)
+	g := e.group()
+	// No session.timeout.ms: groupEnv's kafka.properties is replaced by RELAY_TEST_HANDOVER_PROPERTIES
+	// (empty by default; e.g. heartbeat.interval.ms=3000, librdkafka's own, shows what relay's
+	// heartbeat default saves).
+	g.interval, g.extra = interval, []string{"RELAY_KAFKA_PROPERTIES=" + os.Getenv("RELAY_TEST_HANDOVER_PROPERTIES")}
+	g.join(2, false)
+	g.join(2, true)                // 2 → 4
+	g.leave(rng.IntN(len(g.live))) // 4 → 3
+	g.leave(rng.IntN(len(g.live))) // 3 → 2
+	g.join(1, true)                // 2 → 3
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
 	g.finish(totals)
 	g.report()
 }
