@@ -140,6 +140,13 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 		if ms, err := strconv.Atoi(v); err == nil {
 			hb = time.Duration(ms) * time.Millisecond
 		}
+		if o.Heartbeat > 0 && hb > 2*o.Heartbeat {
+			// The second round of a graceful join, and the only one of a leave, start at a
+			// member's next heartbeat: at librdkafka's 3 s a moved partition stalled 3.0-3.3 s
+			// against 0.5-0.9 s at relay's default (docs/BENCHMARKS.md, "Hand-over").
+			log.Warn("kafka.properties heartbeat.interval.ms is long for the checkpoint interval: a partition moved by a graceful join or leave waits about one heartbeat more",
+				zap.Duration("heartbeat", hb), zap.Duration("relay_default", o.Heartbeat))
+		}
 	} else if o.Heartbeat > 0 {
 		hb = o.Heartbeat
 		if err := cm.SetKey("heartbeat.interval.ms", int(hb/time.Millisecond)); err != nil {

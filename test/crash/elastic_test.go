@@ -1122,3 +1122,140 @@ func (w *ledgerWatch) takesOf(p int32) []take {
 	sort.Slice(ts, func(i, j int) bool { return ts[i].epoch < ts[j].epoch })
 	return ts
 }
+
+// TestElasticContention (RELAY_TEST_ELASTIC_LONG=1) measures how long members wait for each
+// other's row locks on the aggregate rows they share, at 1, 2, 4 and 8 members of one job, both
+// modes: orders flow into 16 partitions at a fixed rate, every partition carrying every key (50
+// skus × 5 windows), so every member's checkpoint upserts the same rows. Over a steady window per
+// size it samples, every 20 ms, the job's transactions waiting for a row lock
+// (information_schema.INNODB_TRX in LOCK WAIT, sessions of the test's database) and reads each
+// member's checkpoints from /metrics: the lock wait per checkpoint is waiting samples × 20 ms
+// (each sample standing for the time between two) over the checkpoints committed. Totals stay exact. RELAY_TEST_HANDOVER_INTERVAL sets the
+// checkpoint interval (500 ms).
+func TestElasticContention(t *testing.T) {
+	if os.Getenv("RELAY_TEST_ELASTIC_LONG") != "1" {
+		t.Skip("RELAY_TEST_ELASTIC_LONG=1 runs it (about 4 minutes)")
+	}
+	interval := 500 * time.Millisecond
+	if v := os.Getenv("RELAY_TEST_HANDOVER_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("RELAY_TEST_HANDOVER_INTERVAL: %v", err)
+		}
+		interval = d
+	}
+	for _, mode := range groupModes {
+		t.Run(mode.name, func(t *testing.T) { contention(t, interval, mode.extra...) })
+	}
+}
+
+// contentionWindow is how long each group size is measured.
+const contentionWindow = 15 * time.Second
+
+func contention(t *testing.T, interval time.Duration, extra ...string) {
+	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_SEED", 0), 35))
+	e := newEnv(t, elasticPartitions, append(slices.Clone(extra), "RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s",
+		"RELAY_CHECKPOINT_INTERVAL="+interval.String())...)
+	var db string
+	if err := e.db.QueryRow(`SELECT DATABASE()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("job %s topic %s database %s; checkpoint.interval %s", e.job, e.topic, db, interval)
+	totals := loadgen.NewTotals()
+	stop := e.produceOrders(totals, rng.Uint64())
+	g := e.group()
+	g.interval = interval
+	for _, n := range []int{1, 2, 4, 8} {
+		g.join(n-len(g.live), false)
+		time.Sleep(steadyFor)
+		g.contend(db)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	g.finish(totals)
+	g.report()
+}
+
+// contend measures the live members' row-lock waits on each other over contentionWindow (see
+// TestElasticContention) and prints them.
+func (g *group) contend(db string) {
+	t := g.e.t
+	t.Helper()
+	type counts struct{ checkpoints, flush, prepare float64 }
+	read := func() counts {
+		var c counts
+		for _, m := range g.live {
+			s := scrapeMetrics(t, m.addr)
+			for _, x := range s["relay_checkpoint_phase_duration_seconds"].GetMetric() {
+				h := x.GetHistogram()
+				for _, l := range x.GetLabel() {
+					if l.GetName() != "phase" {
+						continue
+					}
+					switch l.GetValue() {
+					case "total":
+						c.checkpoints += float64(h.GetSampleCount())
+					case "flush":
+						c.flush += h.GetSampleSum()
+					case "prepare":
+						c.prepare += h.GetSampleSum()
+					}
+				}
+			}
+		}
+		return c
+	}
+	const every = 20 * time.Millisecond
+	before := read()
+	var waitsBefore, timeBefore int64
+	status := func(name string) int64 {
+		var k string
+		var v int64
+		if err := g.e.db.QueryRow(`SHOW GLOBAL STATUS LIKE '`+name+`'`).Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	waitsBefore, timeBefore = status("Innodb_row_lock_waits"), status("Innodb_row_lock_time")
+	samples, waiting := 0, 0
+	tables := map[string]int{}
+	start := time.Now()
+	end := start.Add(contentionWindow)
+	for time.Now().Before(end) {
+		rows, err := g.e.db.Query(`SELECT COALESCE(l.lock_table, '?') FROM information_schema.INNODB_TRX x
+			JOIN information_schema.PROCESSLIST p ON p.ID = x.trx_mysql_thread_id
+			LEFT JOIN information_schema.INNODB_LOCKS l ON l.lock_id = x.trx_requested_lock_id
+			WHERE x.trx_state = 'LOCK WAIT' AND p.DB = ?`, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var table string
+			if err := rows.Scan(&table); err != nil {
+				t.Fatal(err)
+			}
+			waiting++
+			tables[table]++
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+		samples++
+		time.Sleep(every)
+	}
+	after := read()
+	cps := after.checkpoints - before.checkpoints
+	// A sample stands for the time between two samples (its query's included).
+	wait := time.Duration(float64(waiting) * float64(time.Since(start)) / float64(samples))
+	per := time.Duration(0)
+	fp := time.Duration(0)
+	if cps > 0 {
+		per = time.Duration(float64(wait) / cps)
+		fp = time.Duration((after.flush - before.flush + after.prepare - before.prepare) / cps * float64(time.Second))
+	}
+	t.Logf("%d members, %s: %.0f checkpoints; this job's row-lock waits %s in %d of %d samples (by table %v): %s per checkpoint; mean flush+prepare %s; server-wide Innodb_row_lock_waits +%d, Innodb_row_lock_time +%d ms",
+		len(g.live), contentionWindow, cps, wait, waiting, samples, tables, per.Round(time.Millisecond), fp.Round(time.Millisecond),
+		status("Innodb_row_lock_waits")-waitsBefore, status("Innodb_row_lock_time")-timeBefore)
+}
