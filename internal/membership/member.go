@@ -223,6 +223,7 @@ func (mb *Member) Close() {
 		mb.log.Warn("group client left unclosed after its fatal error")
 		return
 	}
+	mb.unsubscribe()
 	// A fatal error can also arrive after Run stopped polling, and then Close hangs all the same:
 	// it is given closeWait (leaving takes one LeaveGroup round trip; revokes are acknowledged at
 	// once by now), then the process ends without it.
@@ -240,6 +241,29 @@ func (mb *Member) Close() {
 
 // closeWait bounds Close.
 const closeWait = 30 * time.Second
+
+// unsubscribe leaves the group before Close: confluent-kafka-go's Close first waits for its log
+// forwarder's poll of librdkafka's log queue (up to 100 ms) and only then revokes and sends
+// LeaveGroup, so the others learned of a graceful leave up to 100 ms late (measured: 97-99 ms
+// between the pipeline's stop and the revoke). Unsubscribing revokes at once (acknowledged at
+// once: the member is leaving) and librdkafka sends LeaveGroup as soon as the partitions are
+// unassigned; the polls here serve the revoke's callback, for at most leaveWait. Close then only
+// ends the client.
+func (mb *Member) unsubscribe() {
+	if err := mb.c.Unsubscribe(); err != nil {
+		mb.log.Debug("unsubscribing before close", zap.Error(err))
+		return
+	}
+	for end := time.Now().Add(leaveWait); time.Now().Before(end); {
+		mb.c.Poll(10)
+		if a, err := mb.c.Assignment(); err != nil || len(a) == 0 {
+			return
+		}
+	}
+}
+
+// leaveWait bounds unsubscribe's wait for the revoke.
+const leaveWait = time.Second
 
 // rebalance runs inside Poll, on Run's goroutine. The cooperative protocol tells every member of
 // each rebalance, most of them with nothing to add or revoke: those keep their session.
