@@ -356,14 +356,18 @@ func (s stall) String() string {
 }
 
 // stall is the longest wait, from readable (r) to decided (w's advances), of the records readable
-// in [from, to]; one not decided by until waits until until.
-func (g *group) stall(from, to, until time.Time) stall {
+// in [from, to]; one not decided by until waits until until. only, if not nil, limits it to the
+// partitions it names.
+func (g *group) stall(from, to, until time.Time, only map[int32]bool) stall {
 	g.r.mu.Lock()
 	defer g.r.mu.Unlock()
 	g.w.mu.Lock()
 	defer g.w.mu.Unlock()
 	var worst stall
 	for p, recs := range g.r.seen {
+		if only != nil && !only[p] {
+			continue
+		}
 		advs := g.w.adv[p]
 		for _, rec := range recs {
 			if rec.at.Before(from) || rec.at.After(to) {
@@ -475,7 +479,7 @@ func (g *group) drained(before map[string]memberStats) time.Duration {
 func (g *group) steady() {
 	start := time.Now()
 	time.Sleep(steadyFor)
-	g.e.t.Logf("steady %s: longest wait of a readable record %s; advances per partition %v", steadyFor, g.stall(start, time.Now(), time.Now()), g.w.advancesIn(start, time.Now()))
+	g.e.t.Logf("steady %s: longest wait of a readable record %s; advances per partition %v", steadyFor, g.stall(start, time.Now(), time.Now(), nil), g.w.advancesIn(start, time.Now()))
 }
 
 // advancesIn counts each partition's advances in [from, to].
@@ -519,19 +523,24 @@ func (g *group) join(n int, measure bool) {
 }
 
 // stalled prints the longest stall in [t0, at] (the longest wait of a record readable then for its
-// decision), an event's start and the group's
-// settling, with the event's drain, and requires it within 2 checkpoint intervals plus the drain
-// plus stallAllowance.
+// decision), an event's start and the group's settling, of any partition and of the partitions
+// moved, with the event's drain, and requires the first within 2 checkpoint intervals plus the
+// drain plus stallAllowance.
 func (g *group) stalled(what string, t0, at time.Time, drain time.Duration, drainIs string) time.Duration {
 	t := g.e.t
 	t.Helper()
 	// A record readable just before the group settled is decided up to an interval or two later:
 	// its wait is read once those decisions are seen, not cut short at the settling.
 	time.Sleep(2*g.interval + 200*time.Millisecond)
-	st := g.stall(t0, at, time.Now())
+	now := time.Now()
+	st := g.stall(t0, at, now, nil)
+	// Any partition's records wait up to an interval for the next cut, moved or not: the moved
+	// ones' longest wait is the hand-over's own.
+	moved := g.w.takenIn(t0, at)
+	mst := g.stall(t0, at, now, moved)
 	bound := 2*g.interval + drain
-	t.Logf("%s at %s: settled after %s; longest stall %s; drain %s (%s); 2 intervals + drain = %s",
-		what, t0.Format("15:04:05.000"), at.Sub(t0).Round(time.Millisecond), st, drain.Round(time.Millisecond), drainIs, bound.Round(time.Millisecond))
+	t.Logf("%s at %s: settled after %s; longest stall %s; of the %d partitions moved %s; drain %s (%s); 2 intervals + drain = %s",
+		what, t0.Format("15:04:05.000"), at.Sub(t0).Round(time.Millisecond), st, len(moved), mst, drain.Round(time.Millisecond), drainIs, bound.Round(time.Millisecond))
 	if st.wait <= bound {
 		g.within++
 	}
@@ -539,6 +548,21 @@ func (g *group) stalled(what string, t0, at time.Time, drain time.Duration, drai
 		t.Fatalf("%s stalled a partition longer than 2 checkpoint intervals + the drain (%s) + %s: %s", what, bound.Round(time.Millisecond), stallAllowance, st)
 	}
 	return st.wait
+}
+
+// takenIn names the partitions taken (moved, or taken back) in [from, to].
+func (w *ledgerWatch) takenIn(from, to time.Time) map[int32]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[int32]bool{}
+	for p, ts := range w.takes {
+		for _, tk := range ts {
+			if !tk.at.Before(from) && !tk.at.After(to) {
+				out[p] = true
+			}
+		}
+	}
+	return out
 }
 
 // leave, after a steady while, stops member i with SIGTERM, requires a clean exit, waits for the
