@@ -4,10 +4,11 @@
 // Invariant checked here, besides the end state of every crash test (exact totals, no branch left,
 // offsets at the end): no partition is decided by two members. A watcher reads each partition's
 // owner row and offset row together (one statement, one read view) every 50 ms while a test runs:
-// an offset row written after its partition's latest take must be the taker's, and no offset ever
-// moves backwards. The tests also measure what the issue asks to be printed: how long a SIGKILLed
-// member's partitions wait for a decision by another member, how long a graceful join or leave
-// stalls a partition (compared with 2 checkpoint intervals plus the drain), and the rebalances.
+// an offset row a decision wrote after its partition's latest take must be the taker's (a start
+// position, checkpoint 0, may be any member's), and no offset ever moves backwards. The tests also
+// measure what the issue asks to be printed: how long a SIGKILLed member's partitions wait for a
+// decision by another member, how long a graceful join or leave stalls a partition (compared with
+// 2 checkpoint intervals plus the drain), and the rebalances.
 package crash
 
 import (
@@ -118,6 +119,9 @@ type partRow struct {
 	next    int64
 	offKey  string
 	updated time.Time
+	// checkpoint is the offset row's checkpoint id: 0 for a start position (ledger.RecordStarts),
+	// which any member records for every partition of a topic new to the job, before a decision.
+	checkpoint int64
 }
 
 // decided says whether the partition's current owner committed a decision for it since it took it.
@@ -182,7 +186,7 @@ func (w *ledgerWatch) poll(ctx context.Context) {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	rows, err := w.e.db.QueryContext(qctx, `SELECT o.kpartition, o.owner_epoch, o.member, o.taken_at,
-		f.next_offset, COALESCE(f.owner_key, ''), f.updated_at
+		f.next_offset, COALESCE(f.owner_key, ''), f.updated_at, COALESCE(f.checkpoint_id, 0)
 		FROM relay_partition_owners o LEFT JOIN relay_offsets f ON f.job = o.job AND f.topic = o.topic AND f.kpartition = o.kpartition
 		WHERE o.job = ? AND o.topic = ?`, w.e.job, w.e.topic)
 	if err != nil {
@@ -195,7 +199,7 @@ func (w *ledgerWatch) poll(ctx context.Context) {
 		var r partRow
 		var next sql.NullInt64
 		var updated sql.NullTime
-		if err := rows.Scan(&p, &r.epoch, &r.member, &r.takenAt, &next, &r.offKey, &updated); err != nil {
+		if err := rows.Scan(&p, &r.epoch, &r.member, &r.takenAt, &next, &r.offKey, &updated, &r.checkpoint); err != nil {
 			return
 		}
 		r.hasOff, r.next, r.updated = next.Valid, next.Int64, updated.Time
@@ -222,7 +226,9 @@ func (w *ledgerWatch) poll(ctx context.Context) {
 			if !had || !prev.hasOff || r.next != prev.next {
 				w.adv[p] = append(w.adv[p], advance{at: r.updated, next: r.next, key: r.offKey})
 			}
-			if r.updated.After(r.takenAt) && r.offKey != r.member {
+			// A start position recorded by another member after the take is no decision: members
+			// starting together each record the starts of the whole topic, the first one's stays.
+			if r.updated.After(r.takenAt) && r.offKey != r.member && r.checkpoint != 0 {
 				w.bad = append(w.bad, fmt.Sprintf("partition %d: offset %d written by %s at %s, after %s took the partition at epoch %d (%s)",
 					p, r.next, r.offKey, r.updated.Format(time.StampMicro), r.member, r.epoch, r.takenAt.Format(time.StampMicro)))
 			}
@@ -1243,11 +1249,14 @@ func (g *group) contend(db string) {
 	}
 	waitsBefore, timeBefore = status("Innodb_row_lock_waits"), status("Innodb_row_lock_time")
 	samples, waiting := 0, 0
+	var longest time.Duration // the longest single wait seen, and its statement
+	var longestWhat string
 	tables := map[string]int{}
 	start := time.Now()
 	end := start.Add(contentionWindow)
 	for time.Now().Before(end) {
-		rows, err := g.e.db.Query(`SELECT COALESCE(l.lock_table, '?') FROM information_schema.INNODB_TRX x
+		rows, err := g.e.db.Query(`SELECT COALESCE(l.lock_table, '?'), TIMESTAMPDIFF(MICROSECOND, x.trx_wait_started, NOW(6)),
+			COALESCE(LEFT(x.trx_query, 100), ''), x.trx_mysql_thread_id FROM information_schema.INNODB_TRX x
 			JOIN information_schema.PROCESSLIST p ON p.ID = x.trx_mysql_thread_id
 			LEFT JOIN information_schema.INNODB_LOCKS l ON l.lock_id = x.trx_requested_lock_id
 			WHERE x.trx_state = 'LOCK WAIT' AND p.DB = ?`, db)
@@ -1255,9 +1264,13 @@ func (g *group) contend(db string) {
 			t.Fatal(err)
 		}
 		for rows.Next() {
-			var table string
-			if err := rows.Scan(&table); err != nil {
+			var table, query string
+			var waited, thread int64
+			if err := rows.Scan(&table, &waited, &query, &thread); err != nil {
 				t.Fatal(err)
+			}
+			if d := time.Duration(waited) * time.Microsecond; d > longest {
+				longest, longestWhat = d, fmt.Sprintf("thread %d: %s", thread, query)
 			}
 			waiting++
 			tables[table]++
@@ -1279,7 +1292,7 @@ func (g *group) contend(db string) {
 		per = time.Duration(float64(wait) / cps)
 		fp = time.Duration((after.flush - before.flush + after.prepare - before.prepare) / cps * float64(time.Second))
 	}
-	t.Logf("%d members, %s: %.0f checkpoints; this job's row-lock waits %s in %d of %d samples (by table %v): %s per checkpoint; mean flush+prepare %s; server-wide Innodb_row_lock_waits +%d, Innodb_row_lock_time +%d ms",
-		len(g.live), contentionWindow, cps, wait, waiting, samples, tables, per.Round(time.Millisecond), fp.Round(time.Millisecond),
+	t.Logf("%d members, %s: %.0f checkpoints; this job's row-lock waits %s in %d of %d samples (by table %v): %s per checkpoint; mean flush+prepare %s; longest single wait %s (%s); server-wide Innodb_row_lock_waits +%d, Innodb_row_lock_time +%d ms",
+		len(g.live), contentionWindow, cps, wait, waiting, samples, tables, per.Round(time.Millisecond), fp.Round(time.Millisecond), longest.Round(time.Millisecond), longestWhat,
 		status("Innodb_row_lock_waits")-waitsBefore, status("Innodb_row_lock_time")-timeBefore)
 }
