@@ -142,8 +142,9 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 		}
 		if o.Heartbeat > 0 && hb > 2*o.Heartbeat {
 			// The second round of a graceful join, and the only one of a leave, start at a
-			// member's next heartbeat: at librdkafka's 3 s a moved partition stalled 3.0-3.3 s
-			// against 0.5-0.9 s at relay's default (docs/BENCHMARKS.md, "Hand-over").
+			// member's next heartbeat: at librdkafka's 3 s a join stalled a moved partition
+			// 3.0-3.3 s, against at most 0.53 s at relay's default with 500 ms checkpoints
+			// (docs/BENCHMARKS.md, "Hand-over").
 			log.Warn("kafka.properties heartbeat.interval.ms is long for the checkpoint interval: a partition moved by a graceful join or leave waits about one heartbeat more",
 				zap.Duration("heartbeat", hb), zap.Duration("relay_default", o.Heartbeat))
 		}
