@@ -212,9 +212,12 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	if cfg.Group() {
 		// A revoke waits for the session's drain, as long as one can take (DrainBound derives it).
 		drain := cfg.Checkpoint.DrainBound()
-		// Half a checkpoint interval (within 100 ms to 1 s): a rebalance's rounds add about one
-		// heartbeat each to how long moving partitions wait.
-		heartbeat := min(max(cfg.Checkpoint.Interval/2, 100*time.Millisecond), time.Second)
+		// A quarter of a checkpoint interval, within 100 ms to 250 ms: the second round of a
+		// graceful join, and the only one of a leave, start at a member's next heartbeat, so
+		// partitions moved wait about one heartbeat (at half a 1 s interval that was half the
+		// hand-over: docs/BENCHMARKS.md, "Hand-over"). A heartbeat is one small request to the
+		// group coordinator.
+		heartbeat := min(max(cfg.Checkpoint.Interval/4, 100*time.Millisecond), 250*time.Millisecond)
 		if member, err = membership.Join(membership.Options{Kafka: copts, InstanceID: cfg.Kafka.GroupInstanceID, Drain: drain, Heartbeat: heartbeat,
 			Discovery: cfg.Kafka.DiscoveryInterval, Regrant: 2 * cfg.GroupSessionTimeout()},
 			log.Named("membership"), m); err != nil {

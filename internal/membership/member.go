@@ -140,6 +140,14 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 		if ms, err := strconv.Atoi(v); err == nil {
 			hb = time.Duration(ms) * time.Millisecond
 		}
+		if o.Heartbeat > 0 && hb > 2*o.Heartbeat {
+			// The second round of a graceful join, and the only one of a leave, start at a
+			// member's next heartbeat: at librdkafka's 3 s a join stalled a moved partition
+			// 3.0-3.3 s, against at most 0.53 s at relay's default with 500 ms checkpoints
+			// (docs/BENCHMARKS.md, "Hand-over").
+			log.Warn("kafka.properties heartbeat.interval.ms is long for the checkpoint interval: a partition moved by a graceful join or leave waits about one heartbeat more",
+				zap.Duration("heartbeat", hb), zap.Duration("relay_default", o.Heartbeat))
+		}
 	} else if o.Heartbeat > 0 {
 		hb = o.Heartbeat
 		if err := cm.SetKey("heartbeat.interval.ms", int(hb/time.Millisecond)); err != nil {
@@ -216,6 +224,7 @@ func (mb *Member) Close() {
 		mb.log.Warn("group client left unclosed after its fatal error")
 		return
 	}
+	mb.unsubscribe()
 	// A fatal error can also arrive after Run stopped polling, and then Close hangs all the same:
 	// it is given closeWait (leaving takes one LeaveGroup round trip; revokes are acknowledged at
 	// once by now), then the process ends without it.
@@ -233,6 +242,29 @@ func (mb *Member) Close() {
 
 // closeWait bounds Close.
 const closeWait = 30 * time.Second
+
+// unsubscribe leaves the group before Close: confluent-kafka-go's Close first waits for its log
+// forwarder's poll of librdkafka's log queue (up to 100 ms) and only then revokes and sends
+// LeaveGroup, so the others learned of a graceful leave up to 100 ms late (measured: 97-99 ms
+// between the pipeline's stop and the revoke). Unsubscribing revokes at once (acknowledged at
+// once: the member is leaving) and librdkafka sends LeaveGroup as soon as the partitions are
+// unassigned; the polls here serve the revoke's callback, for at most leaveWait. Close then only
+// ends the client.
+func (mb *Member) unsubscribe() {
+	if err := mb.c.Unsubscribe(); err != nil {
+		mb.log.Debug("unsubscribing before close", zap.Error(err))
+		return
+	}
+	for end := time.Now().Add(leaveWait); time.Now().Before(end); {
+		mb.c.Poll(10)
+		if a, err := mb.c.Assignment(); err != nil || len(a) == 0 {
+			return
+		}
+	}
+}
+
+// leaveWait bounds unsubscribe's wait for the revoke.
+const leaveWait = time.Second
 
 // rebalance runs inside Poll, on Run's goroutine. The cooperative protocol tells every member of
 // each rebalance, most of them with nothing to add or revoke: those keep their session.

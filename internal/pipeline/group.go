@@ -160,6 +160,7 @@ func (s *session) release(parts partition.Epochs) error {
 			delete(decided[t], part)
 			delete(s.positions[t], part)
 			delete(s.begin[t], part)
+			s.unmove(t, part)
 			s.p.Metrics.ConsumerLag.DeleteLabelValues(t, fmt.Sprint(part))
 		}
 	}
@@ -194,6 +195,14 @@ func (s *session) add(want []ledger.Want, g membership.Grant) error {
 		return err
 	}
 	s.started(start)
+	if s.moved == nil {
+		s.moved = partition.Offsets{}
+	}
+	for t, ps := range start {
+		for part, off := range ps {
+			s.moved.Set(t, part, off)
+		}
+	}
 	p.Log.Info("partitions added", zap.Any("offsets", start))
 	// librdkafka knows the new partitions' watermarks only after their first fetch: until then,
 	// those Add read.
@@ -205,4 +214,12 @@ func (s *session) add(want []ledger.Want, g membership.Grant) error {
 		return hi, err == nil
 	})
 	return nil
+}
+
+// unmove forgets a partition's pending first record (moved): folded, or released unread.
+func (s *session) unmove(t string, part int32) {
+	delete(s.moved[t], part)
+	if len(s.moved[t]) == 0 {
+		delete(s.moved, t)
+	}
 }

@@ -97,7 +97,7 @@ func (s *session) run(ctx context.Context) (err error) {
 				return err
 			}
 		}
-		if s.inflight == nil && (!time.Now().Before(nextCut) || s.idle()) {
+		if s.inflight == nil && (!time.Now().Before(nextCut) || s.idle() || s.hurried()) {
 			if err := s.cut(); err != nil {
 				return err
 			}
@@ -175,6 +175,9 @@ func (s *session) due(nextCut time.Time) time.Time {
 		return nextCut.Add(s.p.Config.Checkpoint.Timeout)
 	}
 	cp := s.p.Config.Checkpoint
+	if s.soon {
+		return minTime(nextCut, s.lastEnd.Add(cp.MinPause))
+	}
 	if cp.IdleAfter > 0 && !s.cur.empty() {
 		return minTime(nextCut, maxTime(s.lastRecord.Add(cp.IdleAfter), s.lastEnd.Add(cp.MinPause)))
 	}
@@ -188,6 +191,12 @@ func (s *session) idle() bool {
 	now := time.Now()
 	return cp.IdleAfter > 0 && !s.cur.empty() && now.Sub(s.lastRecord) >= cp.IdleAfter &&
 		!now.Before(s.lastEnd.Add(cp.MinPause))
+}
+
+// hurried says the first record of a partition moved here was folded (moved): the checkpoint that
+// decides it need not wait for the interval. The minimum pause still holds.
+func (s *session) hurried() bool {
+	return s.soon && !time.Now().Before(s.lastEnd.Add(s.p.Config.Checkpoint.MinPause))
 }
 
 // polled is a batch of records in the order librdkafka delivered them, each decoded, and the error
@@ -293,6 +302,12 @@ func (s *session) fold(msg *consumer.Record, d *decoded) error {
 		return fmt.Errorf("a record of %s/%d, which this session does not read", msg.Topic, msg.Partition)
 	}
 	ps[msg.Partition] = msg.Offset + 1
+	if len(s.moved) > 0 {
+		if _, ok := s.moved.Get(msg.Topic, msg.Partition); ok {
+			s.unmove(msg.Topic, msg.Partition)
+			s.soon = true
+		}
+	}
 	if e.records == 0 {
 		e.firstPoll = time.Now()
 	}
@@ -379,6 +394,7 @@ func (s *session) send(i int, b commit.Batch) error {
 // cut closes the current epoch at the barrier and starts its checkpoint.
 func (s *session) cut() error {
 	e := s.cur
+	s.soon = false
 	if e.empty() {
 		// Nothing new: no ledger row, no transaction; the job is idle, not stale.
 		s.p.lastOK.Store(time.Now().UnixNano())

@@ -84,6 +84,12 @@ type session struct {
 	// answer once it parked (quiesce).
 	pause  chan chan struct{}
 	parked chan struct{}
+	// moved are the partitions add started reading whose first record is not folded yet. Their
+	// records waited for the hand-over already (the other member's drain, the group's rounds, the
+	// take): the fold of the first makes the next checkpoint due at once (soon, min_pause still
+	// holding) rather than at the rest of the interval (docs/PROTOCOL.md, "The rebalance timeline").
+	moved partition.Offsets
+	soon  bool
 	// group holds the latest committed offsets for the consumer group (kafka.commit_group_offsets),
 	// published off the commit path: the group coordinator being slow must not delay checkpoints.
 	group chan partition.Offsets

@@ -4,10 +4,11 @@
 // Invariant checked here, besides the end state of every crash test (exact totals, no branch left,
 // offsets at the end): no partition is decided by two members. A watcher reads each partition's
 // owner row and offset row together (one statement, one read view) every 50 ms while a test runs:
-// an offset row written after its partition's latest take must be the taker's, and no offset ever
-// moves backwards. The tests also measure what the issue asks to be printed: how long a SIGKILLed
-// member's partitions wait for a decision by another member, how long a graceful join or leave
-// stalls a partition (compared with 2 checkpoint intervals plus the drain), and the rebalances.
+// an offset row a decision wrote after its partition's latest take must be the taker's (a start
+// position, checkpoint 0, may be any member's), and no offset ever moves backwards. The tests also
+// measure what the issue asks to be printed: how long a SIGKILLed member's partitions wait for a
+// decision by another member, how long a graceful join or leave stalls a partition (compared with
+// 2 checkpoint intervals plus the drain), and the rebalances.
 package crash
 
 import (
@@ -41,7 +42,8 @@ const (
 	// groupSession is the consumer group's session timeout the members run with (the broker's
 	// smallest by default): a member that stops heartbeating loses its partitions after it.
 	groupSession = 6 * time.Second
-	// checkpointInterval is env's RELAY_CHECKPOINT_INTERVAL.
+	// checkpointInterval is env's RELAY_CHECKPOINT_INTERVAL (a group's interval unless it sets
+	// another).
 	checkpointInterval = 200 * time.Millisecond
 	// stallAllowance is what the test lets a graceful join or leave stall a partition beyond 2
 	// checkpoint intervals plus the drain before it fails: the noise of 2 shared cores (a
@@ -117,6 +119,9 @@ type partRow struct {
 	next    int64
 	offKey  string
 	updated time.Time
+	// checkpoint is the offset row's checkpoint id: 0 for a start position (ledger.RecordStarts),
+	// which any member records for every partition of a topic new to the job, before a decision.
+	checkpoint int64
 }
 
 // decided says whether the partition's current owner committed a decision for it since it took it.
@@ -181,7 +186,7 @@ func (w *ledgerWatch) poll(ctx context.Context) {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	rows, err := w.e.db.QueryContext(qctx, `SELECT o.kpartition, o.owner_epoch, o.member, o.taken_at,
-		f.next_offset, COALESCE(f.owner_key, ''), f.updated_at
+		f.next_offset, COALESCE(f.owner_key, ''), f.updated_at, COALESCE(f.checkpoint_id, 0)
 		FROM relay_partition_owners o LEFT JOIN relay_offsets f ON f.job = o.job AND f.topic = o.topic AND f.kpartition = o.kpartition
 		WHERE o.job = ? AND o.topic = ?`, w.e.job, w.e.topic)
 	if err != nil {
@@ -194,7 +199,7 @@ func (w *ledgerWatch) poll(ctx context.Context) {
 		var r partRow
 		var next sql.NullInt64
 		var updated sql.NullTime
-		if err := rows.Scan(&p, &r.epoch, &r.member, &r.takenAt, &next, &r.offKey, &updated); err != nil {
+		if err := rows.Scan(&p, &r.epoch, &r.member, &r.takenAt, &next, &r.offKey, &updated, &r.checkpoint); err != nil {
 			return
 		}
 		r.hasOff, r.next, r.updated = next.Valid, next.Int64, updated.Time
@@ -221,7 +226,9 @@ func (w *ledgerWatch) poll(ctx context.Context) {
 			if !had || !prev.hasOff || r.next != prev.next {
 				w.adv[p] = append(w.adv[p], advance{at: r.updated, next: r.next, key: r.offKey})
 			}
-			if r.updated.After(r.takenAt) && r.offKey != r.member {
+			// A start position recorded by another member after the take is no decision: members
+			// starting together each record the starts of the whole topic, the first one's stays.
+			if r.updated.After(r.takenAt) && r.offKey != r.member && r.checkpoint != 0 {
 				w.bad = append(w.bad, fmt.Sprintf("partition %d: offset %d written by %s at %s, after %s took the partition at epoch %d (%s)",
 					p, r.next, r.offKey, r.updated.Format(time.StampMicro), r.member, r.epoch, r.takenAt.Format(time.StampMicro)))
 			}
@@ -355,22 +362,26 @@ func (s stall) String() string {
 }
 
 // stall is the longest wait, from readable (r) to decided (w's advances), of the records readable
-// in [from, to]; one not decided by to waits until to.
-func (g *group) stall(from, to time.Time) stall {
+// in [from, to]; one not decided by until waits until until. only, if not nil, limits it to the
+// partitions it names.
+func (g *group) stall(from, to, until time.Time, only map[int32]bool) stall {
 	g.r.mu.Lock()
 	defer g.r.mu.Unlock()
 	g.w.mu.Lock()
 	defer g.w.mu.Unlock()
 	var worst stall
 	for p, recs := range g.r.seen {
+		if only != nil && !only[p] {
+			continue
+		}
 		advs := g.w.adv[p]
 		for _, rec := range recs {
 			if rec.at.Before(from) || rec.at.After(to) {
 				continue
 			}
 			i := sort.Search(len(advs), func(i int) bool { return advs[i].next > rec.off })
-			end, by := to, advance{}
-			if i < len(advs) && advs[i].at.Before(to) {
+			end, by := until, advance{}
+			if i < len(advs) && advs[i].at.Before(until) {
 				end, by = advs[i].at, advs[i]
 			}
 			if w := end.Sub(rec.at); w > worst.wait || !worst.found {
@@ -384,12 +395,16 @@ func (g *group) stall(from, to time.Time) stall {
 // group drives the members of one job: it starts and stops them, waits for the group to settle,
 // and keeps what the test reports.
 type group struct {
-	e     *env
-	w     *ledgerWatch
-	r     *readWatch
-	live  []*member
-	stats map[string]memberStats // each member's last scrape, by key
-	dead  map[string]bool        // keys of the members SIGKILLed
+	e *env
+	w *ledgerWatch
+	r *readWatch
+	// interval is the members' checkpoint.interval (the stall bound's 2 intervals), and extra what
+	// each member runs with besides groupEnv.
+	interval time.Duration
+	extra    []string
+	live     []*member
+	stats    map[string]memberStats // each member's last scrape, by key
+	dead     map[string]bool        // keys of the members SIGKILLed
 	// numbers for the report
 	takeovers []time.Duration
 	joins     []time.Duration // the longest stall of each join
@@ -398,7 +413,7 @@ type group struct {
 }
 
 func (e *env) group() *group {
-	return &group{e: e, w: e.watch(), r: e.watchReadable(), stats: map[string]memberStats{}, dead: map[string]bool{}}
+	return &group{e: e, w: e.watch(), r: e.watchReadable(), interval: checkpointInterval, stats: map[string]memberStats{}, dead: map[string]bool{}}
 }
 
 func (g *group) keys() []string {
@@ -470,7 +485,7 @@ func (g *group) drained(before map[string]memberStats) time.Duration {
 func (g *group) steady() {
 	start := time.Now()
 	time.Sleep(steadyFor)
-	g.e.t.Logf("steady %s: longest wait of a readable record %s; advances per partition %v", steadyFor, g.stall(start, time.Now()), g.w.advancesIn(start, time.Now()))
+	g.e.t.Logf("steady %s: longest wait of a readable record %s; advances per partition %v", steadyFor, g.stall(start, time.Now(), time.Now(), nil), g.w.advancesIn(start, time.Now()))
 }
 
 // advancesIn counts each partition's advances in [from, to].
@@ -503,7 +518,7 @@ func (g *group) join(n int, measure bool) {
 	from := len(g.live)
 	t0 := time.Now()
 	for i := 0; i < n; i++ {
-		g.live = append(g.live, g.e.startMember())
+		g.live = append(g.live, g.e.startMember(g.extra...))
 	}
 	at := g.settle(t0, 90*time.Second, fmt.Sprintf("join %d → %d", from, len(g.live)))
 	if !measure {
@@ -514,16 +529,24 @@ func (g *group) join(n int, measure bool) {
 }
 
 // stalled prints the longest stall in [t0, at] (the longest wait of a record readable then for its
-// decision), an event's start and the group's
-// settling, with the event's drain, and requires it within 2 checkpoint intervals plus the drain
-// plus stallAllowance.
+// decision), an event's start and the group's settling, of any partition and of the partitions
+// moved, with the event's drain, and requires the first within 2 checkpoint intervals plus the
+// drain plus stallAllowance.
 func (g *group) stalled(what string, t0, at time.Time, drain time.Duration, drainIs string) time.Duration {
 	t := g.e.t
 	t.Helper()
-	st := g.stall(t0, at)
-	bound := 2*checkpointInterval + drain
-	t.Logf("%s at %s: settled after %s; longest stall %s; drain %s (%s); 2 intervals + drain = %s",
-		what, t0.Format("15:04:05.000"), at.Sub(t0).Round(time.Millisecond), st, drain.Round(time.Millisecond), drainIs, bound.Round(time.Millisecond))
+	// A record readable just before the group settled is decided up to an interval or two later:
+	// its wait is read once those decisions are seen, not cut short at the settling.
+	time.Sleep(2*g.interval + 200*time.Millisecond)
+	now := time.Now()
+	st := g.stall(t0, at, now, nil)
+	// Any partition's records wait up to an interval for the next cut, moved or not: the moved
+	// ones' longest wait is the hand-over's own.
+	moved := g.w.takenIn(t0, at)
+	mst := g.stall(t0, at, now, moved)
+	bound := 2*g.interval + drain
+	t.Logf("%s at %s: settled after %s; longest stall %s; of the %d partitions moved %s; drain %s (%s); 2 intervals + drain = %s",
+		what, t0.Format("15:04:05.000"), at.Sub(t0).Round(time.Millisecond), st, len(moved), mst, drain.Round(time.Millisecond), drainIs, bound.Round(time.Millisecond))
 	if st.wait <= bound {
 		g.within++
 	}
@@ -531,6 +554,21 @@ func (g *group) stalled(what string, t0, at time.Time, drain time.Duration, drai
 		t.Fatalf("%s stalled a partition longer than 2 checkpoint intervals + the drain (%s) + %s: %s", what, bound.Round(time.Millisecond), stallAllowance, st)
 	}
 	return st.wait
+}
+
+// takenIn names the partitions taken (moved, or taken back) in [from, to].
+func (w *ledgerWatch) takenIn(from, to time.Time) map[int32]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[int32]bool{}
+	for p, ts := range w.takes {
+		for _, tk := range ts {
+			if !tk.at.Before(from) && !tk.at.After(to) {
+				out[p] = true
+			}
+		}
+	}
+	return out
 }
 
 // leave, after a steady while, stops member i with SIGTERM, requires a clean exit, waits for the
@@ -586,7 +624,7 @@ func (g *group) afterServerRestart(t0 time.Time) {
 			if !m.Alive() {
 				t.Logf("member %s exited after the MariaDB restart (%v): replaced\n%s", m.key, m.Err(), tail(m.Log, 5))
 				g.dead[m.key] = true
-				g.live[i] = g.e.startMember()
+				g.live[i] = g.e.startMember(g.extra...)
 			}
 		}
 		rows, seen := g.w.state()
@@ -720,11 +758,16 @@ const producers = 4
 // produceOrders produces orders in the background (producers loads side by side, seeded from
 // seed) until the returned stop is called, which returns the error of a load that ended before.
 func (e *env) produceOrders(totals *loadgen.Totals, seed uint64) (stop func() error) {
+	return e.produceOrdersAt(totals, seed, 500)
+}
+
+// produceOrdersAt is produceOrders with each load at rate orders a second.
+func (e *env) produceOrdersAt(totals *loadgen.Totals, seed uint64, rate float64) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	produced := make(chan error, producers)
 	for i := uint64(0); i < producers; i++ {
 		go func() {
-			err := e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 500, Batch: 10,
+			err := e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: rate, Batch: 10,
 				AbortRate: 0.1, BadRate: 0.005, SKUs: 50, Windows: 5, Seed: seed + i, TxnID: fmt.Sprintf("lg%d-%s", i, e.topic)})
 			if ctx.Err() != nil {
 				err = nil // stopped
@@ -813,6 +856,57 @@ func elastic(t *testing.T, extra ...string) {
 	}
 	_, bad, good := totals.Snapshot()
 	t.Logf("%d good orders, %d bad, %d aborted", good, len(bad), totals.Aborted)
+	g.finish(totals)
+	g.report()
+}
+
+// Graceful joins (2 → 4, 2 → 3) and leaves (4 → 3 → 2) at checkpoint.interval 500 ms with librdkafka's
+// default group session timeout (45 s: no session.timeout.ms set), both modes, orders flowing into
+// 16 partitions: neither may stall a partition longer than 2 intervals + the drain + stallAllowance
+// (issue 34.4: on 7 Dec such a hand-over stalled one 3.6-4.3 s), and the totals stay exact.
+// RELAY_TEST_HANDOVER_INTERVAL sets another interval (the issue asks for 500 ms and 1 s).
+func TestElasticHandover(t *testing.T) {
+	interval := 500 * time.Millisecond
+	if v := os.Getenv("RELAY_TEST_HANDOVER_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("RELAY_TEST_HANDOVER_INTERVAL: %v", err)
+		}
+		interval = d
+	}
+	for _, mode := range groupModes {
+		t.Run(mode.name, func(t *testing.T) { handover(t, interval, mode.extra...) })
+	}
+}
+
+func handover(t *testing.T, interval time.Duration, extra ...string) {
+	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_SEED", 0), 34))
+	e := newEnv(t, elasticPartitions, append(slices.Clone(extra), "RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s",
+		"RELAY_CHECKPOINT_INTERVAL="+interval.String())...)
+	t.Logf("job %s topic %s (%d partitions); checkpoint.interval %s, librdkafka's default session timeout", e.job, e.topic, elasticPartitions, interval)
+	rate := 500.0
+	if v := os.Getenv("RELAY_TEST_HANDOVER_RATE"); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatalf("RELAY_TEST_HANDOVER_RATE: %v", err)
+		}
+		rate = r
+	}
+	totals := loadgen.NewTotals()
+	stop := e.produceOrdersAt(totals, rng.Uint64(), rate)
+	g := e.group()
+	// No session.timeout.ms: groupEnv's kafka.properties is replaced by RELAY_TEST_HANDOVER_PROPERTIES
+	// (empty by default; e.g. heartbeat.interval.ms=3000, librdkafka's own, shows what relay's
+	// heartbeat default saves).
+	g.interval, g.extra = interval, []string{"RELAY_KAFKA_PROPERTIES=" + os.Getenv("RELAY_TEST_HANDOVER_PROPERTIES")}
+	g.join(2, false)
+	g.join(2, true)                // 2 → 4
+	g.leave(rng.IntN(len(g.live))) // 4 → 3
+	g.leave(rng.IntN(len(g.live))) // 3 → 2
+	g.join(1, true)                // 2 → 3
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
 	g.finish(totals)
 	g.report()
 }
@@ -1057,4 +1151,148 @@ func (w *ledgerWatch) takesOf(p int32) []take {
 	ts := slices.Clone(w.takes[p])
 	sort.Slice(ts, func(i, j int) bool { return ts[i].epoch < ts[j].epoch })
 	return ts
+}
+
+// TestElasticContention (RELAY_TEST_ELASTIC_LONG=1) measures how long members wait for each
+// other's row locks on the aggregate rows they share, at 1, 2, 4 and 8 members of one job, both
+// modes: orders flow into 16 partitions at a fixed rate, every partition carrying every key (50
+// skus × 5 windows), so every member's checkpoint upserts the same rows. Over a steady window per
+// size it samples, every 20 ms, the job's transactions waiting for a row lock
+// (information_schema.INNODB_TRX in LOCK WAIT, sessions of the test's database) and reads each
+// member's checkpoints from /metrics: the lock wait per checkpoint is waiting samples × 20 ms
+// (each sample standing for the time between two) over the checkpoints committed. Totals stay exact. RELAY_TEST_HANDOVER_INTERVAL sets the
+// checkpoint interval (500 ms).
+func TestElasticContention(t *testing.T) {
+	if os.Getenv("RELAY_TEST_ELASTIC_LONG") != "1" {
+		t.Skip("RELAY_TEST_ELASTIC_LONG=1 runs it (about 4 minutes)")
+	}
+	interval := 500 * time.Millisecond
+	if v := os.Getenv("RELAY_TEST_HANDOVER_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("RELAY_TEST_HANDOVER_INTERVAL: %v", err)
+		}
+		interval = d
+	}
+	for _, mode := range groupModes {
+		t.Run(mode.name, func(t *testing.T) { contention(t, interval, mode.extra...) })
+	}
+}
+
+// contentionWindow is how long each group size is measured.
+const contentionWindow = 15 * time.Second
+
+func contention(t *testing.T, interval time.Duration, extra ...string) {
+	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_SEED", 0), 35))
+	e := newEnv(t, elasticPartitions, append(slices.Clone(extra), "RELAY_CHECKPOINT_RESOLVE_INTERVAL=1s",
+		"RELAY_CHECKPOINT_INTERVAL="+interval.String())...)
+	var db string
+	if err := e.db.QueryRow(`SELECT DATABASE()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("job %s topic %s database %s; checkpoint.interval %s", e.job, e.topic, db, interval)
+	totals := loadgen.NewTotals()
+	stop := e.produceOrders(totals, rng.Uint64())
+	g := e.group()
+	g.interval = interval
+	for _, n := range []int{1, 2, 4, 8} {
+		g.join(n-len(g.live), false)
+		time.Sleep(steadyFor)
+		g.contend(db)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	g.finish(totals)
+	g.report()
+}
+
+// contend measures the live members' row-lock waits on each other over contentionWindow (see
+// TestElasticContention) and prints them.
+func (g *group) contend(db string) {
+	t := g.e.t
+	t.Helper()
+	type counts struct{ checkpoints, flush, prepare float64 }
+	read := func() counts {
+		var c counts
+		for _, m := range g.live {
+			s := scrapeMetrics(t, m.addr)
+			for _, x := range s["relay_checkpoint_phase_duration_seconds"].GetMetric() {
+				h := x.GetHistogram()
+				for _, l := range x.GetLabel() {
+					if l.GetName() != "phase" {
+						continue
+					}
+					switch l.GetValue() {
+					case "total":
+						c.checkpoints += float64(h.GetSampleCount())
+					case "flush":
+						c.flush += h.GetSampleSum()
+					case "prepare":
+						c.prepare += h.GetSampleSum()
+					}
+				}
+			}
+		}
+		return c
+	}
+	const every = 20 * time.Millisecond
+	before := read()
+	var waitsBefore, timeBefore int64
+	status := func(name string) int64 {
+		var k string
+		var v int64
+		if err := g.e.db.QueryRow(`SHOW GLOBAL STATUS LIKE '`+name+`'`).Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	waitsBefore, timeBefore = status("Innodb_row_lock_waits"), status("Innodb_row_lock_time")
+	samples, waiting := 0, 0
+	var longest time.Duration // the longest single wait seen, and its statement
+	var longestWhat string
+	tables := map[string]int{}
+	start := time.Now()
+	end := start.Add(contentionWindow)
+	for time.Now().Before(end) {
+		rows, err := g.e.db.Query(`SELECT COALESCE(l.lock_table, '?'), TIMESTAMPDIFF(MICROSECOND, x.trx_wait_started, NOW(6)),
+			COALESCE(LEFT(x.trx_query, 100), ''), x.trx_mysql_thread_id FROM information_schema.INNODB_TRX x
+			JOIN information_schema.PROCESSLIST p ON p.ID = x.trx_mysql_thread_id
+			LEFT JOIN information_schema.INNODB_LOCKS l ON l.lock_id = x.trx_requested_lock_id
+			WHERE x.trx_state = 'LOCK WAIT' AND p.DB = ?`, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var table, query string
+			var waited, thread int64
+			if err := rows.Scan(&table, &waited, &query, &thread); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Duration(waited) * time.Microsecond; d > longest {
+				longest, longestWhat = d, fmt.Sprintf("thread %d: %s", thread, query)
+			}
+			waiting++
+			tables[table]++
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+		samples++
+		time.Sleep(every)
+	}
+	after := read()
+	cps := after.checkpoints - before.checkpoints
+	// A sample stands for the time between two samples (its query's included).
+	wait := time.Duration(float64(waiting) * float64(time.Since(start)) / float64(samples))
+	per := time.Duration(0)
+	fp := time.Duration(0)
+	if cps > 0 {
+		per = time.Duration(float64(wait) / cps)
+		fp = time.Duration((after.flush - before.flush + after.prepare - before.prepare) / cps * float64(time.Second))
+	}
+	t.Logf("%d members, %s: %.0f checkpoints; this job's row-lock waits %s in %d of %d samples (by table %v): %s per checkpoint; mean flush+prepare %s; longest single wait %s (%s); server-wide Innodb_row_lock_waits +%d, Innodb_row_lock_time +%d ms",
+		len(g.live), contentionWindow, cps, wait, waiting, samples, tables, per.Round(time.Millisecond), fp.Round(time.Millisecond), longest.Round(time.Millisecond), longestWhat,
+		status("Innodb_row_lock_waits")-waitsBefore, status("Innodb_row_lock_time")-timeBefore)
 }
