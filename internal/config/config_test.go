@@ -71,6 +71,9 @@ func TestValidateRefuses(t *testing.T) {
 		{"membership", func(c *Config) { c.Membership = "elastic" }, `"elastic" is not instances or group`},
 		{"membership", func(c *Config) { c.Membership = MembershipGroup; c.Subtasks = 1; c.Instance = "0/2" }, "must stay 0/1"},
 		{"subtasks", func(c *Config) { c.Membership = MembershipGroup; c.Subtasks = 3 }, "with membership group"},
+		{"kafka.properties", func(c *Config) {
+			c.Membership, c.Subtasks, c.Kafka.Properties = MembershipGroup, 1, map[string]string{"max.poll.interval.ms": "300000"}
+		}, "below the drain bound"},
 		{"kafka.group_instance_id", func(c *Config) { c.Kafka.GroupInstanceID = "relay-0" }, "is for membership group"},
 		{"checkpoint.interval", func(c *Config) { c.Checkpoint.Interval = time.Millisecond }, "below"},
 		{"checkpoint.min_pause", func(c *Config) { c.Checkpoint.MinPause = time.Hour }, "between"},

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -116,6 +117,13 @@ func (c *Config) validateLayout(p *problems) {
 		}
 		if c.Subtasks > 1 {
 			p.bad("subtasks", "%d with membership group: members share rows, and several branches per member could wait on each other across members: set subtasks to 1 (%s=1) and scale with more members", c.Subtasks, envOf("subtasks"))
+		}
+		// A revoke's drain blocks the group client's poll; past max.poll.interval.ms librdkafka
+		// leaves the group with every partition (relay sets the bound + 30 s unless told).
+		if v, set := c.Kafka.Properties["max.poll.interval.ms"]; set {
+			if ms, err := strconv.Atoi(v); err == nil && time.Duration(ms)*time.Millisecond < c.Checkpoint.DrainBound() {
+				p.bad("kafka.properties", "max.poll.interval.ms=%s is below the drain bound %s (checkpoint.restart_allowance + 5 x checkpoint.timeout + 1s): a revoke's drain may block the group client's poll that long, and past it the member leaves the group with all its partitions; leave it unset or raise it", v, c.Checkpoint.DrainBound())
+			}
 		}
 	default:
 		p.bad("membership", "%q is not instances or group", c.Membership)

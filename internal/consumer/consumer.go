@@ -56,8 +56,8 @@ type Consumer struct {
 
 // Recorder records, before any of them is read, where the partitions of marks that have no offset
 // in the ledger start, and returns the ledger's offset of every partition of marks (ledger.RecordStarts
-// under the session's fence).
-type Recorder func(ctx context.Context, marks partition.Marks) (partition.Offsets, error)
+// under the session's fence); latest says where a topic whose starts were never recorded begins.
+type Recorder func(ctx context.Context, marks partition.Marks, latest bool) (partition.Offsets, error)
 
 // RecordStarts makes every start position this consumer resolves go through r first: a partition
 // without an offset is then read from the position the ledger holds for it, the same in every
@@ -248,6 +248,7 @@ func (c *Consumer) Assign(ctx context.Context, from partition.Offsets) (partitio
 	if err := c.c.Assign(tps); err != nil {
 		return nil, fmt.Errorf("assign: %w", err)
 	}
+	c.markAll(tps)
 	return start, nil
 }
 
@@ -275,6 +276,7 @@ func (c *Consumer) Add(ctx context.Context, parts partition.Epochs, from partiti
 	if err := c.c.IncrementalAssign(tps); err != nil {
 		return nil, fmt.Errorf("assign: %w", err)
 	}
+	c.markAll(tps)
 	return start, nil
 }
 
@@ -304,13 +306,13 @@ func (c *Consumer) Remove(parts partition.Epochs) error {
 
 // positions reads the watermarks of parts (kept for AssignedWatermarks) and resolves where each
 // starts: its offset in from, else the position the recorder holds for it, else (no recorder:
-// tools and tests) where resolved against its watermarks. It marks them assigned.
+// tools and tests) where resolved against its watermarks.
 func (c *Consumer) positions(ctx context.Context, parts map[string][]int32, from partition.Offsets, where string) (partition.Offsets, []kafka.TopicPartition, error) {
 	marks, err := c.watermarks(ctx, parts)
 	if err != nil {
 		return nil, nil, err
 	}
-	recorded, err := c.recordStarts(ctx, parts, from, marks)
+	recorded, err := c.recordStarts(ctx, parts, from, marks, where == "latest")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -332,16 +334,23 @@ func (c *Consumer) positions(ctx context.Context, parts map[string][]int32, from
 			start.Set(t, p, off)
 			topic := t
 			tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.Offset(off)})
-			c.mark(t, p)
 		}
 	}
 	return start, tps, nil
 }
 
+// markAll marks tps assigned, once librdkafka took them: a partition whose assignment failed is
+// found again by the next Discover.
+func (c *Consumer) markAll(tps []kafka.TopicPartition) {
+	for _, tp := range tps {
+		c.mark(*tp.Topic, tp.Partition)
+	}
+}
+
 // recordStarts has the recorder record the start of every partition of parts that from lacks. It
 // passes every partition of their topics: the first process to see a topic records "latest" for
 // all of them at one moment, the partitions other processes read included.
-func (c *Consumer) recordStarts(ctx context.Context, parts map[string][]int32, from partition.Offsets, marks partition.Marks) (partition.Offsets, error) {
+func (c *Consumer) recordStarts(ctx context.Context, parts map[string][]int32, from partition.Offsets, marks partition.Marks, latest bool) (partition.Offsets, error) {
 	if c.record == nil {
 		return nil, nil
 	}
@@ -353,6 +362,13 @@ func (c *Consumer) recordStarts(ctx context.Context, parts map[string][]int32, f
 		ids, err := c.topicPartitions(ctx, t)
 		if err != nil {
 			return nil, err
+		}
+		// The partitions asked for, whatever this metadata read (another broker's, maybe older)
+		// says the topic has.
+		for _, p := range ps {
+			if !slices.Contains(ids, p) {
+				ids = append(ids, p)
+			}
 		}
 		for _, p := range ids {
 			if m, ok := marks[t][p]; ok {
@@ -374,7 +390,7 @@ func (c *Consumer) recordStarts(ctx context.Context, parts map[string][]int32, f
 			ask.Set(t, p, m[0], m[1])
 		}
 	}
-	return c.record(ctx, ask)
+	return c.record(ctx, ask, latest)
 }
 
 // topicPartitions lists every partition of topic t.
@@ -427,6 +443,7 @@ func (c *Consumer) Discover(ctx context.Context) (partition.Offsets, error) {
 	if err := c.c.IncrementalAssign(tps); err != nil {
 		return nil, fmt.Errorf("assign new partitions: %w", err)
 	}
+	c.markAll(tps)
 	for _, tp := range tps {
 		c.log.Info("new partition assigned", zap.String("topic", *tp.Topic), zap.Int32("partition", tp.Partition),
 			zap.Int64("offset", int64(tp.Offset)))

@@ -203,6 +203,7 @@ var schema = []string{
 	ownersTable,
 	partitionOwnersTable,
 	meaningsTable,
+	startTopicsTable,
 }
 
 // EnsureSchema creates the ledger tables and refuses a ledger written by a newer relay.

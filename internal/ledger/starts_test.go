@@ -54,6 +54,28 @@ func TestRecordStarts(t *testing.T) {
 	if _, id, _ := a.PartitionOffsets(ctx); id != 7 {
 		t.Fatalf("highest checkpoint id among the offsets is %d, want 7: a start row is checkpoint 0", id)
 	}
+	// A topic a relay from before start positions read: rows, but no recorded starts. Its missing
+	// partition gets the position latest says (that relay's), then the topic counts as recorded.
+	if err := a.Decide(ctx, fa.Epoch(), nil, Checkpoint{ID: 8, Offsets: partition.Offsets{"old": {0: 40}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.db.ExecContext(ctx, `DELETE FROM relay_start_topics WHERE job = ? AND topic = 'old'`, a.job); err != nil {
+		t.Fatal(err)
+	}
+	got, err = a.RecordStarts(ctx, fa.Epoch(), marks("old", []int64{0, 3}, []int64{50, 60}), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (partition.Offsets{"old": {0: 40, 1: 60}}); !got.Equal(want) {
+		t.Fatalf("a partition the older relay never decided: %v, want latest as that relay resolved it: %v", got, want)
+	}
+	got, err = a.RecordStarts(ctx, fa.Epoch(), marks("old", []int64{0, 3, 5}, []int64{50, 60, 70}), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (partition.Offsets{"old": {0: 40, 1: 60, 2: 5}}); !got.Equal(want) {
+		t.Fatalf("a partition added once the topic is recorded: %v, want its low watermark: %v", got, want)
+	}
 	// Another owner takes a's key; a's record is refused and writes nothing.
 	fa.Release()
 	fa2, err := Acquire(ctx, a, FenceConfig{Owner: "host-b pid 2"})

@@ -118,6 +118,10 @@ type Options struct {
 	Drain time.Duration
 }
 
+// MaxPollInterval is the max.poll.interval.ms a member runs with unless kafka.properties sets it:
+// the drain bound, which a revoke's callback may block the poll for, and 30 s more.
+func MaxPollInterval(drain time.Duration) time.Duration { return drain + 30*time.Second }
+
 // Join makes the group client, with the cooperative-sticky assignor; the group is joined only
 // when Run starts (after the fence: see Run).
 func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
@@ -151,6 +155,16 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 	} else if o.Heartbeat > 0 {
 		hb = o.Heartbeat
 		if err := cm.SetKey("heartbeat.interval.ms", int(hb/time.Millisecond)); err != nil {
+			return nil, err
+		}
+	}
+	// A revoke's callback blocks the group client's poll for as long as the drain takes (up to
+	// o.Drain); librdkafka leaves the group when its poll waits longer than max.poll.interval.ms
+	// (300 s by default, below the default drain bound), losing every partition, not only the
+	// revoked ones. So the poll may wait out the drain, plus a margin. A member that hangs past
+	// it is still fenced: its lease and the partition owner epochs keep its decisions out.
+	if _, set := o.Kafka.Properties["max.poll.interval.ms"]; !set && o.Drain > 0 {
+		if err := cm.SetKey("max.poll.interval.ms", int(MaxPollInterval(o.Drain)/time.Millisecond)); err != nil {
 			return nil, err
 		}
 	}

@@ -88,11 +88,14 @@ type PartitionReset struct {
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
 	Old       *int64 `json:"old"` // null: not in the ledger (start_offset would have applied)
-	New       int64  `json:"new"`
-	Low       int64  `json:"low_watermark"`
-	High      int64  `json:"high_watermark"`
-	ReRead    int64  `json:"reread"`  // offsets before Old that the job reads again: counted twice
-	Skipped   int64  `json:"skipped"` // offsets from where the job would resume up to New: never counted
+	// Start: Old is the partition's start position (recorded before it was read, no checkpoint
+	// decided it): nothing of it was counted, so nothing is read again.
+	Start   bool  `json:"start"`
+	New     int64 `json:"new"`
+	Low     int64 `json:"low_watermark"`
+	High    int64 `json:"high_watermark"`
+	ReRead  int64 `json:"reread"`  // offsets before Old that the job reads again: counted twice
+	Skipped int64 `json:"skipped"` // offsets from where the job would resume up to New: never counted
 }
 
 // ResetOffsets moves the job's resume offsets to target once confirm accepts the plan.
@@ -120,11 +123,15 @@ func ResetOffsets(ctx context.Context, e *Env, target ResetTarget, confirm Confi
 	if err != nil {
 		return nil, err
 	}
+	starts, err := led.StartRows(ctx)
+	if err != nil {
+		return nil, err
+	}
 	r := &ResetReport{Job: led.Job(), To: target.Spec}
 	if lastID > 0 {
 		r.Previous = &lastID
 	}
-	if r.Partitions, err = e.resolveTarget(ctx, target, old); err != nil {
+	if r.Partitions, err = e.resolveTarget(ctx, target, old, starts); err != nil {
 		return nil, err
 	}
 	next := partition.Offsets{}
@@ -180,7 +187,7 @@ func writeResume(ctx context.Context, led *ledger.Ledger, held bool, epoch, id i
 
 // resolveTarget computes the new offset of every partition of the configured topics, in topic and
 // partition order, with what moving there does.
-func (e *Env) resolveTarget(ctx context.Context, target ResetTarget, old partition.Offsets) ([]PartitionReset, error) {
+func (e *Env) resolveTarget(ctx context.Context, target ResetTarget, old, starts partition.Offsets) ([]PartitionReset, error) {
 	c, parts, err := e.partitions(ctx)
 	if err != nil {
 		return nil, err
@@ -203,6 +210,7 @@ func (e *Env) resolveTarget(ctx context.Context, target ResetTarget, old partiti
 			pr := PartitionReset{Topic: t, Partition: p, Low: lo, High: hi}
 			if o, ok := old.Get(t, p); ok {
 				pr.Old = &o
+				_, pr.Start = starts.Get(t, p)
 			}
 			switch target.Kind {
 			case "earliest":
@@ -235,15 +243,17 @@ func (e *Env) resolveTarget(ctx context.Context, target ResetTarget, old partiti
 }
 
 // withEffect fills in ReRead and Skipped against where the job resumes without the reset: its
-// ledger offset (records before it were counted; those already deleted by retention cannot be
-// read again), or, for a partition not in the ledger, its end when latest, else its beginning
+// ledger offset (records before it were counted, unless it is a start position; those already
+// deleted by retention cannot be read again), or, for a partition not in the ledger, its end when latest, else its beginning
 // (nothing of it was counted yet, so nothing can be counted twice).
 func (pr PartitionReset) withEffect(latest bool) PartitionReset {
 	from := pr.Low
 	switch {
 	case pr.Old != nil:
 		from = min(max(*pr.Old, pr.Low), pr.High)
-		pr.ReRead = max(from-pr.New, 0)
+		if !pr.Start {
+			pr.ReRead = max(from-pr.New, 0)
+		}
 	case latest:
 		from = pr.High
 	}
@@ -313,6 +323,9 @@ func (r *ResetReport) previous() string {
 func (p PartitionReset) old() string {
 	if p.Old == nil {
 		return "-"
+	}
+	if p.Start {
+		return strconv.FormatInt(*p.Old, 10) + " (start)"
 	}
 	return strconv.FormatInt(*p.Old, 10)
 }

@@ -194,3 +194,35 @@ func TestResetOffsetsHeld(t *testing.T) {
 		t.Fatalf("status in held mode: %+v, %v", st, err)
 	}
 }
+
+// A start position (recorded before the partition was read, no checkpoint decided it) counted
+// nothing: moving it back re-reads nothing, moving it on skips what lies between.
+func TestResetFromStartPositions(t *testing.T) {
+	e, ctx := newEnv(t, 2)
+	topic := e.Config.Kafka.Topics[0]
+	if err := loadgen.Run(ctx, loadgen.Options{Brokers: e.Config.Kafka.Brokers.String(), Topic: topic, Orders: 40, Batch: 10, Seed: 1}, loadgen.NewTotals()); err != nil {
+		t.Fatal(err)
+	}
+	hi := highWatermarks(t, e)
+	f, err := ledger.Acquire(ctx, e.Ledger, ledger.FenceConfig{Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks := partition.Marks{}
+	for p, h := range hi[topic] {
+		marks.Set(topic, p, 0, h)
+	}
+	if _, err := e.Ledger.RecordStarts(ctx, f.Epoch(), marks, true); err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	r, err := ResetOffsets(ctx, e, mustTarget(t, "earliest"), func(Plan) (bool, error) { return false, nil })
+	if !errors.Is(err, ErrNotConfirmed) {
+		t.Fatal(err)
+	}
+	for _, pr := range r.Partitions {
+		if !pr.Start || pr.Old == nil || *pr.Old != hi[topic][pr.Partition] || pr.ReRead != 0 || pr.Skipped != 0 {
+			t.Fatalf("partition %d from its start position %v to earliest: %+v; want a start, nothing re-read or skipped", pr.Partition, hi[topic][pr.Partition], pr)
+		}
+	}
+}

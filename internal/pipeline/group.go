@@ -153,19 +153,20 @@ func (s *session) release(parts partition.Epochs) error {
 	if err := s.cons.Remove(parts); err != nil {
 		return err
 	}
-	claims, decided := s.fence.Claims().Clone(), s.decided.Load().Clone()
-	for t, ps := range parts {
-		for part := range ps {
-			delete(claims[t], part)
-			delete(decided[t], part)
-			delete(s.positions[t], part)
-			delete(s.begin[t], part)
-			s.unmove(t, part)
-			s.p.Metrics.ConsumerLag.DeleteLabelValues(t, fmt.Sprint(part))
+	claims := s.fence.Claims().Clone()
+	s.updateDecided(func(decided partition.Offsets) {
+		for t, ps := range parts {
+			for part := range ps {
+				delete(claims[t], part)
+				delete(decided[t], part)
+				delete(s.positions[t], part)
+				delete(s.begin[t], part)
+				s.unmove(t, part)
+				s.p.Metrics.ConsumerLag.DeleteLabelValues(t, fmt.Sprint(part))
+			}
 		}
-	}
+	})
 	s.fence.SetClaims(claims)
-	s.decided.Store(&decided)
 	s.p.Log.Info("partitions released", zap.Any("owner_epochs", parts))
 	return nil
 }

@@ -73,6 +73,7 @@ type session struct {
 	positions    partition.Offsets                 // next offset per partition, as of the records folded so far
 	begin        partition.Offsets                 // positions at the session's start
 	decided      atomic.Pointer[partition.Offsets] // offsets of the last decided checkpoint
+	decidedMu    sync.Mutex                        // held while decided is changed (updateDecided)
 	cur          *epoch
 	inflight     chan error // result of the checkpoint in flight; nil when none
 	lastEnd      time.Time
@@ -129,8 +130,8 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	if claims != nil {
 		cons.Only(claims)
 	}
-	cons.RecordStarts(func(ctx context.Context, marks partition.Marks) (partition.Offsets, error) {
-		return p.Ledger.RecordStarts(ctx, fence.Epoch(), marks, p.Config.Kafka.StartOffset == "latest")
+	cons.RecordStarts(func(ctx context.Context, marks partition.Marks, latest bool) (partition.Offsets, error) {
+		return p.Ledger.RecordStarts(ctx, fence.Epoch(), marks, latest)
 	})
 	start, err := cons.Assign(rctx, from)
 	if err == nil {
@@ -204,14 +205,25 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 // started adds partitions the session reads from now on, at start: the ledger's offsets (decided,
 // or a start position recorded before the partition was read).
 func (s *session) started(start partition.Offsets) {
-	decided := s.decided.Load().Clone()
-	for t, ps := range start {
-		for part, off := range ps {
-			decided.Set(t, part, off)
-			s.positions.Set(t, part, off)
-			s.begin.Set(t, part, off)
+	s.updateDecided(func(decided partition.Offsets) {
+		for t, ps := range start {
+			for part, off := range ps {
+				decided.Set(t, part, off)
+				s.positions.Set(t, part, off)
+				s.begin.Set(t, part, off)
+			}
 		}
-	}
+	})
+}
+
+// updateDecided publishes a copy of the decided offsets as fn changes it. The loop (partitions
+// added or released) and the checkpoint in flight's completion (committed) both change them, so
+// neither may publish a copy made before the other's change.
+func (s *session) updateDecided(fn func(partition.Offsets)) {
+	s.decidedMu.Lock()
+	defer s.decidedMu.Unlock()
+	decided := s.decided.Load().Clone()
+	fn(decided)
 	s.decided.Store(&decided)
 }
 
@@ -301,7 +313,15 @@ func (s *session) committed(e *epoch, offsets partition.Offsets, cutAt time.Time
 	}
 	p.lastOK.Store(now.UnixNano())
 	s.committedAny.Store(true)
-	s.decided.Store(&offsets)
+	// The checkpoint's cut, over what the loop added since (a partition discovered while it
+	// committed is decided at its start).
+	s.updateDecided(func(decided partition.Offsets) {
+		for t, ps := range offsets {
+			for part, off := range ps {
+				decided.Set(t, part, off)
+			}
+		}
+	})
 	log.Debug("committed", zap.Strings("tags", tags), zap.Duration("duration", now.Sub(cutAt)))
 	if s.group != nil {
 		// Latest wins: committed runs on one goroutine at a time (one checkpoint in flight), so
