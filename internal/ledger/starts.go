@@ -123,9 +123,17 @@ func (l *Ledger) commitStarts(ctx context.Context, tx *sql.Tx, epoch int64) erro
 // StartRows returns the job's offset rows that are start positions: partitions no checkpoint
 // decided yet, nothing of which was counted.
 func (l *Ledger) StartRows(ctx context.Context) (partition.Offsets, error) {
-	rows, err := l.db.QueryContext(ctx, `SELECT topic, kpartition, next_offset FROM relay_offsets WHERE job = ? AND checkpoint_id = 0`, l.job)
+	offs, err := readOffsets(l.db.QueryContext(ctx, `SELECT topic, kpartition, next_offset FROM relay_offsets WHERE job = ? AND checkpoint_id = 0`, l.job))
 	if err != nil {
 		return nil, fmt.Errorf("start offsets: %w", err)
+	}
+	return offs, nil
+}
+
+// readOffsets reads rows of (topic, partition, offset).
+func readOffsets(rows *sql.Rows, err error) (partition.Offsets, error) {
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	out := partition.Offsets{}
@@ -134,7 +142,7 @@ func (l *Ledger) StartRows(ctx context.Context) (partition.Offsets, error) {
 		var p int32
 		var off int64
 		if err := rows.Scan(&t, &p, &off); err != nil {
-			return nil, fmt.Errorf("start offsets: %w", err)
+			return nil, err
 		}
 		out.Set(t, p, off)
 	}
@@ -179,21 +187,10 @@ func anys(ss []string) []any {
 
 // topicOffsets reads the job's offset rows of topics inside tx, the read ending with lock.
 func (l *Ledger) topicOffsets(ctx context.Context, tx *sql.Tx, topics []string, lock string) (partition.Offsets, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT topic, kpartition, next_offset FROM relay_offsets WHERE job = ? AND topic IN (?`+
-		strings.Repeat(", ?", len(topics)-1)+`) ORDER BY topic, kpartition`+lock, append([]any{l.job}, anys(topics)...)...)
+	offs, err := readOffsets(tx.QueryContext(ctx, `SELECT topic, kpartition, next_offset FROM relay_offsets WHERE job = ? AND topic IN (?`+
+		strings.Repeat(", ?", len(topics)-1)+`) ORDER BY topic, kpartition`+lock, append([]any{l.job}, anys(topics)...)...))
 	if err != nil {
 		return nil, fmt.Errorf("record start offsets: %w", err)
 	}
-	defer rows.Close()
-	out := partition.Offsets{}
-	for rows.Next() {
-		var t string
-		var p int32
-		var off int64
-		if err := rows.Scan(&t, &p, &off); err != nil {
-			return nil, fmt.Errorf("record start offsets: %w", err)
-		}
-		out.Set(t, p, off)
-	}
-	return out, rows.Err()
+	return offs, nil
 }
