@@ -21,10 +21,11 @@ import (
 var latestEnv = []string{"RELAY_START_OFFSET=latest", "RELAY_KAFKA_DISCOVERY_INTERVAL=1s",
 	"RELAY_MYSQL_LOCK_WAIT_TIMEOUT=2s", "RELAY_CHECKPOINT_TOLERABLE_FAILURES=1000"}
 
-// latestLoad is a load whose every record goes to one window, so that lockKeyRow's row (SKU-0 in
-// it) holds every checkpoint back.
+// latestLoad is a load whose every record has one key (one sku, one window), so that lockKeyRow's
+// row holds back every checkpoint with a record in it, whichever member cuts it and however few
+// records it holds (a member cuts one at the first record of a partition it gained).
 func latestLoad(orders int, seed uint64, txn string) loadgen.Options {
-	return loadgen.Options{Orders: orders, Batch: 50, SKUs: 10, Windows: 1, StartTS: 1764000000000, Seed: seed, TxnID: txn}
+	return loadgen.Options{Orders: orders, Batch: 50, SKUs: 1, Windows: 1, StartTS: 1764000000000, Seed: seed, TxnID: txn}
 }
 
 // sessionFailures counts the in-process restarts of a session that failed on the held row lock.
