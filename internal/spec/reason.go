@@ -20,9 +20,20 @@ const (
 	ReasonTooLong Reason = 64 + iota // "too_long": a string field past its string(N) bound
 	ReasonBadText                    // "bad_text": a string field with a lone surrogate escape
 	ReasonBadInt                     // "bad_int": an int field that is not -?[0-9]+ within int64
+	// The reasons of records in a registry's wire format (internal/format).
+	ReasonBadHeader     // "bad_header": not the magic byte 0 and a 4-byte schema id (or a bad Protobuf message index list)
+	ReasonUnknownSchema // "unknown_schema": a schema id the registry does not know
+	ReasonBadEncoding   // "bad_encoding": the payload does not decode under its writer schema, or bytes are left over
 )
 
-var ownNames = [...]string{"too_long", "bad_text", "bad_int"}
+// Order's reasons that a decoder of another format returns by itself.
+const (
+	ReasonTooLarge     = Reason(order.ReasonTooLarge)
+	ReasonMissingField = Reason(order.ReasonMissingField)
+	ReasonWrongType    = Reason(order.ReasonWrongType)
+)
+
+var ownNames = [...]string{"too_long", "bad_text", "bad_int", "bad_header", "unknown_schema", "bad_encoding"}
 
 // AllReasons lists every reason a spec's decoder can return, order's and the spec's own, in
 // numeric order: the values of relay_bad_records_total's reason label and of the dead-letter
