@@ -1,0 +1,136 @@
+// The registry: writer schemas by id, through confluent-kafka-go's schemaregistry client.
+// Invariant: an id is answered as unknown (ErrUnknownSchema) only after the registry itself said
+// 40403 (schema not found) on every one of a bounded number of asks, so a record is dead-lettered as
+// unknown_schema only for what the registry denies, never for a registry that is down, slow or
+// failing (those are ErrUnavailable: wait and ask again).
+
+package format
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
+	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry/rest"
+)
+
+// Errors of Registry.Schema.
+var (
+	// ErrUnknownSchema: the registry has no schema of that id.
+	ErrUnknownSchema = errors.New("unknown schema id")
+	// ErrUnavailable: the registry could not be asked or did not answer the question.
+	ErrUnavailable = errors.New("schema registry unavailable")
+)
+
+// codeSchemaNotFound is the Confluent API's error_code for an id it does not have.
+const codeSchemaNotFound = 40403
+
+// RegistryConfig says where the registry is and how to ask it.
+type RegistryConfig struct {
+	URL                string // the Confluent API's base, e.g. http://host:8081 or Apicurio's .../apis/ccompat/v7
+	Username, Password string // basic auth, when Username is set
+	// CacheCapacity bounds the client's caches (schemas by id, among others); 0 means 1000.
+	CacheCapacity int
+	// RequestTimeout bounds one request; 0 means 10 s.
+	RequestTimeout time.Duration
+	// UnknownAsks is how many times an id is asked for before it is taken as unknown, UnknownWait
+	// apart: a schema registered a moment ago may not have reached every registry replica (or
+	// Apicurio's KafkaSQL store) yet. 0 means 3 asks, 1 s apart.
+	UnknownAsks int
+	UnknownWait time.Duration
+	// UnknownFor is how long an id judged unknown stays so without asking again: a topic with many
+	// records of an id the registry lost would otherwise cost every one of them UnknownAsks
+	// requests. 0 means 1 minute.
+	UnknownFor time.Duration
+}
+
+// Registry fetches writer schemas by id. Safe for concurrent use.
+type Registry struct {
+	client      schemaregistry.Client
+	unknownAsks int
+	unknownWait time.Duration
+	unknownFor  time.Duration
+	mu          sync.Mutex
+	unknown     map[int]time.Time // ids judged unknown, and when
+}
+
+// maxUnknown bounds the ids remembered as unknown; past it they are all forgotten (and asked for
+// again), which costs requests, never a wrong verdict.
+const maxUnknown = 1000
+
+// NewRegistry returns a registry client for c.
+func NewRegistry(c RegistryConfig) (*Registry, error) {
+	var conf *schemaregistry.Config
+	if c.Username != "" {
+		conf = schemaregistry.NewConfigWithBasicAuthentication(c.URL, c.Username, c.Password)
+	} else {
+		conf = schemaregistry.NewConfig(c.URL)
+	}
+	conf.CacheCapacity = c.CacheCapacity
+	if conf.CacheCapacity == 0 {
+		conf.CacheCapacity = 1000
+	}
+	if c.RequestTimeout > 0 {
+		conf.RequestTimeoutMs = int(c.RequestTimeout.Milliseconds())
+		conf.ConnectionTimeoutMs = conf.RequestTimeoutMs
+	}
+	// The client's own retries sleep without a context; the caller's back-off (which a session's
+	// end can cut short) is the one retry loop.
+	conf.MaxRetries = 0
+	client, err := schemaregistry.NewClient(conf)
+	if err != nil {
+		return nil, fmt.Errorf("schema registry %s: %w", c.URL, err)
+	}
+	r := &Registry{client: client, unknownAsks: c.UnknownAsks, unknownWait: c.UnknownWait,
+		unknownFor: c.UnknownFor, unknown: map[int]time.Time{}}
+	if r.unknownAsks <= 0 {
+		r.unknownAsks = 3
+	}
+	if r.unknownWait <= 0 {
+		r.unknownWait = time.Second
+	}
+	if r.unknownFor <= 0 {
+		r.unknownFor = time.Minute
+	}
+	return r, nil
+}
+
+// Client is the underlying client (tests register schemas and serialize records with it).
+func (r *Registry) Client() schemaregistry.Client { return r.client }
+
+// Schema returns the schema registered under id: the client caches it, so a known id costs no
+// request. The error wraps ErrUnknownSchema or ErrUnavailable (or ctx's error).
+func (r *Registry) Schema(ctx context.Context, id int) (schemaregistry.SchemaInfo, error) {
+	r.mu.Lock()
+	at, known := r.unknown[id]
+	r.mu.Unlock()
+	if known && time.Since(at) < r.unknownFor {
+		return schemaregistry.SchemaInfo{}, fmt.Errorf("%w %d (judged so %s ago)", ErrUnknownSchema, id, time.Since(at).Round(time.Millisecond))
+	}
+	for ask := 1; ; ask++ {
+		info, err := r.client.GetBySubjectAndID("", id)
+		var re *rest.Error
+		switch {
+		case err == nil:
+			return info, nil
+		case !errors.As(err, &re) || re.Code != codeSchemaNotFound:
+			return info, fmt.Errorf("%w: schema id %d: %w", ErrUnavailable, id, err)
+		case ask >= r.unknownAsks:
+			r.mu.Lock()
+			if len(r.unknown) >= maxUnknown {
+				clear(r.unknown)
+			}
+			r.unknown[id] = time.Now()
+			r.mu.Unlock()
+			return info, fmt.Errorf("%w %d (the registry answered %d %d times)", ErrUnknownSchema, id, re.Code, ask)
+		}
+		select {
+		case <-ctx.Done():
+			return info, ctx.Err()
+		case <-time.After(r.unknownWait):
+		}
+	}
+}
