@@ -69,7 +69,7 @@ type registered struct {
 	ser    *avrov2.Serializer
 }
 
-func register(t *testing.T, c schemaregistry.Client, subject, schema string) registered {
+func register(t testing.TB, c schemaregistry.Client, subject, schema string) registered {
 	t.Helper()
 	id, err := c.Register(subject, schemaregistry.SchemaInfo{Schema: schema}, false)
 	if err != nil {
@@ -85,7 +85,7 @@ func register(t *testing.T, c schemaregistry.Client, subject, schema string) reg
 	return registered{id: id, schema: schema, ser: ser}
 }
 
-func (r registered) serialize(t *testing.T, topic string, v map[string]any) []byte {
+func (r registered) serialize(t testing.TB, topic string, v map[string]any) []byte {
 	t.Helper()
 	b, err := r.ser.Serialize(topic, &v)
 	if err != nil {
