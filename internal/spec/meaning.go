@@ -3,7 +3,8 @@
 //
 // Invariant: two specs give a table the same Meaning exactly when its rows, fed the same valid
 // records, get the same values. Only what decides a row's key and values from a record is in it
-// (the window, the event time's path and format, each dimension's column and field path and type,
+// (the input format, which reads the same bytes as other values; the window, the event time's path
+// and format, each dimension's column and field path and type,
 // each measure's column, kind and field path and type, the filter's field and set of values). Not
 // in it, so changing it is never drift: how the YAML is written (key order, comments, the names
 // given to fields in input.fields, the order of measures and of filter values), other tables, and
@@ -26,6 +27,9 @@ import (
 
 // Meaning is one aggregate table's canonical spec; its JSON is what the ledger records.
 type Meaning struct {
+	// Format is the input format, empty for JSON: the meanings recorded before there were other
+	// formats are JSON's, byte for byte.
+	Format        string         `json:"format,omitempty"`
 	WindowSeconds int64          `json:"window_seconds"`
 	EventTime     MeaningField   `json:"event_time"` // Type is the format: epoch_ms or rfc3339
 	Dimensions    []MeaningDim   `json:"dimensions"` // in primary-key order
@@ -64,6 +68,9 @@ func (p *Plan) Meaning(a int) Meaning {
 	ag := &p.aggs[a]
 	m := Meaning{WindowSeconds: ag.windowMS / 1000, EventTime: p.meaningField(len(p.fields) - 1),
 		Dimensions: []MeaningDim{}, Measures: []MeaningMeas{}}
+	if p.format != FormatJSON {
+		m.Format = p.format
+	}
 	for _, d := range ag.dims {
 		m.Dimensions = append(m.Dimensions, MeaningDim{Column: d.column, Field: p.meaningField(d.field)})
 	}
@@ -220,6 +227,7 @@ func (p *Plan) changes(a int, o, n Meaning) []Change {
 			cs = append(cs, Change{Path: path, Old: old, New: new})
 		}
 	}
+	add(k.format(), showFormat(o.Format), showFormat(n.Format))
 	add(k.window(a), showWindow(o.WindowSeconds), showWindow(n.WindowSeconds))
 	add(k.eventTime("field"), showPath(o.EventTime.Path), showPath(n.EventTime.Path))
 	add(k.eventTime("format"), o.EventTime.Type, n.EventTime.Type)
@@ -304,6 +312,13 @@ func showWindow(s int64) string {
 	return w
 }
 
+func showFormat(f string) string {
+	if f == "" {
+		return FormatJSON
+	}
+	return f
+}
+
 func showPath(p []string) string { return strings.Join(p, ".") }
 
 func showField(f MeaningField) string { return showPath(f.Path) + " " + f.Type }
@@ -346,6 +361,13 @@ func (k names) aggregate(a int) string {
 		return "mysql.table"
 	}
 	return fmt.Sprintf("pipeline.aggregates[%d]", a)
+}
+
+func (k names) format() string {
+	if k.p.builtin {
+		return "input.format"
+	}
+	return "pipeline.input.format"
 }
 
 func (k names) window(a int) string {

@@ -17,6 +17,7 @@ import (
 
 // Plan is a validated Spec. It is immutable and safe to share between goroutines.
 type Plan struct {
+	format string  // FormatJSON or FormatAvro
 	fields []field // input fields in check order, then the event time
 	aggs   []rollup
 	limits Limits
@@ -115,6 +116,16 @@ func Compile(s Spec) (*Plan, error) {
 	if l := s.Input.Limits; l.MaxPayloadBytes < 1 || l.MinTS >= l.MaxTS || l.MaxUnits < 0 {
 		return nil, bad("input", "limits are not set (max payload %d, event time %d..%d, max units %d)",
 			l.MaxPayloadBytes, l.MinTS, l.MaxTS, l.MaxUnits)
+	}
+	switch s.Input.Format {
+	case "", FormatJSON:
+		p.format = FormatJSON
+	case FormatAvro:
+		p.format = FormatAvro
+	case FormatProtobuf, FormatJSONSchema:
+		return nil, bad("input.format", "%s records are not read yet (issue 36): json or avro", s.Input.Format)
+	default:
+		return nil, bad("input.format", "%q is not json, avro, protobuf or json_schema", s.Input.Format)
 	}
 	byName := map[string]int{}
 	for i, f := range s.Input.Fields {
@@ -331,13 +342,20 @@ func (p *Plan) compileAggregate(at string, a Aggregate, byName map[string]int) (
 	return ca, nil
 }
 
+// InputFormat is how the plan's records are encoded: FormatJSON or FormatAvro.
+func (p *Plan) InputFormat() string { return p.format }
+
 // Reasons lists every reason this plan's decoder can return, in numeric order: the metric labels
 // to pre-register. For the default spec it is order.AllReasons.
 func (p *Plan) Reasons() []Reason {
 	seen := map[Reason]bool{}
-	for _, r := range []order.Reason{order.ReasonTooLarge, order.ReasonNotJSON, order.ReasonNotObject,
-		order.ReasonMissingField, order.ReasonWrongType} {
-		seen[Reason(r)] = true
+	for _, r := range []Reason{ReasonTooLarge, ReasonMissingField, ReasonWrongType} {
+		seen[r] = true
+	}
+	if p.format == FormatJSON {
+		seen[Reason(order.ReasonNotJSON)], seen[Reason(order.ReasonNotObject)] = true, true
+	} else {
+		seen[ReasonBadHeader], seen[ReasonUnknownSchema], seen[ReasonBadEncoding] = true, true, true
 	}
 	for _, f := range p.fields {
 		var rs []Reason

@@ -33,6 +33,8 @@ type Spec struct {
 // Input is what a record must hold. Every declared field is required: a record missing one is bad
 // input whose reason names it.
 type Input struct {
+	// Format is how a record's value is encoded: FormatJSON (also when empty) or FormatAvro.
+	Format    string    `yaml:"format"`
 	Fields    Fields    `yaml:"fields"`
 	EventTime EventTime `yaml:"event_time"`
 	// Limits come from the input.* settings, not from the pipeline block.
@@ -101,6 +103,15 @@ type Filter struct {
 	Field string   `yaml:"field"`
 	In    []string `yaml:"in"`
 }
+
+// Input formats. Avro records come in a Schema Registry's wire format (internal/format); Protobuf
+// and JSON Schema are named so that a spec asking for them is told they are not read yet.
+const (
+	FormatJSON       = "json"
+	FormatAvro       = "avro"
+	FormatProtobuf   = "protobuf"
+	FormatJSONSchema = "json_schema"
+)
 
 // WindowColumn is the first primary-key column of every aggregate table.
 const WindowColumn = "window_start"
