@@ -330,3 +330,19 @@ func TestAvroRegistryDownIsNoVerdict(t *testing.T) {
 		t.Errorf("registry down: %s %q %v, want no verdict and ErrUnavailable", r, field, err)
 	}
 }
+
+// Only an http or https URL is a registry: confluent-kafka-go's client would take mock:// for its
+// in-memory fake, and a comma-separated list for failover URLs.
+func TestRegistryURL(t *testing.T) {
+	for _, u := range []string{"mock://x", "ftp://h/x", "h:8081", "http://a:1,http://b:1", "", "http://"} {
+		if _, err := NewRegistry(RegistryConfig{URL: u}); err == nil {
+			t.Errorf("NewRegistry(%q) accepted it", u)
+		}
+	}
+	if _, err := NewRegistry(RegistryConfig{URL: "https://h:8081/apis/ccompat/v7", CAFile: "/nonexistent/ca.pem"}); err == nil {
+		t.Error("a CA file that does not exist was accepted")
+	}
+	if _, err := NewRegistry(RegistryConfig{URL: "https://h:8081/apis/ccompat/v7"}); err != nil {
+		t.Error(err)
+	}
+}

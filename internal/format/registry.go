@@ -10,6 +10,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +34,9 @@ const codeSchemaNotFound = 40403
 type RegistryConfig struct {
 	URL                string // the Confluent API's base, e.g. http://host:8081 or Apicurio's .../apis/ccompat/v7
 	Username, Password string // basic auth, when Username is set
+	// CAFile is the PEM of the CA(s) an https registry's certificate must chain to (empty: the
+	// system's); CertFile and KeyFile a client certificate, for a registry that wants one.
+	CAFile, CertFile, KeyFile string
 	// CacheCapacity bounds the client's caches (schemas by id, among others); 0 means 1000.
 	CacheCapacity int
 	// RequestTimeout bounds one request; 0 means 10 s.
@@ -62,13 +67,19 @@ type Registry struct {
 const maxUnknown = 1000
 
 // NewRegistry returns a registry client for c.
+// The URL must be http or https: the client would take mock:// for its in-memory fake, and a list
+// of URLs (its failover form) for one.
 func NewRegistry(c RegistryConfig) (*Registry, error) {
+	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Contains(c.URL, ",") {
+		return nil, fmt.Errorf("schema registry %q: not an http or https URL", c.URL)
+	}
 	var conf *schemaregistry.Config
 	if c.Username != "" {
 		conf = schemaregistry.NewConfigWithBasicAuthentication(c.URL, c.Username, c.Password)
 	} else {
 		conf = schemaregistry.NewConfig(c.URL)
 	}
+	conf.SslCaLocation, conf.SslCertificateLocation, conf.SslKeyLocation = c.CAFile, c.CertFile, c.KeyFile
 	conf.CacheCapacity = c.CacheCapacity
 	if conf.CacheCapacity == 0 {
 		conf.CacheCapacity = 1000
