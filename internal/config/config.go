@@ -18,6 +18,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/format"
 	"github.com/relay-sh/relay/internal/order"
 	"github.com/relay-sh/relay/internal/spec"
 )
@@ -79,6 +80,8 @@ type Config struct {
 	Subtasks   int         `yaml:"subtasks"`
 	Checkpoint Checkpoint  `yaml:"checkpoint"`
 	Input      Input       `yaml:"input"`
+	// SchemaRegistry is where the writer schemas of a registry format (input.format avro) are.
+	SchemaRegistry SchemaRegistry `yaml:"schema_registry"`
 	// Pipeline is the shape of records and aggregate tables; nil means spec.Default of input.* and
 	// mysql.table (see Plan).
 	Pipeline *spec.Spec `yaml:"pipeline"`
@@ -183,6 +186,8 @@ type Checkpoint struct {
 
 // Input is the record contract.
 type Input struct {
+	// Format is the default spec's input.format (a pipeline block names its own).
+	Format          string        `yaml:"format"`
 	OrderIDField    string        `yaml:"order_id_field"`
 	SKUField        string        `yaml:"sku_field"`
 	AmountField     string        `yaml:"amount_field"`
@@ -193,6 +198,25 @@ type Input struct {
 	MinEventTime    time.Time     `yaml:"min_event_time"`
 	MaxEventTime    time.Time     `yaml:"max_event_time"`
 	DLQPayloadBytes int           `yaml:"dlq_payload_bytes"`
+}
+
+// SchemaRegistry is a Confluent-compatible Schema Registry API, as Kafka Connect's
+// schema.registry.* settings name one.
+type SchemaRegistry struct {
+	URL          string `yaml:"url"`
+	Username     string `yaml:"username"`
+	PasswordFile string `yaml:"password_file"`
+	TLSCAFile    string `yaml:"tls_ca_file"`
+	TLSCertFile  string `yaml:"tls_cert_file"`
+	TLSKeyFile   string `yaml:"tls_key_file"`
+	password     string // read from PasswordFile at load
+}
+
+// Registry is the registry client's configuration.
+func (c *Config) Registry() format.RegistryConfig {
+	r := c.SchemaRegistry
+	return format.RegistryConfig{URL: r.URL, Username: r.Username, Password: r.password,
+		CAFile: r.TLSCAFile, CertFile: r.TLSCertFile, KeyFile: r.TLSKeyFile}
 }
 
 // Default returns the configuration every unset key falls back to.
@@ -227,6 +251,7 @@ func Default() Config {
 			ReadyMaxAge:       2 * time.Minute,
 		},
 		Input: Input{
+			Format:          spec.FormatJSON,
 			OrderIDField:    "order_id",
 			SKUField:        "sku",
 			AmountField:     "amount",
@@ -275,6 +300,7 @@ func (c *Config) Plan() (*spec.Plan, error) {
 	if c.Pipeline == nil {
 		s := spec.Default(order.Fields{OrderID: in.OrderIDField, SKU: in.SKUField, Amount: in.AmountField, TS: in.TSField},
 			lim, c.MySQL.Table, in.Window)
+		s.Input.Format = in.Format
 		return spec.Compile(s)
 	}
 	return c.Pipeline.Compile(spec.Limits{MaxPayloadBytes: lim.MaxPayloadBytes, MinTS: lim.MinTS, MaxTS: lim.MaxTS, MaxUnits: lim.MaxAmountUnits})

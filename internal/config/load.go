@@ -262,6 +262,13 @@ func (c *Config) readSecretFiles() []error {
 			errs = append(errs, err)
 		}
 	}
+	if p := c.SchemaRegistry.PasswordFile; p != "" {
+		pw, err := readSecret(p)
+		if err != nil {
+			errs = append(errs, bad("schema_registry.password_file", "%v", err))
+		}
+		c.SchemaRegistry.password = pw
+	}
 	return errs
 }
 

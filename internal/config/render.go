@@ -8,6 +8,7 @@ package config
 
 import (
 	"fmt"
+	"net/url"
 	"reflect"
 	"slices"
 	"sort"
@@ -116,6 +117,13 @@ func valueNode(key string, v reflect.Value, mask bool) (*yaml.Node, error) {
 		return maskProperties(v.Interface().(map[string]string), mask)
 	case mask && (key == "mysql.dsn" || key == "mysql.ledger_dsn") && v.String() != "":
 		err = n.Encode(database.Redact(v.String()))
+	case mask && key == "schema_registry.url":
+		// The registry client takes basic auth from the URL's user info too.
+		if u, perr := url.Parse(v.String()); perr == nil {
+			err = n.Encode(u.Redacted())
+		} else {
+			err = n.Encode("xxxxx")
+		}
 	default:
 		err = n.Encode(v.Interface())
 	}

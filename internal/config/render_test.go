@@ -88,6 +88,7 @@ func TestEffectiveYAMLMasksSecrets(t *testing.T) {
 	c.MySQL.LedgerDSN = "relay:ledger-S3cret@tcp(l:3306)/l"
 	c.Kafka.Properties = map[string]string{"sasl.username": "relay", "sasl.password": "kafka-S3cret",
 		"ssl.key.password": "key-S3cret", "sasl.oauthbearer.client.secret": "oauth-S3cret"}
+	c.SchemaRegistry.URL = "https://u:url-S3cret@registry:8081"
 	b, err := c.EffectiveYAML()
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +97,7 @@ func TestEffectiveYAMLMasksSecrets(t *testing.T) {
 	if strings.Contains(out, "S3cret") {
 		t.Errorf("a secret is shown:\n%s", out)
 	}
-	for _, want := range []string{"dsn: relay:xxxxx@tcp(db:3306)/relay", "ledger_dsn: relay:xxxxx@tcp(l:3306)/l", "sasl.username: relay", "sasl.password: xxxxx"} {
+	for _, want := range []string{"dsn: relay:xxxxx@tcp(db:3306)/relay", "ledger_dsn: relay:xxxxx@tcp(l:3306)/l", "sasl.username: relay", "sasl.password: xxxxx", "url: https://u:xxxxx@registry:8081"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
 		}

@@ -7,6 +7,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"regexp"
 	"strconv"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/consumer"
+	"github.com/relay-sh/relay/internal/format"
+	"github.com/relay-sh/relay/internal/spec"
 )
 
 var (
@@ -57,8 +60,10 @@ func (c *Config) Validate() error {
 	c.validateCheckpoint(&p)
 	c.validateInput(&p)
 	if !p.refused("input.", "mysql.table") {
-		if _, err := c.Plan(); err != nil {
+		if plan, err := c.Plan(); err != nil {
 			p = append(p, err)
+		} else {
+			c.validateRegistry(&p, plan.InputFormat())
 		}
 	}
 	// The append sink's rows are the default spec's fields (order_id, sku, amount).
@@ -276,9 +281,55 @@ func (c *Config) validateCheckpoint(p *problems) {
 	}
 }
 
+// validateRegistry checks the schema_registry.* settings against the plan's input format: a
+// registry format needs a registry the client can be made for (its TLS files are read then), and
+// JSON needs none. Then it refuses a registry format outright: the pipeline does not decode one
+// yet (issue 36), and a job must not start reading a topic it would dead-letter whole.
+func (c *Config) validateRegistry(p *problems, inputFormat string) {
+	r := c.SchemaRegistry
+	formatKey := "input.format"
+	if c.Pipeline != nil {
+		formatKey = "pipeline.input.format"
+	}
+	if inputFormat == spec.FormatJSON {
+		for _, f := range []struct{ key, v string }{{"schema_registry.url", r.URL}, {"schema_registry.username", r.Username},
+			{"schema_registry.password_file", r.PasswordFile}, {"schema_registry.tls_ca_file", r.TLSCAFile},
+			{"schema_registry.tls_cert_file", r.TLSCertFile}, {"schema_registry.tls_key_file", r.TLSKeyFile}} {
+			if f.v != "" {
+				p.bad(f.key, "is set, but %s is json, which reads no registry", formatKey)
+			}
+		}
+		return
+	}
+	switch {
+	case r.URL == "":
+		p.bad("schema_registry.url", "is required: %s %s finds writer schemas in a Schema Registry", formatKey, inputFormat)
+	case (r.Username == "") != (r.PasswordFile == ""):
+		p.bad("schema_registry.username", "and schema_registry.password_file go together")
+	case (r.TLSCertFile == "") != (r.TLSKeyFile == ""):
+		p.bad("schema_registry.tls_cert_file", "and schema_registry.tls_key_file go together")
+	default:
+		if _, err := format.NewRegistry(c.Registry()); err != nil {
+			p.bad("schema_registry.url", "%v", err)
+		}
+	}
+	refusal := &FieldError{Key: formatKey, Msg: fmt.Sprintf("relay run does not read %s records yet (issue 36, docs/FORMATS.md)", inputFormat)}
+	if c.Pipeline == nil {
+		refusal.Env = envOf(formatKey)
+	}
+	*p = append(*p, refusal)
+}
+
 // validateInput checks the record contract.
 func (c *Config) validateInput(p *problems) {
 	in := c.Input
+	switch in.Format {
+	case spec.FormatJSON, spec.FormatAvro:
+	case spec.FormatProtobuf, spec.FormatJSONSchema:
+		p.bad("input.format", "%s records are not read yet (issue 36): json or avro", in.Format)
+	default:
+		p.bad("input.format", "%q is not json, avro, protobuf or json_schema", in.Format)
+	}
 	for _, f := range []struct{ key, v string }{{"input.order_id_field", in.OrderIDField}, {"input.sku_field", in.SKUField},
 		{"input.amount_field", in.AmountField}, {"input.ts_field", in.TSField}} {
 		if f.v == "" {
