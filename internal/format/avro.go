@@ -3,7 +3,9 @@
 // an Avro type that holds it exactly (string or enum for a string field; int or long for an int; a
 // decimal logical type, int or long for a decimal; long, timestamp-millis or timestamp-micros for
 // an epoch_ms event time; string for an rfc3339 one): a float or double is wrong_type, never
-// rounded. A writer schema is parsed and resolved against the spec once per id, not per record.
+// rounded. A writer schema is parsed and resolved against the spec once per id, into a Go struct
+// type of just the spec's fields that hamba decodes each record into (skipping the others), not
+// per record.
 
 package format
 
@@ -12,11 +14,12 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"strings"
+	"reflect"
 	"time"
 
 	"github.com/hamba/avro/v2"
 
+	"github.com/relay-sh/relay/internal/money"
 	"github.com/relay-sh/relay/internal/spec"
 )
 
@@ -36,28 +39,53 @@ type Avro struct {
 // avroSchema is one writer schema resolved against the spec's fields, or why it cannot be.
 type avroSchema struct {
 	schema avro.Schema
-	fields []avroPath // by InputFields index
+	// into is a pointer to the struct each record is decoded into (reused: every field of it is
+	// a writer field, so each record overwrites all of them), root that struct.
+	into   any
+	root   reflect.Value
+	fields []avroField // by InputFields index
 	// bad: the registry's schema is not an Avro record schema hamba reads; no record of it can be
 	// decoded, and asking again would not change that.
 	bad error
 }
 
-// avroPath is how one spec field is reached in records of a writer schema.
-type avroPath struct {
+// avroField is how one spec field is read in records of a writer schema.
+type avroField struct {
 	// reason, when not OK, is every record's verdict on this field: missing_field where the
-	// writer schema has no such field (an evolved schema that dropped it), wrong_type where a key
-	// of the path is not a record in it.
+	// writer schema has no such field (an evolved schema that dropped it), wrong_type where its
+	// type cannot hold the spec's (or a key of the path is not a record).
 	reason spec.Reason
-	steps  []avroStep
+	steps  []avroStep // struct fields from the root down to the value
+	leaf   leafKind
+	scale  int // decimal: the writer's scale
 }
 
-// avroStep is one key of a field's path: a record field, its schema, and for a union the branch
-// schemas by the key hamba's generic decoding gives the branch's value under.
+// avroStep is one struct field on a path; ptr marks a union with null, whose nil is missing_field.
 type avroStep struct {
-	name     string
-	schema   avro.Schema
-	branches map[string]avro.Schema // nil unless schema is a union
+	index int
+	ptr   bool
 }
+
+// leafKind is how a value is read from its struct field.
+type leafKind uint8
+
+const (
+	leafString       leafKind = iota // string or enum, as a string
+	leafInt                          // int or long, as an int
+	leafIntDecimal                   // int or long where the spec wants a decimal
+	leafBytesDecimal                 // bytes decimal: the unscaled two's-complement integer
+	leafFixedDecimal                 // fixed decimal: the same, in an array
+	leafInstant                      // timestamp-millis or -micros, as a time.Time
+	leafEpoch                        // int or long epoch milliseconds
+	leafText                         // string holding an RFC 3339 time
+)
+
+var (
+	stringType = reflect.TypeFor[string]()
+	intType    = reflect.TypeFor[int]() // hamba reads an Avro long into an int on 64-bit platforms only
+	bytesType  = reflect.TypeFor[[]byte]()
+	timeType   = reflect.TypeFor[time.Time]()
+)
 
 // NewAvro returns an Avro decoder of p, fetching writer schemas from reg and keeping at most
 // maxSchemas of them resolved (0 means 100).
@@ -87,140 +115,119 @@ func (a *Avro) Decode(ctx context.Context, payload []byte, rec *spec.Record) (sp
 	case s.bad != nil:
 		return spec.ReasonBadEncoding, "", nil
 	}
-	root, ok := a.read(s.schema, body)
-	if !ok {
+	if !a.read(s, body) {
 		return spec.ReasonBadEncoding, "", nil
 	}
 	a.p.Reset(rec)
 	for i := range a.fields {
-		if r := a.field(rec, i, &s.fields[i], root); r != spec.OK {
+		if r := a.field(rec, i, s); r != spec.OK {
 			return r, a.fields[i].Name, nil
 		}
 	}
 	return spec.OK, "", nil
 }
 
-// read decodes body, all of it, under the writer schema into hamba's generic form.
-func (a *Avro) read(schema avro.Schema, body []byte) (root map[string]any, ok bool) {
+// read decodes body, all of it, under the writer schema into s's struct.
+func (a *Avro) read(s *avroSchema, body []byte) (ok bool) {
 	// hamba reports malformed input through Reader.Error; a panic on input it did not foresee
 	// must not take the pipeline down either: it is the record's fault.
 	defer func() {
 		if recover() != nil {
-			root, ok = nil, false
+			ok = false
 		}
 	}()
 	a.r.Error = nil
 	a.r.Reset(body)
-	a.r.ReadVal(schema, &root)
+	a.r.ReadVal(s.schema, s.into)
 	if a.r.Error != nil {
-		return nil, false
+		return false
 	}
 	// Bytes left after the record are not part of it: Confluent's serializers never write them.
 	a.r.Peek()
-	return root, a.r.Error != nil
+	return a.r.Error != nil
 }
 
-// field resolves field i in one record and hands its value to the plan.
-func (a *Avro) field(rec *spec.Record, i int, path *avroPath, root map[string]any) spec.Reason {
-	if path.reason != spec.OK {
-		return path.reason
+// field reads field i of the record decoded into s.root and hands its value to the plan.
+func (a *Avro) field(rec *spec.Record, i int, s *avroSchema) spec.Reason {
+	f := &s.fields[i]
+	if f.reason != spec.OK {
+		return f.reason
 	}
-	var v any = root
-	var s avro.Schema
-	for _, st := range path.steps {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return spec.ReasonWrongType
-		}
-		v, s = m[st.name], st.schema
-		if st.branches != nil {
-			// A union's value is a map of one entry, the branch's key to its value; null is none.
-			u, _ := v.(map[string]any)
-			if len(u) == 0 {
+	v := s.root
+	for _, st := range f.steps {
+		v = v.Field(st.index)
+		if st.ptr {
+			if v.IsNil() {
 				return spec.ReasonMissingField
 			}
-			for k, x := range u {
-				v, s = x, st.branches[k]
-			}
-			if s == nil {
-				return spec.ReasonWrongType
-			}
+			v = v.Elem()
 		}
 	}
-	return a.leaf(rec, i, s, v)
-}
-
-// leaf hands one value to the plan, by the spec's kind and the writer's type.
-func (a *Avro) leaf(rec *spec.Record, i int, s avro.Schema, v any) spec.Reason {
-	typ, logical := s.Type(), logicalType(s)
-	last := i == len(a.fields)-1
-	switch kind := a.fields[i].Kind; {
-	case kind == spec.KindString && (typ == avro.String || typ == avro.Enum) && logical == "":
-		str, ok := v.(string)
-		if !ok {
-			return spec.ReasonWrongType
-		}
-		return a.p.SetString(rec, i, str)
-	case kind == spec.KindInt && logical == "" && (typ == avro.Int || typ == avro.Long):
-		n, ok := integer(v)
-		if !ok {
-			return spec.ReasonWrongType
-		}
-		return a.p.SetInt(rec, i, n)
-	case kind == spec.KindDecimal && logical == avro.Decimal:
-		d, ok := v.(*big.Rat)
-		if !ok {
-			return spec.ReasonWrongType
-		}
-		return a.p.SetDecimal(rec, i, d)
-	case kind == spec.KindDecimal && logical == "" && (typ == avro.Int || typ == avro.Long):
-		n, ok := integer(v)
-		if !ok {
-			return spec.ReasonWrongType
-		}
-		return a.p.SetDecimal(rec, i, new(big.Rat).SetInt64(n))
-	case last && kind == spec.KindEpochMS && logical == "" && (typ == avro.Int || typ == avro.Long):
-		n, ok := integer(v)
-		if !ok {
-			return spec.ReasonWrongType
-		}
-		return a.p.SetTime(rec, n)
-	case last && kind == spec.KindEpochMS && typ == avro.Long && (logical == avro.TimestampMillis || logical == avro.TimestampMicros):
-		t, ok := v.(time.Time)
-		if !ok {
-			return spec.ReasonWrongType
-		}
+	switch f.leaf {
+	case leafString:
+		return a.p.SetString(rec, i, v.String())
+	case leafInt:
+		return a.p.SetInt(rec, i, v.Int())
+	case leafIntDecimal:
+		return a.decimal(rec, i, v.Int(), 0)
+	case leafBytesDecimal, leafFixedDecimal:
+		return a.unscaled(rec, i, v.Bytes(), f.scale)
+	case leafInstant:
 		// UnixMilli floors (its nanoseconds are never negative): a window start only ever floors.
-		return a.p.SetTime(rec, t.UnixMilli())
-	case last && kind == spec.KindRFC3339 && typ == avro.String && logical == "":
-		str, ok := v.(string)
-		if !ok {
-			return spec.ReasonWrongType
+		return a.p.SetTime(rec, v.Addr().Interface().(*time.Time).UnixMilli())
+	case leafEpoch:
+		return a.p.SetTime(rec, v.Int())
+	default: // leafText
+		return a.p.SetTimeText(rec, []byte(v.String()))
+	}
+}
+
+// pow10[i] is 10^i, up to the largest that fits an int64.
+var pow10 = func() (p [19]int64) {
+	p[0] = 1
+	for i := 1; i < len(p); i++ {
+		p[i] = p[i-1] * 10
+	}
+	return p
+}()
+
+// unscaled sets decimal field i to the big-endian two's-complement integer b times 10^-scale, the
+// Avro decimal encoding.
+func (a *Avro) unscaled(rec *spec.Record, i int, b []byte, scale int) spec.Reason {
+	if len(b) > 8 {
+		n := new(big.Int).SetBytes(b)
+		if b[0]&0x80 != 0 {
+			n.Sub(n, new(big.Int).Lsh(big.NewInt(1), uint(len(b))*8))
 		}
-		return a.p.SetTimeText(rec, []byte(str))
+		return a.p.SetDecimal(rec, i, new(big.Rat).SetFrac(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(scale)), nil)))
 	}
-	return spec.ReasonWrongType
+	var n int64
+	if len(b) > 0 && b[0]&0x80 != 0 {
+		n = -1 // sign extension
+	}
+	for _, c := range b {
+		n = n<<8 | int64(c)
+	}
+	return a.decimal(rec, i, n, scale)
 }
 
-// integer is an Avro int (hamba's generic int) or long as an int64.
-func integer(v any) (int64, bool) {
-	switch n := v.(type) {
-	case int:
-		return int64(n), true
-	case int32:
-		return int64(n), true
-	case int64:
-		return n, true
+// decimal sets decimal field i to n times 10^-scale, exactly: in int64 arithmetic when the units fit,
+// else through big.Rat, whose verdict (amount_range, for a value this large) is the same.
+func (a *Avro) decimal(rec *spec.Record, i int, n int64, scale int) spec.Reason {
+	switch {
+	case scale > money.Scale && scale-money.Scale < len(pow10):
+		d := pow10[scale-money.Scale]
+		if n%d != 0 {
+			return spec.ReasonAmountPrecision
+		}
+		return a.p.SetUnits(rec, i, n/d)
+	case scale <= money.Scale:
+		m := pow10[money.Scale-scale]
+		if u := n * m; u/m == n {
+			return a.p.SetUnits(rec, i, u)
+		}
 	}
-	return 0, false
-}
-
-// logicalType is s's logical type, "" for none.
-func logicalType(s avro.Schema) avro.LogicalType {
-	if l, ok := s.(avro.LogicalTypeSchema); ok && l.Logical() != nil {
-		return l.Logical().Type()
-	}
-	return ""
+	return a.p.SetDecimal(rec, i, new(big.Rat).SetFrac(big.NewInt(n), new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(scale)), nil)))
 }
 
 var errBadSchema = errors.New("not an Avro record schema")
@@ -252,70 +259,170 @@ func (a *Avro) schema(ctx context.Context, id int) (*avroSchema, error) {
 	return s, nil
 }
 
-// resolve finds each spec field's path in a writer schema: a path through a field the schema lacks
-// is missing_field for every record of it, through a value that cannot be a record wrong_type. A
-// union on the path may hold one record type (and null, and others that are not records): with
-// two, the keys below it would have two meanings.
+// resolve builds the struct records of a writer schema are decoded into, and each spec field's
+// way to its value in it.
 func (a *Avro) resolve(schema avro.Schema) (*avroSchema, error) {
 	root, ok := schema.(*avro.RecordSchema)
 	if !ok {
 		return nil, fmt.Errorf("%w: the top level is %s", errBadSchema, schema.Type())
 	}
-	s := &avroSchema{schema: schema, fields: make([]avroPath, len(a.fields))}
+	s := &avroSchema{schema: schema, fields: make([]avroField, len(a.fields))}
+	wants := make([]wanted, len(a.fields))
 	for i, f := range a.fields {
-		rec := root
-		for depth, key := range f.Path {
-			if rec == nil {
-				s.fields[i] = avroPath{reason: spec.ReasonWrongType}
-				break
-			}
-			var field *avro.Field
-			for _, x := range rec.Fields() {
-				if x.Name() == key {
-					field = x
-				}
-			}
-			if field == nil {
-				s.fields[i] = avroPath{reason: spec.ReasonMissingField}
-				break
-			}
-			st := avroStep{name: key, schema: field.Type()}
-			rec = nil
-			switch t := st.schema.(type) {
-			case *avro.RecordSchema:
-				rec = t
-			case *avro.RefSchema:
-				rec, _ = t.Schema().(*avro.RecordSchema)
-				st.schema = t.Schema()
-			case *avro.UnionSchema:
-				st.branches = map[string]avro.Schema{}
-				for _, b := range t.Types() {
-					if ref, ok := b.(*avro.RefSchema); ok {
-						b = ref.Schema()
-					}
-					st.branches[branchKey(b)] = b
-					if r, ok := b.(*avro.RecordSchema); ok {
-						if rec != nil && depth < len(f.Path)-1 {
-							return nil, fmt.Errorf("%w: %s: %s is a union of two record types", errBadSchema, f.Name, strings.Join(f.Path[:depth+1], "."))
-						}
-						rec = r
-					}
-				}
-			}
-			s.fields[i].steps = append(s.fields[i].steps, st)
-		}
+		wants[i] = wanted{i, f.Path}
 	}
+	t := a.build(root, wants, nil, s.fields)
+	s.root = reflect.New(t).Elem()
+	s.into = s.root.Addr().Interface()
 	return s, nil
 }
 
-// branchKey is the key under which hamba's generic decoding gives a union branch's value: a named
-// type's full name, else the type, with "." and the logical type if it has one.
-func branchKey(s avro.Schema) string {
-	if n, ok := s.(avro.NamedSchema); ok {
-		return n.FullName()
+// wanted is spec field i, keys the rest of its path below the record being built.
+type wanted struct {
+	i    int
+	keys []string
+}
+
+// build is the struct type of record rec holding the fields wants reach through it, each found at
+// the struct fields prefix leads to; it sets each field's way (or reason) in out. A key the record
+// lacks is missing_field; a union other than null and one type, a path through a value that is
+// not a record, or a leaf type that cannot hold the spec's is wrong_type.
+func (a *Avro) build(rec *avro.RecordSchema, wants []wanted, prefix []avroStep, out []avroField) reflect.Type {
+	var keys []string
+	byKey := map[string][]wanted{}
+	for _, w := range wants {
+		if _, seen := byKey[w.keys[0]]; !seen {
+			keys = append(keys, w.keys[0])
+		}
+		byKey[w.keys[0]] = append(byKey[w.keys[0]], w)
 	}
-	if l := logicalType(s); l != "" {
-		return string(s.Type()) + "." + string(l)
+	refuse := func(ws []wanted, r spec.Reason) {
+		for _, w := range ws {
+			out[w.i] = avroField{reason: r}
+		}
 	}
-	return string(s.Type())
+	var fields []reflect.StructField
+	for _, key := range keys {
+		var leaves, deeper []wanted
+		for _, w := range byKey[key] {
+			if len(w.keys) == 1 {
+				leaves = append(leaves, w)
+			} else {
+				deeper = append(deeper, wanted{w.i, w.keys[1:]})
+			}
+		}
+		var field *avro.Field
+		for _, x := range rec.Fields() {
+			if x.Name() == key {
+				field = x
+			}
+		}
+		if field == nil {
+			refuse(leaves, spec.ReasonMissingField)
+			refuse(deeper, spec.ReasonMissingField)
+			continue
+		}
+		s, nullable, ok := unwrap(field.Type())
+		if !ok {
+			refuse(leaves, spec.ReasonWrongType)
+			refuse(deeper, spec.ReasonWrongType)
+			continue
+		}
+		step := avroStep{index: len(fields), ptr: nullable}
+		path := append(append([]avroStep{}, prefix...), step)
+		var typ reflect.Type
+		if nested, isRecord := s.(*avro.RecordSchema); isRecord && len(deeper) > 0 {
+			refuse(leaves, spec.ReasonWrongType) // a record is no field value
+			typ = a.build(nested, deeper, path, out)
+		} else {
+			refuse(deeper, spec.ReasonWrongType)
+			if len(leaves) == 0 {
+				continue
+			}
+			// Field names are unique and the event time is none of them: one leaf per path.
+			w := leaves[0]
+			f := avroField{steps: path}
+			if typ, f.leaf, f.scale, ok = a.leafType(w.i, s); !ok {
+				refuse(leaves, spec.ReasonWrongType)
+				continue
+			}
+			out[w.i] = f
+		}
+		if nullable {
+			typ = reflect.PointerTo(typ)
+		}
+		fields = append(fields, reflect.StructField{Name: fmt.Sprintf("F%d", len(fields)), Type: typ,
+			Tag: reflect.StructTag(fmt.Sprintf("avro:%q", key))})
+	}
+	return reflect.StructOf(fields)
+}
+
+// unwrap is a field's schema without a reference, and a union of null and one type as that type
+// (nullable); ok is false for any other union.
+func unwrap(s avro.Schema) (_ avro.Schema, nullable, ok bool) {
+	if ref, isRef := s.(*avro.RefSchema); isRef {
+		s = ref.Schema()
+	}
+	u, isUnion := s.(*avro.UnionSchema)
+	if !isUnion {
+		return s, false, true
+	}
+	// hamba's Nullable: exactly two types, one of them null.
+	if !u.Nullable() {
+		return nil, false, false
+	}
+	for _, b := range u.Types() {
+		if b.Type() != avro.Null {
+			if ref, isRef := b.(*avro.RefSchema); isRef {
+				b = ref.Schema()
+			}
+			return b, true, true
+		}
+	}
+	return nil, false, false
+}
+
+// leafType is the Go type hamba decodes writer type s into for spec field i, and how to read it;
+// ok is false where s cannot hold the field's kind exactly.
+func (a *Avro) leafType(i int, s avro.Schema) (_ reflect.Type, _ leafKind, scale int, ok bool) {
+	typ, logical := s.Type(), logicalType(s)
+	integer := logical == "" && (typ == avro.Int || typ == avro.Long)
+	if dec, isDec := logicalSchema(s).(*avro.DecimalLogicalSchema); isDec {
+		scale = dec.Scale()
+	}
+	switch kind := a.fields[i].Kind; {
+	case kind == spec.KindString && logical == "" && (typ == avro.String || typ == avro.Enum):
+		return stringType, leafString, 0, true
+	case kind == spec.KindInt && integer:
+		return intType, leafInt, 0, true
+	case kind == spec.KindDecimal && integer:
+		return intType, leafIntDecimal, 0, true
+	case kind == spec.KindDecimal && logical == avro.Decimal && typ == avro.Bytes:
+		return bytesType, leafBytesDecimal, scale, true
+	case kind == spec.KindDecimal && logical == avro.Decimal && typ == avro.Fixed:
+		return reflect.ArrayOf(s.(*avro.FixedSchema).Size(), reflect.TypeFor[byte]()), leafFixedDecimal, scale, true
+	case kind == spec.KindEpochMS && integer:
+		return intType, leafEpoch, 0, true
+	case kind == spec.KindEpochMS && typ == avro.Long && (logical == avro.TimestampMillis || logical == avro.TimestampMicros):
+		return timeType, leafInstant, 0, true
+	case kind == spec.KindRFC3339 && typ == avro.String && logical == "":
+		return stringType, leafText, 0, true
+	}
+	return nil, 0, 0, false
+}
+
+// logicalSchema is s's logical type schema, nil for none.
+func logicalSchema(s avro.Schema) avro.LogicalSchema {
+	if l, ok := s.(avro.LogicalTypeSchema); ok {
+		return l.Logical()
+	}
+	return nil
+}
+
+// logicalType is s's logical type, "" for none.
+func logicalType(s avro.Schema) avro.LogicalType {
+	if l := logicalSchema(s); l != nil {
+		return l.Type()
+	}
+	return ""
 }

@@ -3,6 +3,7 @@ package format
 import (
 	"context"
 	"errors"
+	"math"
 	"math/big"
 	"net"
 	"net/http"
@@ -264,6 +265,18 @@ func TestAvroWriterTypes(t *testing.T) {
 		{`"float"`, `"long"`, rec(float32(0.5), int64(ts)), spec.ReasonWrongType, 0, 0},
 		{`{"type": "long", "logicalType": "timestamp-millis"}`, `"long"`, rec(time.UnixMilli(ts).UTC(), int64(ts)), spec.ReasonWrongType, 0, 0},
 		{`"string"`, `"long"`, rec("1.5", int64(ts)), spec.ReasonWrongType, 0, 0},
+		// Its units do not fit an int64: past the amount limit, however the product wraps.
+		{`"long"`, `"long"`, rec(int64(math.MaxInt64), int64(ts)), spec.Reason(order.ReasonAmountRange), 0, 0},
+		{`"long"`, `"long"`, rec(int64(-99999999999999), int64(ts)), spec.OK, -999999999999990000, ts},
+		// A bytes decimal of more than 8 bytes (scale 12): exact at money.Scale or amount_precision.
+		{`{"type": "bytes", "logicalType": "decimal", "precision": 30, "scale": 12}`, `"long"`,
+			rec(rat("-12345678.000000000001"), int64(ts)), spec.ReasonAmountPrecision, 0, 0},
+		{`{"type": "bytes", "logicalType": "decimal", "precision": 30, "scale": 12}`, `"long"`,
+			rec(rat("-12345678.123400000000"), int64(ts)), spec.OK, -123456781234, ts},
+		// Only a union of null and one type is read: which branch a record took would change the rows.
+		{`["null", "long", "string"]`, `"long"`, rec(map[string]any{"long": int64(1)}, int64(ts)), spec.ReasonWrongType, 0, 0},
+		{`["null", "long"]`, `"long"`, rec(nil, int64(ts)), spec.ReasonMissingField, 0, 0},
+		{`["long", "null"]`, `"long"`, rec(map[string]any{"long": int64(2)}, int64(ts)), spec.OK, 20000, ts},
 		{`"long"`, `"string"`, rec(int64(1), "2024-01-01T00:00:00Z"), spec.ReasonWrongType, 0, 0},
 	} {
 		s := register(t, reg.Client(), topic+"-"+string(rune('a'+i))+"-value", schema(c.amount, c.ts))

@@ -3,9 +3,7 @@ package format
 import (
 	"context"
 	"fmt"
-	"math/big"
 	"testing"
-	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry/serde"
@@ -17,10 +15,8 @@ import (
 
 // The decode cost per record of one order, in each format, with the writer schema at hand (it is
 // fetched once per id, so the registry is off the hot path):
-// relay's JSON scanner, relay's Avro path, confluent-kafka-go's own avrov2 Deserializer into a
-// generic map (what relay would call if it used the serde as it is), and hamba/avro decoding into
-// a struct of the fields (the headroom of decoding into types built per schema id instead of a
-// map), for docs/FORMATS.md.
+// relay's JSON scanner, relay's Avro path, and confluent-kafka-go's own avrov2 Deserializer into a
+// generic map (what relay would call if it used the serde as it is), for docs/FORMATS.md.
 func BenchmarkDecode(b *testing.B) {
 	p, err := spec.Parse([]byte(orderSpec), testLimits)
 	if err != nil {
@@ -63,27 +59,6 @@ func BenchmarkDecode(b *testing.B) {
 		}
 		a.order = append(a.order, v1.id)
 		run(b, payloads, a)
-	})
-	b.Run("hamba-struct", func(b *testing.B) {
-		type customer struct {
-			Region string `avro:"region"`
-		}
-		var o struct {
-			OrderID  string    `avro:"order_id"`
-			SKU      string    `avro:"sku"`
-			Amount   *big.Rat  `avro:"amount"`
-			TS       time.Time `avro:"ts"`
-			Customer *customer `avro:"customer"`
-		}
-		schema := avro.MustParse(orderV1)
-		r := avro.NewReader(nil, 0)
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			r.Reset(payloads[i%len(payloads)][headerLen:])
-			if r.ReadVal(schema, &o); r.Error != nil {
-				b.Fatal(r.Error)
-			}
-		}
 	})
 	b.Run("avrov2-serde", func(b *testing.B) {
 		de, err := avrov2.NewDeserializer(client, serde.ValueSerde, avrov2.NewDeserializerConfig())

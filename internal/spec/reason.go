@@ -31,6 +31,8 @@ const (
 	ReasonTooLarge     = Reason(order.ReasonTooLarge)
 	ReasonMissingField = Reason(order.ReasonMissingField)
 	ReasonWrongType    = Reason(order.ReasonWrongType)
+	// A decimal with a non-zero digit below money.Scale.
+	ReasonAmountPrecision = Reason(order.ReasonAmountPrecision)
 )
 
 var ownNames = [...]string{"too_long", "bad_text", "bad_int", "bad_header", "unknown_schema", "bad_encoding"}

@@ -53,16 +53,21 @@ func (p *Plan) SetInt(rec *Record, i int, n int64) Reason {
 // digit below money.Scale is amount_precision, then past the amount limit amount_range, then a
 // non-zero digit below the field's scale amount_precision.
 func (p *Plan) SetDecimal(rec *Record, i int, v *big.Rat) Reason {
-	f := &p.fields[i]
 	u := new(big.Rat).Mul(v, unitsPerOne)
 	if !u.IsInt() {
 		return Reason(order.ReasonAmountPrecision)
 	}
-	n := u.Num()
-	if !n.IsInt64() {
-		return Reason(order.ReasonAmountRange)
+	if n := u.Num(); n.IsInt64() {
+		return p.SetUnits(rec, i, n.Int64())
 	}
-	units := n.Int64()
+	return Reason(order.ReasonAmountRange)
+}
+
+// SetUnits sets decimal field i to units of 10^-money.Scale, a value already exact at that scale
+// (a caller that had to drop a non-zero digit to get it has amount_precision instead): past the
+// amount limit it is amount_range, then a non-zero digit below the field's scale amount_precision.
+func (p *Plan) SetUnits(rec *Record, i int, units int64) Reason {
+	f := &p.fields[i]
 	// Compare magnitudes as uint64: |MinInt64| has no int64 form.
 	mag := uint64(units)
 	if units < 0 {
@@ -71,7 +76,6 @@ func (p *Plan) SetDecimal(rec *Record, i int, v *big.Rat) Reason {
 	if p.limits.MaxUnits < 0 || mag > uint64(p.limits.MaxUnits) {
 		return Reason(order.ReasonAmountRange)
 	}
-	// The field's own scale last, as the JSON decoder checks it after the amount limit.
 	if units%f.unit != 0 {
 		return Reason(order.ReasonAmountPrecision)
 	}
