@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math/big"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/hamba/avro/v2"
@@ -55,6 +56,7 @@ type avroField struct {
 	// writer schema has no such field (an evolved schema that dropped it), wrong_type where its
 	// type cannot hold the spec's (or a key of the path is not a record).
 	reason spec.Reason
+	found  string     // with wrong_type: the writer's type that cannot hold the field, for CheckSubject
 	steps  []avroStep // struct fields from the root down to the value
 	leaf   leafKind
 	scale  int // decimal: the writer's scale
@@ -296,9 +298,12 @@ func (a *Avro) build(rec *avro.RecordSchema, wants []wanted, prefix []avroStep, 
 		}
 		byKey[w.keys[0]] = append(byKey[w.keys[0]], w)
 	}
-	refuse := func(ws []wanted, r spec.Reason) {
+	refuse := func(ws []wanted, r spec.Reason, found avro.Schema) {
 		for _, w := range ws {
 			out[w.i] = avroField{reason: r}
+			if found != nil {
+				out[w.i].found = describe(found)
+			}
 		}
 	}
 	var fields []reflect.StructField
@@ -318,24 +323,24 @@ func (a *Avro) build(rec *avro.RecordSchema, wants []wanted, prefix []avroStep, 
 			}
 		}
 		if field == nil {
-			refuse(leaves, spec.ReasonMissingField)
-			refuse(deeper, spec.ReasonMissingField)
+			refuse(leaves, spec.ReasonMissingField, nil)
+			refuse(deeper, spec.ReasonMissingField, nil)
 			continue
 		}
 		s, nullable, ok := unwrap(field.Type())
 		if !ok {
-			refuse(leaves, spec.ReasonWrongType)
-			refuse(deeper, spec.ReasonWrongType)
+			refuse(leaves, spec.ReasonWrongType, field.Type())
+			refuse(deeper, spec.ReasonWrongType, field.Type())
 			continue
 		}
 		step := avroStep{index: len(fields), ptr: nullable}
 		path := append(append([]avroStep{}, prefix...), step)
 		var typ reflect.Type
 		if nested, isRecord := s.(*avro.RecordSchema); isRecord && len(deeper) > 0 {
-			refuse(leaves, spec.ReasonWrongType) // a record is no field value
+			refuse(leaves, spec.ReasonWrongType, s) // a record is no field value
 			typ = a.build(nested, deeper, path, out)
 		} else {
-			refuse(deeper, spec.ReasonWrongType)
+			refuse(deeper, spec.ReasonWrongType, s)
 			if len(leaves) == 0 {
 				continue
 			}
@@ -343,7 +348,7 @@ func (a *Avro) build(rec *avro.RecordSchema, wants []wanted, prefix []avroStep, 
 			w := leaves[0]
 			f := avroField{steps: path}
 			if typ, f.leaf, f.scale, ok = a.leafType(w.i, s); !ok {
-				refuse(leaves, spec.ReasonWrongType)
+				refuse(leaves, spec.ReasonWrongType, s)
 				continue
 			}
 			out[w.i] = f
@@ -425,4 +430,76 @@ func logicalType(s avro.Schema) avro.LogicalType {
 		return l.Type()
 	}
 	return ""
+}
+
+// describe names an Avro type as an operator would look for it in the schema: long,
+// long (timestamp-millis), record shop.Customer, union of null, long and string.
+func describe(s avro.Schema) string {
+	if ref, ok := s.(*avro.RefSchema); ok {
+		s = ref.Schema()
+	}
+	if u, ok := s.(*avro.UnionSchema); ok {
+		var names []string
+		for _, b := range u.Types() {
+			names = append(names, describe(b))
+		}
+		return "union of " + strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	}
+	d := string(s.Type())
+	if n, ok := s.(avro.NamedSchema); ok {
+		d += " " + n.FullName()
+	}
+	if l := logicalType(s); l != "" {
+		d += " (" + string(l) + ")"
+	}
+	return d
+}
+
+// ErrSpecUnreadable: the subject's schemas cannot give the spec a field (CheckSubject).
+var ErrSpecUnreadable = errors.New("the spec cannot be read from the subject's schemas")
+
+// CheckSubject resolves the spec against every version registered under subject (the topic's
+// <topic>-value under Confluent's TopicNameStrategy), as relay must at start: a field no version
+// has, or a field some version gives a type that cannot hold it exactly (a float or double for a
+// decimal), is refused, naming the spec's key, so that such a spec never starts rather than
+// dead-letter a topic. The error wraps ErrSpecUnreadable, or ErrUnavailable (or ctx's error) when
+// the registry could not be asked.
+func (a *Avro) CheckSubject(ctx context.Context, subject string) error {
+	versions, err := a.reg.Versions(ctx, subject)
+	if err != nil {
+		return err
+	}
+	if len(versions) == 0 {
+		return fmt.Errorf("%w: the registry has no schema under %s", ErrSpecUnreadable, subject)
+	}
+	var problems []error
+	has := make([]bool, len(a.fields)) // some version has the field, of whatever type
+	for _, v := range versions {
+		parsed, err := avro.Parse(v.Schema)
+		if err != nil || (v.SchemaType != "" && v.SchemaType != "AVRO") {
+			problems = append(problems, fmt.Errorf("%s version %d (id %d) is not an Avro schema relay reads: %v", subject, v.Version, v.ID, err))
+			continue
+		}
+		s, err := a.resolve(parsed)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("%s version %d (id %d): %w", subject, v.Version, v.ID, err))
+			continue
+		}
+		for i, f := range s.fields {
+			has[i] = has[i] || f.reason != spec.ReasonMissingField
+			if f.reason == spec.ReasonWrongType {
+				problems = append(problems, fmt.Errorf("%s: %s version %d (id %d) has %s at %s, which cannot hold %s exactly",
+					a.fields[i].Key, subject, v.Version, v.ID, f.found, strings.Join(a.fields[i].Path, "."), a.fields[i].Kind))
+			}
+		}
+	}
+	for i, ok := range has {
+		if !ok {
+			problems = append(problems, fmt.Errorf("%s: no version of %s has %s", a.fields[i].Key, subject, strings.Join(a.fields[i].Path, ".")))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %w", ErrSpecUnreadable, errors.Join(problems...))
+	}
+	return nil
 }

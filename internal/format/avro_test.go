@@ -3,6 +3,7 @@ package format
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/big"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	neturl "net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -330,13 +332,7 @@ func TestAvroUnknownIDIsRemembered(t *testing.T) {
 
 // A registry that cannot be reached is an error, never a reason: the record is not bad input.
 func TestAvroRegistryDownIsNoVerdict(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now: every request is refused
-	a, _, _ := newAvro(t, "http://"+addr)
+	a, _, _ := newAvro(t, "http://"+deadAddr(t))
 	var rec spec.Record
 	r, field, err := a.Decode(context.Background(), []byte{0, 0, 0, 0, 1, 2, 'o'}, &rec)
 	if !errors.Is(err, ErrUnavailable) || r != spec.OK || field != "" {
@@ -358,4 +354,50 @@ func TestRegistryURL(t *testing.T) {
 	if _, err := NewRegistry(RegistryConfig{URL: "https://h:8081/apis/ccompat/v7"}); err != nil {
 		t.Error(err)
 	}
+}
+
+// At start the spec is resolved against every version of the topic's subject: a field no version
+// has, or one a version gives an inexact type, is refused by the spec's key, before any record.
+func TestAvroCheckSubject(t *testing.T) {
+	url := testenv.Registry(t)
+	a, reg, _ := newAvro(t, url)
+	topic := "relay_format_" + harness.Suffix()
+	ctx := context.Background()
+	// v1 has customer.region, v2 dropped it: some version has every field.
+	register(t, reg.Client(), topic+"-evolved-value", orderV1)
+	register(t, reg.Client(), topic+"-evolved-value", orderV2)
+	if err := a.CheckSubject(ctx, topic+"-evolved-value"); err != nil {
+		t.Errorf("v1 and v2: %v", err)
+	}
+	register(t, reg.Client(), topic+"-v2-value", orderV2)
+	double := register(t, reg.Client(), topic+"-double-value", strings.Replace(orderV1,
+		`{"type": "bytes", "logicalType": "decimal", "precision": 38, "scale": 6}`, `["null", "double"]`, 1))
+	union := register(t, reg.Client(), topic+"-union-value", strings.Replace(orderV1, `"name": "sku", "type": "string"`, `"name": "sku", "type": ["null", "string", "long"]`, 1))
+	for _, c := range []struct{ subject, want string }{
+		{topic + "-union-value", fmt.Sprintf("pipeline.input.fields.sku: %s-union-value version 1 (id %d) has union of null, string and long at sku, which cannot hold string exactly", topic, union.id)},
+		{topic + "-v2-value", "pipeline.input.fields.customer.region: no version of " + topic + "-v2-value has customer.region"},
+		{topic + "-double-value", fmt.Sprintf("pipeline.input.fields.amount: %s-double-value version 1 (id %d) has double at amount, which cannot hold decimal exactly", topic, double.id)},
+		{topic + "-none-value", "the registry has no schema under " + topic + "-none-value"},
+	} {
+		err := a.CheckSubject(ctx, c.subject)
+		if !errors.Is(err, ErrSpecUnreadable) || err.Error() != ErrSpecUnreadable.Error()+": "+c.want {
+			t.Errorf("%s: %v, want %s", c.subject, err, c.want)
+		}
+	}
+	down, _, _ := newAvro(t, "http://"+deadAddr(t))
+	if err := down.CheckSubject(ctx, topic+"-v2-value"); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("registry down: %v, want ErrUnavailable", err)
+	}
+}
+
+// deadAddr is a loopback address where nothing listens: every request to it is refused.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }

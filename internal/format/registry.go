@@ -27,8 +27,11 @@ var (
 	ErrUnavailable = errors.New("schema registry unavailable")
 )
 
-// codeSchemaNotFound is the Confluent API's error_code for an id it does not have.
-const codeSchemaNotFound = 40403
+// The Confluent API's error_codes for an id, and a subject, it does not have.
+const (
+	codeSchemaNotFound  = 40403
+	codeSubjectNotFound = 40401
+)
 
 // RegistryConfig says where the registry is and how to ask it.
 type RegistryConfig struct {
@@ -144,4 +147,27 @@ func (r *Registry) Schema(ctx context.Context, id int) (schemaregistry.SchemaInf
 		case <-time.After(r.unknownWait):
 		}
 	}
+}
+
+// Versions returns every version registered under subject, oldest first; none when the registry
+// does not know the subject. The error wraps ErrUnavailable (or is ctx's error).
+func (r *Registry) Versions(ctx context.Context, subject string) ([]schemaregistry.SchemaMetadata, error) {
+	nums, err := r.client.GetAllVersions(subject)
+	if re := (*rest.Error)(nil); errors.As(err, &re) && re.Code == codeSubjectNotFound {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("%w: versions of %s: %w", ErrUnavailable, subject, err)
+	}
+	out := make([]schemaregistry.SchemaMetadata, 0, len(nums))
+	for _, n := range nums {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		m, err := r.client.GetSchemaMetadata(subject, n)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s version %d: %w", ErrUnavailable, subject, n, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }

@@ -86,3 +86,30 @@ func TestFormatIsMeaning(t *testing.T) {
 		t.Errorf("the default spec: %s, want %s", got, want)
 	}
 }
+
+// Each input field names the key that declares it, as refusals name it: the pipeline block's, or
+// for the default spec the setting it comes from.
+func TestInputFieldKeys(t *testing.T) {
+	p, err := parseFormat(t, "avro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range p.InputFields() {
+		got = append(got, f.Key)
+	}
+	if want := []string{"pipeline.input.fields.sku", "pipeline.input.fields.amount", "pipeline.input.event_time.field"}; !slices.Equal(got, want) {
+		t.Errorf("keys %v, want %v", got, want)
+	}
+	d, err := Compile(Default(order.DefaultFields(), order.DefaultLimits(), "t", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	for _, f := range d.InputFields() {
+		got = append(got, f.Key)
+	}
+	if want := []string{"input.order_id_field", "input.sku_field", "input.amount_field", "input.ts_field"}; !slices.Equal(got, want) {
+		t.Errorf("default keys %v, want %v", got, want)
+	}
+}

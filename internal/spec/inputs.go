@@ -21,6 +21,7 @@ const (
 // InputField describes one field a record of the plan must hold.
 type InputField struct {
 	Name  string
+	Key   string   // the YAML key that declares it, as refusals name it (pipeline.input.fields.price, input.amount_field)
 	Path  []string // the keys from the top-level object down to the value
 	Kind  string   // KindString, KindInt, KindDecimal, or for the event time KindEpochMS / KindRFC3339
 	Max   int      // string: at most this many bytes, at least one
@@ -35,7 +36,7 @@ type InputField struct {
 func (p *Plan) InputFields() []InputField {
 	out := make([]InputField, len(p.fields))
 	for i, f := range p.fields {
-		out[i] = InputField{Name: f.name, Path: f.path, Max: f.max, Scale: f.scale}
+		out[i] = InputField{Name: f.name, Key: p.names().fieldKey(i), Path: f.path, Max: f.max, Scale: f.scale}
 		out[i].Kind = [...]string{typeString: KindString, typeInt: KindInt, typeDecimal: KindDecimal,
 			typeEpochMS: KindEpochMS, typeRFC3339: KindRFC3339}[f.typ]
 	}

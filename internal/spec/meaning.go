@@ -403,6 +403,14 @@ func (k names) ref(at string, f int) string {
 	return at
 }
 
+// fieldKey is the key declaring field f, the event time (the last field) included.
+func (k names) fieldKey(f int) string {
+	if f == len(k.p.fields)-1 {
+		return k.eventTime("field")
+	}
+	return k.field(f)
+}
+
 // field is the key declaring field f's type.
 func (k names) field(f int) string {
 	if k.p.builtin {
