@@ -54,6 +54,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $${FUZZTIME:-10m} ./internal/money/
 	$(GO) test -run '^$$' -fuzz FuzzSpecDecode -fuzztime $${FUZZTIME:-10m} ./internal/spec/
 	$(GO) test -run '^$$' -fuzz FuzzSequences -fuzztime $${FUZZTIME:-10m} ./internal/spec/
+	$(GO) test -run '^$$' -fuzz FuzzAvroDecode -fuzztime $${FUZZTIME:-10m} ./internal/format/
 
 clean:
 	rm -rf $(BIN)
