@@ -72,7 +72,7 @@ func (e *env) startMember(extra ...string) *member {
 	t := e.t
 	t.Helper()
 	p := e.start(append(slices.Clone(groupEnv), extra...)...)
-	m := &member{proc: p, addr: httpAddr(t, p)}
+	m := groupMember(t, p)
 	host, _ := os.Hostname()
 	owner := fmt.Sprintf("%s pid %d", host, p.PID())
 	testenv.Eventually(t, 60*time.Second, func() bool {
@@ -81,6 +81,9 @@ func (e *env) startMember(extra ...string) *member {
 	}, "the member's fence row (owner "+owner+")")
 	return m
 }
+
+// groupMember is a running relay as a member, for its series (stats); its key is left empty.
+func groupMember(t *testing.T, p *proc) *member { return &member{proc: p, addr: httpAddr(t, p)} }
 
 // memberStats are the membership series of one member's /metrics.
 type memberStats struct {

@@ -4,6 +4,7 @@ package crash
 // check, a storm of membership changes, and a session timeout the brokers refuse.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -230,4 +231,87 @@ func TestSessionTimeoutRefused(t *testing.T) {
 		}
 		t.Logf("session.timeout.ms=%d: %v: %s", ms, err, strings.TrimSpace(msg))
 	}
+}
+
+// A group job under full load for RELAY_TEST_SOAK (e.g. 10m; skipped unset) with relay's defaults
+// (session timeout job.lease, 10 s): three members, 16 partitions, checkpoint.interval
+// RELAY_TEST_SOAK_INTERVAL (default 1s), 4 loads of RELAY_TEST_SOAK_RATE orders a second each
+// (default 2500) in transactions of 200. No member may handle a rebalance after the group settled
+// (relay_rebalances_total of every kind unchanged, none lost) and none may exit; totals exact.
+// docs/BENCHMARKS.md, "Failover", gives the command and the numbers.
+func TestElasticSoak(t *testing.T) {
+	soak, err := time.ParseDuration(os.Getenv("RELAY_TEST_SOAK"))
+	if err != nil || soak <= 0 {
+		t.Skip("RELAY_TEST_SOAK=10m runs it")
+	}
+	interval := time.Second
+	if v := os.Getenv("RELAY_TEST_SOAK_INTERVAL"); v != "" {
+		if interval, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("RELAY_TEST_SOAK_INTERVAL: %v", err)
+		}
+	}
+	rate := 2500.0
+	if v := os.Getenv("RELAY_TEST_SOAK_RATE"); v != "" {
+		if rate, err = strconv.ParseFloat(v, 64); err != nil {
+			t.Fatalf("RELAY_TEST_SOAK_RATE: %v", err)
+		}
+	}
+	for _, mode := range groupModes {
+		t.Run(mode.name, func(t *testing.T) { elasticSoak(t, soak, interval, rate, mode.extra...) })
+	}
+}
+
+func elasticSoak(t *testing.T, soak, interval time.Duration, rate float64, extra ...string) {
+	e := newEnv(t, elasticPartitions, append(slices.Clone(extra), "RELAY_CHECKPOINT_INTERVAL="+interval.String())...)
+	totals := loadgen.NewTotals()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	produced := make(chan error, producers)
+	for i := uint64(0); i < producers; i++ {
+		go func() {
+			err := e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: rate, Batch: 200, AbortRate: 0.05, BadRate: 0.001,
+				SKUs: 500, Windows: 20, Seed: 3900 + i, TxnID: fmt.Sprintf("soak%d-%s", i, e.topic)})
+			if ctx.Err() != nil {
+				err = nil
+			}
+			produced <- err
+		}()
+	}
+	g := e.group()
+	g.interval, g.session, g.extra = interval, 0, []string{"RELAY_KAFKA_PROPERTIES="}
+	g.join(3, false)
+	before := map[string]memberStats{}
+	for _, m := range g.live {
+		before[m.key] = g.scrape(m)
+	}
+	t0 := time.Now()
+	for time.Since(t0) < soak {
+		time.Sleep(10 * time.Second)
+		for _, m := range g.live {
+			m.exited(t)
+		}
+	}
+	var changed []string
+	for _, m := range g.live {
+		b, s := before[m.key], g.scrape(m)
+		for _, k := range []string{"assigned", "revoked", "lost"} {
+			if d := s.rebalances[k] - b.rebalances[k]; d != 0 {
+				changed = append(changed, fmt.Sprintf("%s %s +%.0f", m.key, k, d))
+			}
+		}
+	}
+	cancel()
+	for range producers {
+		if err := <-produced; err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, bad, good := totals.Snapshot()
+	t.Logf("soak of %s at checkpoint.interval %s: %d good orders (%.0f a second), %d bad; rebalances during it: %d %v",
+		soak, interval, good, float64(good)/time.Since(t0).Seconds(), len(bad), len(changed), changed)
+	if len(changed) > 0 {
+		t.Fatalf("the group rebalanced during the soak: %v", changed)
+	}
+	g.finish(totals)
+	g.report()
 }
