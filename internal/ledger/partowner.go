@@ -72,7 +72,7 @@ type Taken struct {
 type Handover struct {
 	Topic     string
 	Partition int32
-	From      string        // the member key that decided it last
+	From      string        // the member key that held it last (it may not have decided since its take)
 	Since     time.Duration // from its last decision to the take, on the database's clock
 }
 
