@@ -48,14 +48,7 @@ func TestElasticFailover(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("RELAY_TEST_FAILOVER_KILLS")); err == nil && v > 0 {
 		kills = v
 	}
-	storm := 60 * time.Second
-	if v := os.Getenv("RELAY_TEST_FAILOVER_STORM"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("RELAY_TEST_FAILOVER_STORM: %v", err)
-		}
-		storm = d
-	}
+	storm := setting(t, "RELAY_TEST_FAILOVER_STORM", 60*time.Second, time.ParseDuration)
 	for _, mode := range groupModes {
 		t.Run(mode.name, func(t *testing.T) { failover(t, kills, storm, mode.extra...) })
 	}
@@ -88,13 +81,7 @@ func failover(t *testing.T, kills int, storm time.Duration, extra ...string) {
 	if storm > 0 {
 		g.storm(rng, storm)
 	}
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	_, bad, good := totals.Snapshot()
-	t.Logf("%d good orders, %d bad, %d aborted", good, len(bad), totals.Aborted)
-	g.finish(totals)
-	g.report()
+	g.end(stop, totals)
 	ds := slices.Clone(g.takeovers)
 	slices.Sort(ds)
 	if len(ds) > 0 {
@@ -209,10 +196,7 @@ func TestFatalMemberLeaves(t *testing.T) {
 	if took > session/2 {
 		t.Fatalf("the partitions of the member that exited were decided %s after its exit: it did not leave the group (session timeout %s)", took, session)
 	}
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	g.finish(totals)
+	g.end(stop, totals)
 }
 
 // A session timeout the brokers refuse (outside group.min.session.timeout.ms, 6 s by default, and
@@ -240,22 +224,12 @@ func TestSessionTimeoutRefused(t *testing.T) {
 // (relay_rebalances_total of every kind unchanged, none lost) and none may exit; totals exact.
 // docs/BENCHMARKS.md, "Failover", gives the command and the numbers.
 func TestElasticSoak(t *testing.T) {
-	soak, err := time.ParseDuration(os.Getenv("RELAY_TEST_SOAK"))
-	if err != nil || soak <= 0 {
+	soak := setting(t, "RELAY_TEST_SOAK", 0, time.ParseDuration)
+	if soak <= 0 {
 		t.Skip("RELAY_TEST_SOAK=10m runs it")
 	}
-	interval := time.Second
-	if v := os.Getenv("RELAY_TEST_SOAK_INTERVAL"); v != "" {
-		if interval, err = time.ParseDuration(v); err != nil {
-			t.Fatalf("RELAY_TEST_SOAK_INTERVAL: %v", err)
-		}
-	}
-	rate := 2500.0
-	if v := os.Getenv("RELAY_TEST_SOAK_RATE"); v != "" {
-		if rate, err = strconv.ParseFloat(v, 64); err != nil {
-			t.Fatalf("RELAY_TEST_SOAK_RATE: %v", err)
-		}
-	}
+	interval := setting(t, "RELAY_TEST_SOAK_INTERVAL", time.Second, time.ParseDuration)
+	rate := setting(t, "RELAY_TEST_SOAK_RATE", 2500.0, parseFloat)
 	for _, mode := range groupModes {
 		t.Run(mode.name, func(t *testing.T) { elasticSoak(t, soak, interval, rate, mode.extra...) })
 	}
