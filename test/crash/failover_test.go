@@ -262,6 +262,9 @@ func TestElasticSoak(t *testing.T) {
 func elasticSoak(t *testing.T, soak, interval time.Duration, rate float64, extra ...string) {
 	e := newEnv(t, elasticPartitions, append(slices.Clone(extra), "RELAY_CHECKPOINT_INTERVAL="+interval.String())...)
 	totals := loadgen.NewTotals()
+	// Ten minutes at full load commit ~10 M records, 1-2 GB of payloads: the oracle refolds them
+	// all, so the totals keep them (the box has the memory; loadgen's default bound is for short runs).
+	totals.Keep(16 << 30)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	produced := make(chan error, producers)
