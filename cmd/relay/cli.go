@@ -12,6 +12,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/ledger"
+	"github.com/relay-sh/relay/internal/membership"
 	"github.com/relay-sh/relay/internal/pipeline"
 )
 
@@ -111,6 +112,10 @@ func run(ctx context.Context, args []string) error {
 			}
 			if errors.Is(err, pipeline.ErrDataRefused) {
 				return codedError{exitDataRefused, err}
+			}
+			if errors.Is(err, membership.ErrSessionTimeout) {
+				// A configuration the brokers refuse: invalid, like one relay refuses itself.
+				return codedError{exitUsage, err}
 			}
 			return err
 		}

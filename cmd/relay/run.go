@@ -219,7 +219,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		// group coordinator.
 		heartbeat := min(max(cfg.Checkpoint.Interval/4, 100*time.Millisecond), 250*time.Millisecond)
 		if member, err = membership.Join(membership.Options{Kafka: copts, InstanceID: cfg.Kafka.GroupInstanceID, Drain: drain, Heartbeat: heartbeat,
-			Discovery: cfg.Kafka.DiscoveryInterval, Regrant: 2 * cfg.GroupSessionTimeout()},
+			SessionTimeout: cfg.GroupSessionTimeout(), Discovery: cfg.Kafka.DiscoveryInterval, Regrant: 2 * cfg.GroupSessionTimeout()},
 			log.Named("membership"), m); err != nil {
 			g.Stop()
 			_ = g.Wait()

@@ -312,13 +312,21 @@ const (
 	MembershipGroup     = "group"     // Kafka's consumer group assigns them among whoever runs
 )
 
+// MinGroupSessionTimeout is Kafka's default group.min.session.timeout.ms: the shortest session
+// timeout a broker accepts unless its operators lowered it.
+const MinGroupSessionTimeout = 6 * time.Second
+
 // GroupSessionTimeout is the consumer group's session timeout: kafka.properties session.timeout.ms,
-// else librdkafka's default (45 s).
+// else relay's default, job.lease but not below MinGroupSessionTimeout (10 s by default). A member
+// that dies is then replaced about as soon as a fixed instance whose host vanished (its lease
+// runs out), instead of after librdkafka's 45 s; prepared branches of a dead member's last
+// checkpoint hold their rows until its lease ran out anyway (the resolver ends them). librdkafka
+// heartbeats from its own thread, so a long checkpoint or drain misses none.
 func (c *Config) GroupSessionTimeout() time.Duration {
 	if ms, err := strconv.Atoi(c.Kafka.Properties["session.timeout.ms"]); err == nil && ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
-	return 45 * time.Second
+	return max(c.Job.Lease, MinGroupSessionTimeout)
 }
 
 // DrainBound is the longest a session can take to drain, with every step within its deadline: to

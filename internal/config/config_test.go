@@ -74,6 +74,10 @@ func TestValidateRefuses(t *testing.T) {
 		{"kafka.properties", func(c *Config) {
 			c.Membership, c.Subtasks, c.Kafka.Properties = MembershipGroup, 1, map[string]string{"max.poll.interval.ms": "300000"}
 		}, "below the drain bound"},
+		{"kafka.properties", func(c *Config) { c.Kafka.Properties = map[string]string{"session.timeout.ms": "400000"} }, "above max.poll.interval.ms (300000)"},
+		{"kafka.properties", func(c *Config) {
+			c.Membership, c.Subtasks, c.Kafka.Properties = MembershipGroup, 1, map[string]string{"session.timeout.ms": "700000", "max.poll.interval.ms": "600000"}
+		}, "above max.poll.interval.ms (600000)"},
 		{"kafka.group_instance_id", func(c *Config) { c.Kafka.GroupInstanceID = "relay-0" }, "is for membership group"},
 		{"checkpoint.interval", func(c *Config) { c.Checkpoint.Interval = time.Millisecond }, "below"},
 		{"checkpoint.min_pause", func(c *Config) { c.Checkpoint.MinPause = time.Hour }, "between"},

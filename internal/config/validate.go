@@ -133,6 +133,17 @@ func (c *Config) validateLayout(p *problems) {
 	default:
 		p.bad("membership", "%q is not instances or group", c.Membership)
 	}
+	// librdkafka refuses a consumer whose session timeout exceeds its max.poll.interval.ms (300 s
+	// unless set), and relay's reading consumer runs with kafka.properties too.
+	if v, set := c.Kafka.Properties["session.timeout.ms"]; set {
+		poll := 300000
+		if pv, ok := c.Kafka.Properties["max.poll.interval.ms"]; ok {
+			poll, _ = strconv.Atoi(pv)
+		}
+		if ms, err := strconv.Atoi(v); err == nil && ms > poll {
+			p.bad("kafka.properties", "session.timeout.ms=%s is above max.poll.interval.ms (%d): librdkafka refuses it; set max.poll.interval.ms in kafka.properties at least as high", v, poll)
+		}
+	}
 	// Instances own partitions, not keys, so they write the same rows. With one branch per instance
 	// a prepared branch never waits, and every wait ends; with several, instance A's branch can wait
 	// for B's prepared one while B's waits for A's: a cycle only a lock wait timeout breaks.

@@ -21,7 +21,7 @@ type PartitionOwner struct {
 	Member     string    `json:"member"`    // the key of the member that took it last
 	Decisions  int64     `json:"decisions"` // decisions written under the current owner epoch and the ones before
 	TakenAt    time.Time `json:"taken_at"`
-	WrittenAt  time.Time `json:"written_at"` // the last take or decision
+	WrittenAt  time.Time `json:"written_at"` // the last decision (a take leaves it; when none, the row's creation)
 }
 
 // MemberCheckpoint is the newest checkpoint a member decided: its relay_checkpoints row (XA

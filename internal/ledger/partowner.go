@@ -27,6 +27,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/partition"
@@ -59,9 +60,20 @@ type Want struct {
 
 // Taken is the outcome of TakePartitions.
 type Taken struct {
-	Epochs  partition.Epochs  // the owner epoch of each partition taken
-	Offsets partition.Offsets // each taken partition's committed offset (absent: never decided)
-	Lost    []Want            // held partitions another member took meanwhile: not taken
+	Epochs    partition.Epochs  // the owner epoch of each partition taken
+	Offsets   partition.Offsets // each taken partition's committed offset (absent: never decided)
+	Lost      []Want            // held partitions another member took meanwhile: not taken
+	Handovers []Handover        // fresh takes of partitions a process decided before
+}
+
+// Handover is a partition taken on a fresh grant after another process (or this member's key in
+// an earlier process) decided it: the takeover runs from that last decision to this member's
+// first (relay_partition_takeover_seconds).
+type Handover struct {
+	Topic     string
+	Partition int32
+	From      string        // the member key that held it last (it may not have decided since its take)
+	Since     time.Duration // from its last decision to the take, on the database's clock
 }
 
 // TakePartitions moves the owner epoch of every wanted partition to this member, in one
@@ -110,10 +122,14 @@ func (l *Ledger) take(ctx context.Context, epoch int64, want []Want) (Taken, err
 		// A locking read: it reads the row as committed now. A plain read would read the snapshot
 		// of the transaction's first read, before another member's take of this partition that
 		// committed since (both would move the epoch to the same value), or before the row existed.
-		var cur int64
+		// written_at is the last decision's (a take leaves it): how long the partition went
+		// undecided, measured on one clock (a Galera node's skew against the deciding node's shows
+		// in it; a negative difference counts as none).
+		var cur, decisions, sinceUS int64
 		var member string
-		if err := tx.QueryRowContext(ctx, `SELECT owner_epoch, member FROM relay_partition_owners
-			WHERE job = ? AND topic = ? AND kpartition = ? FOR UPDATE`, l.job, w.Topic, w.Partition).Scan(&cur, &member); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT owner_epoch, member, decisions, TIMESTAMPDIFF(MICROSECOND, written_at, UTC_TIMESTAMP(6))
+			FROM relay_partition_owners WHERE job = ? AND topic = ? AND kpartition = ? FOR UPDATE`,
+			l.job, w.Topic, w.Partition).Scan(&cur, &member, &decisions, &sinceUS); err != nil {
 			return out, fmt.Errorf("take %s/%d: %w", w.Topic, w.Partition, err)
 		}
 		// A row naming this member was written by this process (a member key is one process's;
@@ -123,12 +139,18 @@ func (l *Ledger) take(ctx context.Context, epoch int64, want []Want) (Taken, err
 			out.Lost = append(out.Lost, w)
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE relay_partition_owners SET owner_epoch = ?, member = ?, taken_at = UTC_TIMESTAMP(6),
-			written_at = UTC_TIMESTAMP(6) WHERE job = ? AND topic = ? AND kpartition = ?`,
+		if _, err := tx.ExecContext(ctx, `UPDATE relay_partition_owners SET owner_epoch = ?, member = ?, taken_at = UTC_TIMESTAMP(6)
+			WHERE job = ? AND topic = ? AND kpartition = ?`,
 			cur+1, l.key, l.job, w.Topic, w.Partition); err != nil {
 			return out, fmt.Errorf("take %s/%d: %w", w.Topic, w.Partition, err)
 		}
 		out.Epochs.Set(w.Topic, w.Partition, cur+1)
+		// A held partition's take continues this process's hold; a row without a member was
+		// never decided by one, or a layout switch cleared it.
+		if w.Held == 0 && member != "" && decisions > 0 {
+			out.Handovers = append(out.Handovers, Handover{Topic: w.Topic, Partition: w.Partition, From: member,
+				Since: time.Duration(max(sinceUS, 0)) * time.Microsecond})
+		}
 		var off int64
 		err := tx.QueryRowContext(ctx, `SELECT next_offset FROM relay_offsets WHERE job = ? AND topic = ? AND kpartition = ? LOCK IN SHARE MODE`,
 			l.job, w.Topic, w.Partition).Scan(&off)

@@ -437,3 +437,48 @@ func TestPartitionTakeFenced(t *testing.T) {
 		t.Fatalf("take under the current epoch left the member's owner row unwritten: decisions %d, was %d", n, decisions)
 	}
 }
+
+// A fresh take of a partition another member decided reports the hand-over: who decided it last
+// and how long before the take, measured from that decision (a take in between moves nothing of
+// it). A partition never decided, and a held partition taken again, report none.
+func TestPartitionTakeHandover(t *testing.T) {
+	a, b, fa, fb, ctx := twoMembers(t)
+	ta, err := a.TakePartitions(ctx, fa.Epoch(), fresh("t", 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ta.Handovers) != 0 {
+		t.Fatalf("take of partitions nobody decided: handovers %+v, want none", ta.Handovers)
+	}
+	if err := a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 10, 1: 20}}}); err != nil {
+		t.Fatal(err)
+	}
+	decided := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	// B takes t/0, then A takes it back: its last decision is still A's first one.
+	if _, err := b.TakePartitions(ctx, fb.Epoch(), fresh("t", 0)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	back, err := a.TakePartitions(ctx, fa.Epoch(), fresh("t", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(decided)
+	if len(back.Handovers) != 1 {
+		t.Fatalf("A's take back of t/0: handovers %+v, want one", back.Handovers)
+	}
+	h := back.Handovers[0]
+	// The database's clock and this one's tick alike; the take and the statements around it take
+	// milliseconds.
+	if h.Topic != "t" || h.Partition != 0 || h.From != b.Key() || h.Since < 450*time.Millisecond || h.Since > elapsed+100*time.Millisecond {
+		t.Fatalf("A's take back of t/0: %+v; want from %s, since A's decision %s ago (at least the 500ms slept)", h, b.Key(), elapsed)
+	}
+	held, err := a.TakePartitions(ctx, fa.Epoch(), []Want{{Topic: "t", Partition: 1, Held: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(held.Handovers) != 0 {
+		t.Fatalf("A's held take of t/1: handovers %+v, want none", held.Handovers)
+	}
+}

@@ -15,6 +15,7 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -69,6 +70,7 @@ type Member struct {
 	m       *metrics.Metrics
 	topics  []string      // subscribed by Run; the first for metadata requests (rejoin)
 	tick    time.Duration // how often Run wakes librdkafka's group state machine (Run)
+	session string        // the session.timeout.ms librdkafka runs with ("" for its own default)
 	drain   time.Duration // longest wait for the pipeline to release revoked partitions
 	changes chan *Change
 	mu      sync.Mutex
@@ -109,6 +111,9 @@ type Options struct {
 	// while the group still assigns it here (about twice the group's session timeout: the group
 	// has settled by then, and still gives it to this member).
 	Regrant time.Duration
+	// SessionTimeout is librdkafka's session.timeout.ms unless kafka.properties sets it: how long
+	// the group waits for a member that stopped heartbeating (config.GroupSessionTimeout).
+	SessionTimeout time.Duration
 	// Heartbeat is librdkafka's heartbeat.interval.ms unless kafka.properties sets it: how soon a
 	// member learns that the group rebalances (about half a checkpoint interval, run.go).
 	Heartbeat time.Duration
@@ -158,6 +163,13 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 			return nil, err
 		}
 	}
+	session, set := o.Kafka.Properties["session.timeout.ms"]
+	if !set && o.SessionTimeout > 0 {
+		session = strconv.Itoa(int(o.SessionTimeout / time.Millisecond))
+		if err := cm.SetKey("session.timeout.ms", session); err != nil {
+			return nil, err
+		}
+	}
 	// A revoke's callback blocks the group client's poll for as long as the drain takes (up to
 	// o.Drain); librdkafka leaves the group when its poll waits longer than max.poll.interval.ms
 	// (300 s by default, below the default drain bound), losing every partition, not only the
@@ -182,7 +194,7 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 		return nil, fmt.Errorf("group member: %w", err)
 	}
 	go consumer.ForwardLogs(c.Logs(), log.Named("librdkafka"))
-	return &Member{c: c, log: log, m: m, topics: o.Kafka.Topics, tick: max(hb/2, 10*time.Millisecond), drain: o.Drain, changes: make(chan *Change, 16), held: map[tp]int64{},
+	return &Member{c: c, log: log, m: m, topics: o.Kafka.Topics, session: session, tick: max(hb/2, 10*time.Millisecond), drain: o.Drain, changes: make(chan *Change, 16), held: map[tp]int64{},
 		granted: map[tp]Grant{}, stolen: map[tp]uint64{}, regrant: o.Regrant, closing: make(chan struct{})}, nil
 }
 
@@ -212,11 +224,63 @@ func (mb *Member) Run(ctx context.Context) error {
 				mb.fatal.Store(true)
 				return fmt.Errorf("group member: %w", ev)
 			}
+			if ev.Code() == kafka.ErrInvalidSessionTimeout {
+				// librdkafka would retry the join forever: the member would hold its fence and
+				// read nothing.
+				return mb.sessionTimeoutRefused(ev)
+			}
 			mb.log.Warn("kafka group client error", zap.Error(ev))
 		}
 		_, _ = mb.c.Assignment()
 	}
 	return nil
+}
+
+// ErrSessionTimeout means the group coordinator refused the member's session timeout: it is
+// outside the brokers' group.min.session.timeout.ms and group.max.session.timeout.ms.
+var ErrSessionTimeout = errors.New("the brokers refuse this session timeout")
+
+// sessionTimeoutRefused is the error for a join the coordinator refused for the session timeout,
+// naming the brokers' bounds when a broker's configuration can be read.
+func (mb *Member) sessionTimeoutRefused(ev kafka.Error) error {
+	bounds := "its bounds could not be read: see the brokers' group.min.session.timeout.ms and group.max.session.timeout.ms"
+	if lo, hi, err := mb.sessionBounds(); err == nil {
+		bounds = fmt.Sprintf("the brokers accept group.min.session.timeout.ms=%d to group.max.session.timeout.ms=%d", lo, hi)
+	} else {
+		mb.log.Warn("reading the brokers' session timeout bounds", zap.Error(err))
+	}
+	return fmt.Errorf("group member: %w: session.timeout.ms=%s (relay's default is job.lease, at least 6s; kafka.properties session.timeout.ms sets it); %s (%v)",
+		ErrSessionTimeout, mb.session, bounds, ev)
+}
+
+// sessionBounds reads group.min.session.timeout.ms and group.max.session.timeout.ms from a
+// broker's configuration (the group coordinator's are the same on a cluster configured alike).
+func (mb *Member) sessionBounds() (lo, hi int, err error) {
+	a, err := kafka.NewAdminClientFromConsumer(mb.c)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer a.Close()
+	md, err := a.GetMetadata(nil, false, 10_000)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(md.Brokers) == 0 {
+		return 0, 0, errors.New("no broker in the metadata")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := a.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceBroker, Name: strconv.Itoa(int(md.Brokers[0].ID))}})
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(res) != 1 || res[0].Error.Code() != kafka.ErrNoError {
+		return 0, 0, fmt.Errorf("describe broker %d: %v", md.Brokers[0].ID, res)
+	}
+	if lo, err = strconv.Atoi(res[0].Config["group.min.session.timeout.ms"].Value); err == nil {
+		hi, err = strconv.Atoi(res[0].Config["group.max.session.timeout.ms"].Value)
+	}
+	return lo, hi, err
 }
 
 // Reading tells the member whether a session may be reading its partitions now (see reading).

@@ -56,6 +56,7 @@ type Metrics struct {
 	TopicPartitions    prometheus.Gauge
 	Rebalances         *prometheus.CounterVec
 	RevokeDrain        prometheus.Histogram
+	PartitionTakeover  prometheus.Histogram
 	FencedDecisions    prometheus.Counter
 	// StartupWaits counts the start-up's attempts that found a dependency not serving yet.
 	StartupWaits *prometheus.CounterVec
@@ -120,6 +121,9 @@ func New(job string) *Metrics {
 		RevokeDrain: f.histogramBuckets("relay_revoke_drain_seconds",
 			"Per cooperative revocation, time from the group's revoke to handing the partitions back: the open epoch decided and the partitions released (or the session ended).",
 			prometheus.ExponentialBuckets(0.01, 2, 14)),
+		PartitionTakeover: f.histogramBuckets("relay_partition_takeover_seconds",
+			"Per partition this member took on a grant of the group after another process decided it, time from that process's last decision to this member's first committed checkpoint of it: how long the partition went undecided across the hand-over (a graceful join or leave: about a checkpoint interval; a dead member: the group's session timeout and more).",
+			[]float64{0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 12.5, 15, 20, 30, 45, 60, 120, 300}),
 		FencedDecisions: f.counter("relay_fenced_decisions_total",
 			"Checkpoints whose decision was refused because this process no longer held what it decided: a partition another member took (its owner epoch moved), or its fence and lease. Nothing of them was committed."),
 		StartupWaits: f.counterVec("relay_startup_waits_total",

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -64,12 +65,12 @@ func (p *Pipeline) settleChanges() {
 
 // take takes partitions in the ledger (want: the member's assignment at a session's start, the
 // partitions granted since while it runs; g: the member's grant they reflect) and adds them to the
-// fence's claims at the owner epochs it took them at. It returns those epochs and the partitions'
-// committed offsets, read after the owner rows' locks: the latest, whoever decided them.
-func (p *Pipeline) take(ctx context.Context, fence *ledger.Fence, want []ledger.Want, g membership.Grant) (partition.Epochs, partition.Offsets, error) {
+// fence's claims at the owner epochs it took them at. What it returns holds those epochs and the
+// partitions' committed offsets, read after the owner rows' locks: the latest, whoever decided them.
+func (p *Pipeline) take(ctx context.Context, fence *ledger.Fence, want []ledger.Want, g membership.Grant) (ledger.Taken, error) {
 	taken, err := p.Ledger.TakePartitions(ctx, fence.Epoch(), want)
 	if err != nil {
-		return nil, nil, err
+		return taken, err
 	}
 	p.Member.Took(g, taken)
 	claims := fence.Claims().Clone()
@@ -79,8 +80,9 @@ func (p *Pipeline) take(ctx context.Context, fence *ledger.Fence, want []ledger.
 		}
 	}
 	fence.SetClaims(claims)
-	p.Log.Info("partitions taken", zap.Any("owner_epochs", taken.Epochs), zap.Int("taken_by_others", len(taken.Lost)))
-	return taken.Epochs, taken.Offsets, nil
+	p.Log.Info("partitions taken", zap.Any("owner_epochs", taken.Epochs), zap.Int("taken_by_others", len(taken.Lost)),
+		zap.Any("handed_over", taken.Handovers))
+	return taken, nil
 }
 
 // reassign brings the session to the member's assignment as the group has it now: partitions
@@ -161,6 +163,7 @@ func (s *session) release(parts partition.Epochs) error {
 				delete(decided[t], part)
 				delete(s.positions[t], part)
 				delete(s.begin[t], part)
+				delete(s.takeovers[t], part)
 				s.unmove(t, part)
 				s.p.Metrics.ConsumerLag.DeleteLabelValues(t, fmt.Sprint(part))
 			}
@@ -181,14 +184,15 @@ func (s *session) add(want []ledger.Want, g membership.Grant) error {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, p.Config.Checkpoint.RestartAllowance)
 	defer cancel()
-	epochs, from, err := p.take(ctx, s.fence, want, g)
+	taken, err := p.take(ctx, s.fence, want, g)
 	if err != nil {
 		return fmt.Errorf("take partitions: %w", err)
 	}
-	if epochs.Len() == 0 {
+	if taken.Epochs.Len() == 0 {
 		return nil
 	}
-	start, err := s.cons.Add(ctx, epochs, from)
+	s.handedOver(taken.Handovers)
+	start, err := s.cons.Add(ctx, taken.Epochs, taken.Offsets)
 	if err == nil {
 		err = ledger.CheckRange(ctx, start, s.cons.AssignedWatermarks)
 	}
@@ -215,6 +219,36 @@ func (s *session) add(want []ledger.Want, g membership.Grant) error {
 		return hi, err == nil
 	})
 	return nil
+}
+
+// handedOver times the takeover of each partition taken after another process decided it, until
+// the first checkpoint of this session that commits it (tookOver).
+func (s *session) handedOver(hs []ledger.Handover) {
+	if len(hs) == 0 {
+		return
+	}
+	now := time.Now()
+	s.decidedMu.Lock()
+	defer s.decidedMu.Unlock()
+	if s.takeovers == nil {
+		s.takeovers = partition.Offsets{}
+	}
+	for _, h := range hs {
+		s.takeovers.Set(h.Topic, h.Partition, now.Add(-h.Since).UnixNano())
+	}
+}
+
+// tookOver observes the takeover of every handed-over partition that checkpoint offsets committed
+// at now. Called with decidedMu held.
+func (s *session) tookOver(offsets partition.Offsets, now time.Time) {
+	for t, ps := range s.takeovers {
+		for part, last := range ps {
+			if _, ok := offsets.Get(t, part); ok {
+				s.p.Metrics.PartitionTakeover.Observe(max(now.Sub(time.Unix(0, last)), 0).Seconds())
+				delete(ps, part)
+			}
+		}
+	}
 }
 
 // unmove forgets a partition's pending first record (moved): folded, or released unread.

@@ -91,6 +91,11 @@ type session struct {
 	// holding) rather than at the rest of the interval (docs/PROTOCOL.md, "The rebalance timeline").
 	moved partition.Offsets
 	soon  bool
+	// takeovers are the partitions taken after another process decided them (handedOver), each
+	// with when that last decision was (UnixNano, this process's clock), until this session's
+	// first committed checkpoint of it (tookOver). Guarded by decidedMu: the loop adds and releases,
+	// the commit path observes.
+	takeovers partition.Offsets
 	// group holds the latest committed offsets for the consumer group (kafka.commit_group_offsets),
 	// published off the commit path: the group coordinator being slow must not delay checkpoints.
 	group chan partition.Offsets
@@ -116,12 +121,15 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
 	var claims partition.Epochs
+	var handovers []ledger.Handover
 	if p.Member != nil {
 		fence.SetClaims(partition.Epochs{})
 		want, g := p.Member.Wants()
-		if claims, from, err = p.take(rctx, fence, want, g); err != nil {
+		taken, err := p.take(rctx, fence, want, g)
+		if err != nil {
 			return nil, fmt.Errorf("take partitions: %w", err)
 		}
+		claims, from, handovers = taken.Epochs, taken.Offsets, taken.Handovers
 	}
 	cons, err := p.NewConsumer()
 	if err != nil {
@@ -156,6 +164,7 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	// before its partition was read.
 	decided := start.Clone()
 	s.decided.Store(&decided)
+	s.handedOver(handovers)
 	s.ctx, s.fail = context.WithCancelCause(context.Background())
 	env := &commit.Env{Deps: p.commit(), Settings: p.Config.Commit(), Proto: p.proto, Plan: p.Plan, Schema: p.schema}
 	var subs []*commit.Subtask
@@ -321,6 +330,7 @@ func (s *session) committed(e *epoch, offsets partition.Offsets, cutAt time.Time
 				decided.Set(t, part, off)
 			}
 		}
+		s.tookOver(offsets, now)
 	})
 	log.Debug("committed", zap.Strings("tags", tags), zap.Duration("duration", now.Sub(cutAt)))
 	if s.group != nil {

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -172,6 +173,23 @@ func killedBySIGKILL(err error) bool {
 }
 
 func tail(path string, n int) string { return harness.Tail(path, n) }
+
+// setting is a test's knob from the environment variable name: def when it is unset, parsed by
+// parse otherwise (a value parse refuses fails the test).
+func setting[T any](t *testing.T, name string, def T, parse func(string) (T, error)) T {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	x, err := parse(v)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return x
+}
+
+func parseFloat(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
 
 // logEvents returns the JSON log entries with the given message.
 func logEvents(t *testing.T, path, msg string) []map[string]any {
