@@ -19,6 +19,7 @@ import (
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/format"
 	"github.com/relay-sh/relay/internal/gctuner"
 	"github.com/relay-sh/relay/internal/httpserver"
 	"github.com/relay-sh/relay/internal/ledger"
@@ -144,6 +145,10 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	dec, err := cfg.Decoder(plan)
+	if err != nil {
+		return err
+	}
 	m := metrics.New(cfg.Job.Name)
 	sinkDB, ledgerDB, pools, err := openDBs(cfg, true)
 	if err != nil {
@@ -191,7 +196,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stopWatching := context.AfterFunc(g.Context(), cancel) // the HTTP server failed: stop waiting
-	drift, galera, err := waitForServices(wctx, &cfg, plan, sinkDB, led, copts, gate, log)
+	drift, galera, err := waitForServices(wctx, &cfg, plan, dec, sinkDB, led, copts, gate, log)
 	stopWatching()
 	if err != nil {
 		g.Stop()
@@ -226,7 +231,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 			return err
 		}
 	}
-	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
+	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Decoder: dec, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
 		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true,
 			Readyz: ops.AdvertisedReadyz(srv.Addr(), host), Cluster: galera.On},
 		Fenced:      func(ctx context.Context) error { return recordSpec(ctx, drift, led, log.Named("spec")) },
@@ -264,9 +269,11 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 
 // waitForServices waits until MySQL answers and is ready for the job (prepareServer: a Galera
 // node in the primary component, relay's tables created or checked), then until Kafka answers
-// for every topic, for as long as startup_wait_timeout allows (0: until ctx ends). It returns
-// what prepareServer found; an error no wait cures (access denied, a refused setting) at once.
-func waitForServices(ctx context.Context, cfg *config.Config, plan *spec.Plan, sinkDB *sql.DB, led *ledger.Ledger,
+// for every topic, then (a registry format) until the schema registry answers for every topic's
+// subject, for as long as startup_wait_timeout allows (0: until ctx ends). It returns what
+// prepareServer found; an error no wait cures (access denied, a refused setting, a spec the
+// subject's schemas cannot give) at once.
+func waitForServices(ctx context.Context, cfg *config.Config, plan *spec.Plan, dec format.Decoder, sinkDB *sql.DB, led *ledger.Ledger,
 	copts consumer.Options, gate *startup.Gate, log *zap.Logger) (*ops.SpecReport, database.Galera, error) {
 	wctx := ctx
 	if cfg.StartupWait > 0 {
@@ -286,10 +293,25 @@ func waitForServices(ctx context.Context, cfg *config.Config, plan *spec.Plan, s
 			return consumer.CheckTopics(actx, copts, log.Named("consumer"))
 		})
 	}
+	if err == nil {
+		err = gate.Wait(wctx, startup.Registry, func(actx context.Context) error {
+			return registryWait(format.CheckTopics(actx, dec, cfg.Kafka.Topics))
+		})
+	}
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
 		return nil, galera, fmt.Errorf("gave up waiting at start after startup_wait_timeout %s: %w", cfg.StartupWait, err)
 	}
 	return drift, galera, err
+}
+
+// registryWait marks a registry that could not be asked, or that has no schema under a topic's
+// subject yet, as a dependency to wait for; the other errors (a spec the subjects' schemas cannot
+// give) end the start.
+func registryWait(err error) error {
+	if errors.Is(err, format.ErrUnavailable) || errors.Is(err, format.ErrNoSubject) {
+		return fault.Transient(err)
+	}
+	return err
 }
 
 // prepareServer checks the server against the configuration (and fixes an unset mode for it:

@@ -219,6 +219,19 @@ func (c *Config) Registry() format.RegistryConfig {
 		CAFile: r.TLSCAFile, CertFile: r.TLSCertFile, KeyFile: r.TLSKeyFile}
 }
 
+// Decoder returns a decoder of p's input format, with a registry client of its own for a
+// registry format.
+func (c *Config) Decoder(p *spec.Plan) (format.Decoder, error) {
+	var reg *format.Registry
+	if p.InputFormat() != spec.FormatJSON {
+		var err error
+		if reg, err = format.NewRegistry(c.Registry()); err != nil {
+			return nil, err
+		}
+	}
+	return format.New(p, reg)
+}
+
 // Default returns the configuration every unset key falls back to.
 func Default() Config {
 	return Config{

@@ -58,7 +58,7 @@ var (
 		"checkpoint.resolve_interval":   "How often the resolver looks for this job's left-behind XA branches. A stopped process's branches are looked at again as soon as its lease runs out, sooner than this when it would run out first.",
 		"checkpoint.in_doubt_alert_age": "Age past which an in-doubt branch of this job is flagged (relay_xa_in_doubt_oldest_age_seconds).",
 		"checkpoint.ready_max_age":      "/readyz fails when the last successful checkpoint is older than this.",
-		"input.format":                  "How the default spec's records are encoded: json (one JSON object per record) or avro (Confluent's wire format, writer schemas from schema_registry.url; docs/FORMATS.md). A pipeline block names its own (pipeline.input.format). Until the pipeline reads avro (issue 36) it is refused, after the schema_registry.* settings are checked.",
+		"input.format":                  "How the default spec's records are encoded: json (one JSON object per record) or avro (Confluent's wire format, writer schemas from schema_registry.url; docs/FORMATS.md). A pipeline block names its own (pipeline.input.format). With avro, relay run waits at start until the registry answers for each topic's subject (<topic>-value) and refuses a spec the subject's registered versions cannot give; a registry that stops answering later makes the read wait, never dead-letter a record.",
 		"input.order_id_field":          "JSON field holding the order id.",
 		"input.sku_field":               "JSON field holding the sku.",
 		"input.amount_field":            "JSON field holding the amount (decimal string or number).",

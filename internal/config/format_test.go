@@ -20,7 +20,7 @@ func validateEnv(t *testing.T, path string, env ...string) error {
 }
 
 // input.format and schema_registry.*: each refusal names its key; a registry format with a
-// well-formed registry is refused last, by name, until the pipeline reads it (issue 36).
+// well-formed registry is accepted.
 func TestInputFormatSettings(t *testing.T) {
 	dir := t.TempDir()
 	pw := filepath.Join(dir, "pw")
@@ -38,19 +38,14 @@ func TestInputFormatSettings(t *testing.T) {
 		{[]string{"RELAY_INPUT_FORMAT=protobuf", url}, []string{"config input.format (RELAY_INPUT_FORMAT): protobuf records are not read yet (issue 36): json or avro"}},
 		{[]string{url}, []string{"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): is set, but input.format is json, which reads no registry"}},
 		{[]string{"RELAY_INPUT_FORMAT=avro"}, []string{
-			"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): is required: input.format avro finds writer schemas in a Schema Registry",
-			"config input.format (RELAY_INPUT_FORMAT): relay run does not read avro records yet (issue 36, docs/FORMATS.md)"}},
+			"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): is required: input.format avro finds writer schemas in a Schema Registry"}},
 		{[]string{"RELAY_INPUT_FORMAT=avro", "RELAY_SCHEMA_REGISTRY_URL=mock://x"}, []string{
-			`config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): schema registry "mock://x": not an http or https URL`,
-			"config input.format (RELAY_INPUT_FORMAT): relay run does not read avro records yet"}},
+			`config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): schema registry "mock://x": not an http or https URL`}},
 		{[]string{"RELAY_INPUT_FORMAT=avro", url, "RELAY_SCHEMA_REGISTRY_USERNAME=u"}, []string{
-			"config schema_registry.username (RELAY_SCHEMA_REGISTRY_USERNAME): and schema_registry.password_file go together",
-			"config input.format (RELAY_INPUT_FORMAT): relay run does not read avro records yet"}},
+			"config schema_registry.username (RELAY_SCHEMA_REGISTRY_USERNAME): and schema_registry.password_file go together"}},
 		{[]string{"RELAY_INPUT_FORMAT=avro", url, "RELAY_SCHEMA_REGISTRY_TLS_CA_FILE=" + dir + "/none.pem"}, []string{
-			"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): ",
-			"config input.format (RELAY_INPUT_FORMAT): relay run does not read avro records yet"}},
-		{[]string{"RELAY_INPUT_FORMAT=avro", url, "RELAY_SCHEMA_REGISTRY_USERNAME=u", "RELAY_SCHEMA_REGISTRY_PASSWORD_FILE=" + pw}, []string{
-			"config input.format (RELAY_INPUT_FORMAT): relay run does not read avro records yet (issue 36, docs/FORMATS.md)"}},
+			"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): "}},
+		{[]string{"RELAY_INPUT_FORMAT=avro", url, "RELAY_SCHEMA_REGISTRY_USERNAME=u", "RELAY_SCHEMA_REGISTRY_PASSWORD_FILE=" + pw}, nil},
 	} {
 		err := validateEnv(t, "", c.env...)
 		var got []string
@@ -70,17 +65,21 @@ func TestInputFormatSettings(t *testing.T) {
 }
 
 // A pipeline block names its format itself: the default spec's input.format next to it is
-// refused, and its own refusal names pipeline.input.format.
+// refused, and its own avro is accepted with a registry, refused naming pipeline.input.format
+// without one.
 func TestPipelineFormat(t *testing.T) {
 	if err := validateEnv(t, writeConfig(t, pipelineYAML), "RELAY_INPUT_FORMAT=json"); err == nil ||
 		!strings.Contains(err.Error(), "input.format (RELAY_INPUT_FORMAT): is set together with pipeline") {
 		t.Errorf("input.format next to a pipeline block: %v", err)
 	}
 	avro := strings.Replace(pipelineYAML, "  input:\n", "  input:\n    format: avro\n", 1)
-	err := validateEnv(t, writeConfig(t, avro), "RELAY_SCHEMA_REGISTRY_URL=https://registry/apis/ccompat/v7")
-	var fe *FieldError
-	if !errors.As(err, &fe) || err.Error() != "config pipeline.input.format: relay run does not read avro records yet (issue 36, docs/FORMATS.md)" {
+	if err := validateEnv(t, writeConfig(t, avro), "RELAY_SCHEMA_REGISTRY_URL=https://registry/apis/ccompat/v7"); err != nil {
 		t.Errorf("a pipeline block reading avro: %v", err)
+	}
+	err := validateEnv(t, writeConfig(t, avro))
+	var fe *FieldError
+	if !errors.As(err, &fe) || err.Error() != "config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): is required: pipeline.input.format avro finds writer schemas in a Schema Registry" {
+		t.Errorf("a pipeline block reading avro without a registry: %v", err)
 	}
 }
 

@@ -7,7 +7,6 @@ package config
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"regexp"
 	"strconv"
@@ -294,8 +293,7 @@ func (c *Config) validateCheckpoint(p *problems) {
 
 // validateRegistry checks the schema_registry.* settings against the plan's input format: a
 // registry format needs a registry the client can be made for (its TLS files are read then), and
-// JSON needs none. Then it refuses a registry format outright: the pipeline does not decode one
-// yet (issue 36), and a job must not start reading a topic it would dead-letter whole.
+// JSON needs none.
 func (c *Config) validateRegistry(p *problems, inputFormat string) {
 	r := c.SchemaRegistry
 	formatKey := "input.format"
@@ -324,11 +322,6 @@ func (c *Config) validateRegistry(p *problems, inputFormat string) {
 			p.bad("schema_registry.url", "%v", err)
 		}
 	}
-	refusal := &FieldError{Key: formatKey, Msg: fmt.Sprintf("relay run does not read %s records yet (issue 36, docs/FORMATS.md)", inputFormat)}
-	if c.Pipeline == nil {
-		refusal.Env = envOf(formatKey)
-	}
-	*p = append(*p, refusal)
 }
 
 // validateInput checks the record contract.

@@ -193,7 +193,7 @@ func Await(ctx context.Context, p Policy, fn func(context.Context) error, onWait
 }
 
 // Causes are the values Cause returns: a bounded set, fit for a metric label.
-var Causes = []string{"mysql_connection", "timeout", "lock_conflict", "commit_conflict", "cluster_not_ready", "fence_lost", "partition_taken", "kafka", "mysql", "data_refused", "other"}
+var Causes = []string{"mysql_connection", "timeout", "lock_conflict", "commit_conflict", "cluster_not_ready", "fence_lost", "partition_taken", "kafka", "mysql", "data_refused", "schema_registry", "other"}
 
 // Classed is a sentinel error whose cause (one of Causes) is known where it is declared (the
 // fence's lock session lost, subtasks blocking each other), so that Cause stays the one place

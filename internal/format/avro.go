@@ -455,22 +455,43 @@ func describe(s avro.Schema) string {
 	return d
 }
 
-// ErrSpecUnreadable: the subject's schemas cannot give the spec a field (CheckSubject).
-var ErrSpecUnreadable = errors.New("the spec cannot be read from the subject's schemas")
+// CheckTopics runs d's start-up check for each topic: for a registry format, CheckSubject of the
+// topic's subject under Confluent's TopicNameStrategy (<topic>-value); JSON has nothing to check.
+func CheckTopics(ctx context.Context, d Decoder, topics []string) error {
+	a, ok := d.(*Avro)
+	if !ok {
+		return nil
+	}
+	for _, t := range topics {
+		if err := a.CheckSubject(ctx, t+"-value"); err != nil {
+			return fmt.Errorf("topic %s: %w", t, err)
+		}
+	}
+	return nil
+}
+
+// Errors of CheckSubject.
+var (
+	// ErrSpecUnreadable: the subject's schemas cannot give the spec a field.
+	ErrSpecUnreadable = errors.New("the spec cannot be read from the subject's schemas")
+	// ErrNoSubject: the registry has no schema under the subject yet (no producer registered one:
+	// a start waits for it, as for a topic not created yet).
+	ErrNoSubject = errors.New("the registry has no schema under the subject")
+)
 
 // CheckSubject resolves the spec against every version registered under subject (the topic's
 // <topic>-value under Confluent's TopicNameStrategy), as relay must at start: a field no version
 // has, or a field some version gives a type that cannot hold it exactly (a float or double for a
 // decimal), is refused, naming the spec's key, so that such a spec never starts rather than
-// dead-letter a topic. The error wraps ErrSpecUnreadable, or ErrUnavailable (or ctx's error) when
-// the registry could not be asked.
+// dead-letter a topic. The error wraps ErrSpecUnreadable, ErrNoSubject, or ErrUnavailable (or
+// ctx's error) when the registry could not be asked.
 func (a *Avro) CheckSubject(ctx context.Context, subject string) error {
 	versions, err := a.reg.Versions(ctx, subject)
 	if err != nil {
 		return err
 	}
 	if len(versions) == 0 {
-		return fmt.Errorf("%w: the registry has no schema under %s", ErrSpecUnreadable, subject)
+		return fmt.Errorf("%w: %s", ErrNoSubject, subject)
 	}
 	var problems []error
 	has := make([]bool, len(a.fields)) // some version has the field, of whatever type

@@ -11,6 +11,7 @@ package format
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/relay-sh/relay/internal/spec"
 )
@@ -23,6 +24,22 @@ type Decoder interface {
 	// record could not be judged (the registry is unreachable or failing): it is not bad input, and
 	// the caller decodes it again later. On anything but OK with a nil error, rec is unspecified.
 	Decode(ctx context.Context, payload []byte, rec *spec.Record) (spec.Reason, string, error)
+}
+
+// New returns the decoder of p's input format: JSON, or Avro with writer schemas from reg (which
+// JSON asks nothing of: nil will do).
+func New(p *spec.Plan, reg *Registry) (Decoder, error) {
+	switch f := p.InputFormat(); f {
+	case spec.FormatJSON:
+		return NewJSON(p), nil
+	case spec.FormatAvro:
+		if reg == nil {
+			return nil, fmt.Errorf("input format %s needs a schema registry", f)
+		}
+		return NewAvro(p, reg, 0), nil
+	default:
+		return nil, fmt.Errorf("input format %s is not read yet (issue 36)", f)
+	}
 }
 
 // JSON is the format relay always read: one JSON object per record, decoded by the spec's own

@@ -58,13 +58,17 @@ type Metrics struct {
 	RevokeDrain        prometheus.Histogram
 	PartitionTakeover  prometheus.Histogram
 	FencedDecisions    prometheus.Counter
+	// The schema registry (a registry input format): asks that found it unavailable, and whether
+	// the poll waits for it now.
+	RegistryUnavailable prometheus.Counter
+	RegistryWaiting     prometheus.Gauge
 	// StartupWaits counts the start-up's attempts that found a dependency not serving yet.
 	StartupWaits *prometheus.CounterVec
 }
 
 // Dependencies are the services start-up waits for: the values of relay_startup_waits_total's
 // dependency label.
-var Dependencies = []string{"mysql", "galera", "kafka"}
+var Dependencies = []string{"mysql", "galera", "kafka", "schema_registry"}
 
 // New builds and registers every collector; job becomes the relay_job constant label.
 func New(job string) *Metrics {
@@ -126,6 +130,10 @@ func New(job string) *Metrics {
 			[]float64{0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 12.5, 15, 20, 30, 45, 60, 120, 300}),
 		FencedDecisions: f.counter("relay_fenced_decisions_total",
 			"Checkpoints whose decision was refused because this process no longer held what it decided: a partition another member took (its owner epoch moved), or its fence and lease. Nothing of them was committed."),
+		RegistryUnavailable: f.counter("relay_schema_registry_unavailable_total",
+			"Asks for a record's writer schema that found the schema registry unreachable, slow or failing (input.format avro). The record waits and is asked for again, backing off up to 5s: it is never dead-lettered for it."),
+		RegistryWaiting: f.gauge("relay_schema_registry_waiting",
+			"1 while the consume loop holds a record whose writer schema the registry cannot give (nothing after it is read meanwhile), else 0."),
 		StartupWaits: f.counterVec("relay_startup_waits_total",
 			"Attempts at start-up that found a dependency not serving yet, by dependency: mysql (not answering), galera (the node outside the primary component), kafka (brokers not answering, or a topic missing). relay waits, backing off up to 5s, for as long as startup_wait_timeout allows (0: forever).", "dependency"),
 	}

@@ -116,13 +116,16 @@ func (e *Env) recount(ctx context.Context, r *VerifyReport, plan *spec.Plan, fro
 // progressEvery paces a recount's progress lines.
 const progressEvery = 5 * time.Second
 
-// count folds every record of the ranges exactly as the pipeline does (the plan's decoder and
+// count folds every record of the ranges exactly as the pipeline does (the plan's format decoder and
 // Plan.Fold, into one Tables: routing does not change a total), logging its progress. When
 // ctx ends first, the error names where each unfinished partition stood. (A range out of the topic
 // was refused before it started; a topic recreated shorter meanwhile ends it with the consumer's
 // out-of-range error.)
 func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, plan *spec.Plan, ranges map[string]map[int32]*Range) (*spec.Tables, []BadRecord, error) {
-	dec := plan.NewDecoder()
+	dec, err := e.Config.Decoder(plan)
+	if err != nil {
+		return nil, nil, err
+	}
 	tables := plan.NewTables()
 	var bad []BadRecord
 	open := map[string]map[int32]bool{}
@@ -205,7 +208,13 @@ func (e *Env) count(ctx context.Context, c *consumer.Consumer, r *VerifyReport, 
 			if open[t][p] && off < rg.To {
 				advance(rg, off+1)
 				r.Records++
-				if reason, _ := dec.Decode(msg.Value, &rec); reason == spec.OK {
+				reason, _, err := dec.Decode(ctx, msg.Value, &rec)
+				if err != nil {
+					// The registry could not be asked: a recount that counted the record as bad
+					// would report a difference that is not there.
+					return nil, nil, fmt.Errorf("recount %s/%d@%d: %w", t, p, off, err)
+				}
+				if reason == spec.OK {
 					plan.Fold(&rec, []*spec.Tables{tables})
 					r.Good++
 					rg.Good++

@@ -10,6 +10,7 @@ import (
 	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/consumer"
+	"github.com/relay-sh/relay/internal/format"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/metrics"
 	"github.com/relay-sh/relay/internal/partition"
@@ -96,7 +97,7 @@ func BenchmarkSessionFold(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p := New(Deps{Config: cfg, Plan: plan, Log: zap.NewNop(), Metrics: metrics.New("bench")})
+			p := New(Deps{Config: cfg, Plan: plan, Decoder: format.NewJSON(plan), Log: zap.NewNop(), Metrics: metrics.New("bench")})
 			s := &session{p: p, positions: partition.Offsets{}, cur: p.newEpoch(1)}
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)
@@ -125,7 +126,7 @@ func BenchmarkSessionFold(b *testing.B) {
 			i, n := 0, 0
 			for b.Loop() {
 				// The reader goroutine's decode, then the loop's fold: one record's whole CPU work.
-				d.reason, d.field = p.decoder.Decode(msgs[i].Value, &d.rec)
+				d.reason, d.field, _ = p.Decoder.Decode(ctx, msgs[i].Value, &d.rec)
 				if err := s.fold(&msgs[i], &d); err != nil {
 					b.Fatal(err)
 				}

@@ -276,9 +276,8 @@ func (s *session) poll(out chan<- *polled, free chan *polled) {
 			}
 		}
 		b.dec = slices.Grow(b.dec[:0], len(b.recs.Records))[:len(b.recs.Records)]
-		for i := range b.recs.Records {
-			d := &b.dec[i]
-			d.reason, d.field = s.p.decoder.Decode(b.recs.Records[i].Value, &d.rec)
+		if err := s.decode(b); err != nil {
+			b.err = err
 		}
 		select {
 		case out <- b:

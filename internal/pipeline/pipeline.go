@@ -37,6 +37,7 @@ import (
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/fault"
+	"github.com/relay-sh/relay/internal/format"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/membership"
 	"github.com/relay-sh/relay/internal/metrics"
@@ -96,7 +97,10 @@ type Deps struct {
 	Config config.Config
 	// Plan is the configuration's pipeline spec, compiled (config.Config.Plan): what a record
 	// holds and which aggregate tables it folds into.
-	Plan    *spec.Plan
+	Plan *spec.Plan
+	// Decoder reads Plan's records in its input format (format.New); only the poll goroutine of
+	// the live session uses it.
+	Decoder format.Decoder
 	Log     *zap.Logger
 	Metrics *metrics.Metrics
 	Sink    *sql.DB
@@ -127,7 +131,7 @@ type Pipeline struct {
 	sessionFirstID atomic.Int64
 	fence          atomic.Pointer[ledger.Fence] // the fence held now (nil between two), for the resolver's epoch
 	schema         sink.Schema
-	decoder        *spec.Decoder
+	registryPolicy fault.Policy    // the back-off while a record waits for the schema registry
 	proto          commit.Protocol // XA or held, chosen once in New
 	// reported holds the (reason, field) pairs of bad input already logged: the dead-letter row
 	// carries only the reason (VARCHAR(32)), so the field a spec's reason is about is logged once.
@@ -143,7 +147,7 @@ type badField struct {
 func New(d Deps) *Pipeline {
 	c := d.Config
 	p := &Pipeline{Deps: d, schema: d.Plan.Schema(c.MySQL.DLQTable, c.MySQL.DetailTable),
-		decoder: d.Plan.NewDecoder(), proto: commit.New(c.Mode, d.commit()), reported: map[badField]bool{}}
+		registryPolicy: registryPolicy, proto: commit.New(c.Mode, d.commit()), reported: map[badField]bool{}}
 	var reasons []string
 	for _, r := range d.Plan.Reasons() {
 		reasons = append(reasons, r.String())

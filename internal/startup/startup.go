@@ -1,5 +1,6 @@
 // Package startup waits, before relay takes its job, for the services it depends on: MySQL, a
-// Galera node in the primary component, Kafka and its topics.
+// Galera node in the primary component, Kafka and its topics, and the schema registry of a
+// registry input format.
 //
 // Invariant: a dependency that does not serve yet (fault.Unavailable, the one classifier) is
 // waited for, backing off with jitter up to a bound, until it serves, the context ends (SIGTERM,
@@ -29,6 +30,8 @@ const (
 	MySQL  = "mysql"
 	Galera = "galera"
 	Kafka  = "kafka"
+	// Registry is the schema registry, asked for the subjects' schemas (input.format avro).
+	Registry = "schema_registry"
 )
 
 // Gate is one start's waiting: its log, its metric and what /readyz says meanwhile.

@@ -83,7 +83,11 @@ func run(cpuPath, allocPath, tracePath string, limit time.Duration) error {
 	led := ledger.New(db, cfg.Job.Name)
 	copts := consumer.Options{Brokers: cfg.Kafka.Brokers.String(), Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
 		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties}
-	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Log: log, Metrics: m, Sink: db, Ledger: led, Fence: ledger.FenceConfig{Owner: "relayprof"},
+	dec, err := cfg.Decoder(plan)
+	if err != nil {
+		return err
+	}
+	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Decoder: dec, Log: log, Metrics: m, Sink: db, Ledger: led, Fence: ledger.FenceConfig{Owner: "relayprof"},
 		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log) }})
 	// --- end of runJob's wiring
 
