@@ -18,9 +18,11 @@ import (
 
 	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/format"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/loadgen"
 	"github.com/relay-sh/relay/internal/metrics"
+	"github.com/relay-sh/relay/internal/spec"
 )
 
 func cmdVersion(_ context.Context, args []string) error {
@@ -39,6 +41,11 @@ RELAY_PIPELINE_FILE, or the default spec) into --topic on --brokers, in Kafka tr
 aborted with --abort-rate, some bad input with --bad-rate), and prints what it wrote; --totals FILE
 writes every aggregate table's expected rows, for relay verify --expected FILE. The same --seed
 gives the same records.
+
+--format avro writes each record in Confluent's wire format under an Avro schema of the spec's
+fields (a flat record: string, long, bytes decimal of the field's scale, timestamp-millis) that it
+registers under TOPIC-value in the Schema Registry (--schema-registry, else schema_registry.url);
+its bad records are JSON (bad_header) or name a schema id no registry has (unknown_schema).
 
 --escape writes what real producers write, with the same meaning: non-ASCII strings (é, ü, CJK,
 emoji; one key in NFC and one in NFD, distinct), raw or \u-escaped (surrogate pairs, "\/",
@@ -59,6 +66,8 @@ aborted, the rate, the time left).
 
 const loadgenExamples = `  relay loadgen --brokers localhost:9092 --topic orders_test --create-partitions 4 --orders 100000 \
       --totals expected.json            # a new topic: nothing reads it
+  relay loadgen --brokers B --topic orders_avro --create-partitions 4 --format avro \
+      --schema-registry http://127.0.0.1:18081/apis/ccompat/v7
   relay loadgen --brokers B --topic T --ledger-dsn 'user:pw@tcp(db:3306)/relay' --escape
 `
 
@@ -80,6 +89,8 @@ func cmdLoadgen(ctx context.Context, args []string) error {
 	fs.IntVar(&o.SKUs, "skus", 100, "distinct values of each field an aggregate groups by (skus, for the default spec)")
 	fs.IntVar(&o.Windows, "windows", 10, "event times spread over this many minutes")
 	fs.BoolVar(&o.Escape, "escape", false, "write non-ASCII and escaped strings, numbers and times in every accepted spelling, any member order and whitespace (same meaning, see above)")
+	fs.StringVar(&o.Format, "format", "", "json or avro (Confluent's wire format; the schema is registered under TOPIC-value); default: the spec's input.format")
+	registry := fs.String("schema-registry", "", "Schema Registry URL for --format avro (default: schema_registry.url of --config / RELAY_SCHEMA_REGISTRY_URL)")
 	fs.DurationVar(&o.ProgressEvery, "progress", 5*time.Second, "print progress to stderr this often (0: never)")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "random seed (same seed, same stream)")
 	txn := fs.String("transactional-id", "relay-loadgen", "transactional.id (empty: no transactions)")
@@ -104,6 +115,18 @@ func cmdLoadgen(ctx context.Context, args []string) error {
 	}
 	if o.Plan, err = cfg.Plan(); err != nil {
 		return fmt.Errorf("loadgen: %w", err)
+	}
+	if o.Format == "" {
+		o.Format = o.Plan.InputFormat()
+	}
+	if o.Format == spec.FormatAvro {
+		rc := cfg.Registry()
+		if *registry != "" {
+			rc = format.RegistryConfig{URL: *registry}
+		}
+		if o.Registry, err = format.NewRegistry(rc); err != nil {
+			return fmt.Errorf("loadgen: %w", err)
+		}
 	}
 	if !*live {
 		if err := notReadByAJob(ctx, cfg, *ledgerDSN, o.Brokers, o.Topic, *force); err != nil {

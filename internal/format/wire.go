@@ -29,6 +29,12 @@ func parseHeader(b []byte) (id int, payload []byte, err error) {
 	return int(u), b[headerLen:], nil
 }
 
+// AppendHeader appends the wire format's header of a value written under schema id (a producer's
+// side: relay loadgen).
+func AppendHeader(dst []byte, id int) []byte {
+	return binary.BigEndian.AppendUint32(append(dst, 0), uint32(id))
+}
+
 // maxMessageIndexes bounds the Protobuf message-index list: one index per nesting level of the
 // message in its file, and no file nests messages this deep.
 const maxMessageIndexes = 100

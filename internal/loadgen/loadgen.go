@@ -2,8 +2,9 @@
 //
 // Invariant: Totals is the spec's own fold (spec.Plan.Fold, the pipeline's) of exactly the records
 // of Kafka transactions that committed (an aborted transaction's records must never reach MySQL),
-// decoded by the spec's decoder, so it holds what every aggregate table must; each bad record is
-// remembered with the reason that decoder gives it. A good record the generator made that the
+// decoded by the spec's decoder (an Avro record through the JSON record it was made from, avro.go),
+// so it holds what every aggregate table must; each bad record is remembered with the reason that
+// decoder gives it (or its bytes alone decide). A good record the generator made that the
 // decoder refuses is an error, never a silent miscount. Totals also keeps the committed payloads
 // themselves (bounded), so a check that shares no code with relay can decode them on its own.
 package loadgen
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/internal/config"
+	"github.com/relay-sh/relay/internal/format"
 	"github.com/relay-sh/relay/internal/spec"
 )
 
@@ -48,6 +50,10 @@ type Options struct {
 	// ASCII letters), escaped member names, numbers and times in every spelling the spec accepts,
 	// members in any order, any whitespace. Off, the records are the plain ones.
 	Escape bool
+	// Format is the records' encoding: "" or json, or avro (Confluent's wire format, the schema
+	// registered in Registry under <Topic>-value; Escape is JSON's and refused with it).
+	Format   string
+	Registry *format.Registry
 	// Progress, if set, gets a line every ProgressEvery (default 5 s) while Run produces: records
 	// sent, committed and aborted, the rate and the time left.
 	Progress      io.Writer
@@ -152,8 +158,14 @@ func (t *Totals) planLocked() *spec.Plan {
 }
 
 type pendingRec struct {
-	payload []byte
-	bad     *Bad // a bad kind, with the reason the default spec gives it; nil for a good record
+	payload []byte // what is produced
+	bad     *Bad   // a bad kind, with the reason the default spec gives it; nil for a good record
+	// twin is the JSON record an encoded payload (Avro) carries the values of: what Totals
+	// decodes and folds; nil when the payload is JSON itself.
+	twin []byte
+	// verdict is the reason a payload's bytes alone decide (too_large, bad_header,
+	// unknown_schema: no spec decoder is asked); "" when the decoder decides.
+	verdict string
 }
 
 // record adds a batch: to the totals when committed (decoded and folded as relay does), to the
@@ -174,10 +186,18 @@ func (t *Totals) record(recs []pendingRec, committed bool) error {
 				t.over, t.committed = true, nil
 			}
 		}
-		reason, field := t.dec.Decode(r.payload, &t.rec)
+		if r.verdict != "" {
+			t.Bad = append(t.Bad, Bad{Reason: r.verdict, Payload: string(r.payload)})
+			continue
+		}
+		twin := r.payload
+		if r.twin != nil {
+			twin = r.twin
+		}
+		reason, field := t.dec.Decode(twin, &t.rec)
 		switch {
 		case reason != spec.OK && r.bad == nil:
-			return fmt.Errorf("loadgen: a generated good record is bad input to the spec (%s, field %q): %s", reason, field, r.payload)
+			return fmt.Errorf("loadgen: a generated good record is bad input to the spec (%s, field %q): %s", reason, field, twin)
 		case reason != spec.OK:
 			t.Bad = append(t.Bad, Bad{Reason: reason.String(), Payload: r.bad.Payload})
 		default:

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/relay-sh/relay/internal/spec"
 )
 
 // reopens bounds how often one Run replaces a producer that failed fatally.
@@ -28,6 +30,19 @@ func Run(ctx context.Context, o Options, totals *Totals) error {
 	g := NewGenerator(o)
 	if err := totals.use(g.plan); err != nil {
 		return err
+	}
+	var aw *avroWriter
+	switch o.Format {
+	case "", spec.FormatJSON:
+	case spec.FormatAvro:
+		if o.Escape || o.Registry == nil {
+			return errors.New("loadgen: avro records need a schema registry, and are not escaped (escaping is JSON's)")
+		}
+		if aw, err = newAvroWriter(g.plan, o.Registry, o.Topic); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("loadgen: format %q: json or avro", o.Format)
 	}
 	batch := max(o.Batch, 1)
 	start := time.Now()
@@ -47,7 +62,7 @@ func Run(ctx context.Context, o Options, totals *Totals) error {
 			return err
 		}
 		n := min(batch, o.Orders-sent)
-		recs, committed, err := sendBatch(ctx, p, o, g, n, &prog.sent, func(i int) error { return pace(ctx, start, o.Rate, sent+i) })
+		recs, committed, err := sendBatch(ctx, p, o, g, aw, n, &prog.sent, func(i int) error { return pace(ctx, start, o.Rate, sent+i) })
 		var ke kafka.Error
 		if err != nil && o.TxnID != "" && errors.As(err, &ke) && ke.IsFatal() && reopened < reopens {
 			// Seen on a broker whose transaction coordinator had just loaded: EndTxn answered
@@ -123,8 +138,8 @@ func newProducer(ctx context.Context, o Options) (*kafka.Producer, error) {
 // paceRecord(i) first, so a rate spreads over the batch: flushing a batch takes up to 100 ms, and
 // paced only between batches the load came in bursts (asked for 20 k/s, got 5.6 k/s).
 // A transaction is sent whole: its records become readable together anyway. sent counts each
-// record handed to the producer (for progress lines).
-func sendBatch(ctx context.Context, p *kafka.Producer, o Options, g *Generator, n int, sent *atomic.Int64, paceRecord func(i int) error) ([]pendingRec, bool, error) {
+// record handed to the producer (for progress lines). aw, if not nil, writes each record as Avro.
+func sendBatch(ctx context.Context, p *kafka.Producer, o Options, g *Generator, aw *avroWriter, n int, sent *atomic.Int64, paceRecord func(i int) error) ([]pendingRec, bool, error) {
 	recs := make([]pendingRec, 0, n)
 	if o.TxnID != "" {
 		if err := p.BeginTransaction(); err != nil {
@@ -137,6 +152,13 @@ func sendBatch(ctx context.Context, p *kafka.Producer, o Options, g *Generator, 
 			break // cancelled: what was produced is flushed and counted; Run stops at its ctx check
 		}
 		v, r := g.Next()
+		if aw != nil {
+			var err error
+			if r, err = aw.write(r); err != nil {
+				return recs, false, err
+			}
+			v = r.payload
+		}
 		recs = append(recs, r)
 		sent.Add(1)
 		for {

@@ -19,9 +19,11 @@ import (
 
 	"github.com/relay-sh/relay/internal/commit"
 	"github.com/relay-sh/relay/internal/database"
+	"github.com/relay-sh/relay/internal/format"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/sink"
+	"github.com/relay-sh/relay/internal/spec"
 	"github.com/relay-sh/relay/internal/xa"
 )
 
@@ -84,6 +86,7 @@ func Preflight(ctx context.Context, e *Env) []Check {
 		jobChecks(ctx, e, &cs)
 	}
 	topicCheck(ctx, e, &cs)
+	registryCheck(ctx, e, &cs)
 	// Subtask indexes are unique across instances, so the last instance's last subtask is the longest.
 	longest := commit.MaxTag(cfg.Job.Name, cfg.InstanceCount()*cfg.Subtasks)
 	if n := len(longest); n > commit.MaxTagBytes {
@@ -316,6 +319,23 @@ func specCheck(ctx context.Context, e *Env, cs *checks) {
 		s = append(s, d.Table+" "+stateText[d.State])
 	}
 	cs.add("spec", CheckOK, "every table keeps its recorded meaning: %s", strings.Join(s, "; "))
+}
+
+// registryCheck (a registry input format) runs relay run's start-up check of each topic's
+// subject once: where relay run would wait (the registry not answering, no schema under a
+// subject yet) preflight fails, saying so.
+func registryCheck(ctx context.Context, e *Env, cs *checks) {
+	cfg := e.Config
+	plan, err := cfg.Plan()
+	if err != nil || plan.InputFormat() == spec.FormatJSON {
+		return // the schema check reported a plan that does not compile
+	}
+	dec, err := cfg.Decoder(plan)
+	if err == nil {
+		err = format.CheckTopics(ctx, dec, cfg.Kafka.Topics)
+	}
+	cs.result("schema_registry", err, "the %s schemas under %s-value give every field of the spec", plan.InputFormat(),
+		strings.Join(cfg.Kafka.Topics, "-value, "))
 }
 
 func topicCheck(ctx context.Context, e *Env, cs *checks) {

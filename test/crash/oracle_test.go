@@ -50,11 +50,26 @@ func (e *env) expected(totals *loadgen.Totals) expectation {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	return e.expectedOf(payloads)
+}
+
+// expectedOf folds payloads, the records Kafka committed, with the oracle: as JSON, or through
+// the env's registry as Avro.
+func (e *env) expectedOf(payloads [][]byte) expectation {
+	e.t.Helper()
 	s := e.oracle
 	if s == nil {
 		s = oracle.Default()
 	}
-	x := expectation{spec: s, result: s.Fold(payloads), records: len(payloads)}
+	x := expectation{spec: s, records: len(payloads)}
+	if e.registry == "" {
+		x.result = s.Fold(payloads)
+	} else {
+		var err error
+		if x.result, err = s.FoldAvro(oracle.NewAvroReader(e.registry), payloads); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 	for _, b := range x.result.Bad {
 		if e.skipBad {
 			break

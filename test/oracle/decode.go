@@ -252,6 +252,11 @@ func (s *Spec) decode(p []byte) (vals map[string]value, ts time.Time, reason, fi
 	if len(p) > s.Limits.MaxPayloadBytes {
 		return nil, ts, "too_large", ""
 	}
+	return s.decodeObject(p)
+}
+
+// decodeObject is decode after the size check (an Avro record's JSON twin had its own, avro.go).
+func (s *Spec) decodeObject(p []byte) (vals map[string]value, ts time.Time, reason, field string) {
 	// encoding/json would replace invalid UTF-8 with U+FFFD; relay refuses the record.
 	if !utf8.Valid(p) || !json.Valid(p) {
 		return nil, ts, "not_json", ""

@@ -60,13 +60,18 @@ type group struct {
 // Fold decodes every payload and folds the valid ones into every table whose filter they pass.
 // The order of payloads does not change the tables, only the indexes of Bad.
 func (s *Spec) Fold(payloads [][]byte) *Result {
+	return s.fold(len(payloads), func(i int) (map[string]value, time.Time, string, string) { return s.decode(payloads[i]) })
+}
+
+// fold folds records 0..n-1, each decoded by decode (values, event time, or the reason and field).
+func (s *Spec) fold(n int, decode func(i int) (vals map[string]value, ts time.Time, reason, field string)) *Result {
 	res := &Result{}
 	groups := make([]map[string]*group, len(s.Tables))
 	for i := range groups {
 		groups[i] = map[string]*group{}
 	}
-	for i, p := range payloads {
-		vals, ts, reason, field := s.decode(p)
+	for i := range n {
+		vals, ts, reason, field := decode(i)
 		if reason != "" {
 			res.Bad = append(res.Bad, Bad{Index: i, Reason: reason, Field: field})
 			continue

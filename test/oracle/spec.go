@@ -114,6 +114,9 @@ func Default() *Spec {
 // yamlSpec is the document relay reads as its pipeline block (or pipeline_file).
 type yamlSpec struct {
 	Input struct {
+		// Format is read only to be allowed: how the records are decoded is the caller's choice
+		// (Fold for JSON, FoldAvro for avro).
+		Format    string    `yaml:"format"`
 		Fields    yaml.Node `yaml:"fields"`
 		EventTime struct {
 			Field  string `yaml:"field"`
