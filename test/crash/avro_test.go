@@ -79,7 +79,7 @@ func (e *env) produceAvro(ctx context.Context, totals *loadgen.Totals, o loadgen
 // An Avro topic (loadgen's records: aborted transactions, bad_header, unknown_schema and too_large
 // records among them) read by relay with RELAY_INPUT_FORMAT=avro, SIGKILLed once mid-run: the
 // tables equal the oracle's goavro fold and loadgen's totals, each bad record is dead-lettered once
-// under its reason.
+// under its reason, and relay verify's recount (relay's decoder, through the registry) agrees.
 func TestAvroExact(t *testing.T) {
 	e := avroEnv(t, 4, testenv.Registry(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -97,6 +97,11 @@ func TestAvroExact(t *testing.T) {
 	want, _, good := totals.Snapshot()
 	if d := diff(want, e.actual(want.Plan)); d != "" {
 		t.Fatalf("MySQL differs from loadgen's totals:\n%s", d)
+	}
+	// relay verify recounts the topic through the registry with relay's decoder: consistent.
+	stdout, stderr, code := e.cli(nil, "verify")
+	if code != 0 || !strings.Contains(stdout, "no differences") || !strings.Contains(stdout, fmt.Sprintf("(%d good, %d bad)", good, len(totals.Bad))) {
+		t.Fatalf("verify after an Avro run: exit %d\n%s%s", code, stdout, stderr)
 	}
 	x := e.expected(totals)
 	t.Logf("%d records committed to Kafka, %d good, %d bad; %d rows in order_stats_minute", x.records, good, len(x.bad), len(x.result.Tables[0].Rows))
