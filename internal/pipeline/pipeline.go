@@ -3,7 +3,8 @@
 // recovery and the resolver).
 //
 // Layout: pipeline.go is the lifecycle (states, the restart policy, the fence); session.go one
-// session between two recoveries; loop.go its consume loop.
+// session between two recoveries; loop.go its consume loop; registry.go the poll's wait for a
+// schema registry that does not answer.
 //
 // Invariants:
 //   - One goroutine (the loop) decodes and aggregates the batches a reader goroutine takes from
