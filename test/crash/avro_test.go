@@ -381,7 +381,7 @@ func TestAvroRegistryOutage(t *testing.T) {
 
 // At start relay waits for a subject no producer registered yet (/readyz says so, nothing is
 // read), and refuses, naming the spec's key, a subject whose versions lack a field the spec
-// needs: no topic is read that would be dead-lettered whole.
+// needs: no topic is read that would be dead-lettered whole. relay preflight fails the same way.
 func TestAvroStartCheck(t *testing.T) {
 	e := avroEnv(t, 1, testenv.Registry(t))
 	client := newRegistry(t, e.registry).Client()
@@ -396,8 +396,13 @@ func TestAvroStartCheck(t *testing.T) {
 	  {"name":"order_id","type":"string"},
 	  {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":38,"scale":4}},
 	  {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}}]}`)
+	refusal := "input.sku_field: no version of " + e.topic + "-value has sku"
 	err := p.wait(t, 60*time.Second)
-	if err == nil || !strings.Contains(tail(p.Log, 5), "input.sku_field: no version of "+e.topic+"-value has sku") {
+	if err == nil || !strings.Contains(tail(p.Log, 5), refusal) {
 		t.Fatalf("relay with a spec its subject cannot give: %v\n%s", err, tail(p.Log, 5))
+	}
+	stdout, stderr, code := e.cli(nil, "preflight")
+	if code == 0 || !strings.Contains(stdout, "FAIL schema_registry: ") || !strings.Contains(stdout, refusal) {
+		t.Fatalf("preflight with a spec its subject cannot give: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
