@@ -262,26 +262,22 @@ func (w *writer) value(t any, v any) any {
 			return out
 		}
 	}
-	switch x := v.(type) {
-	case int32:
+	if x, ok := v.(int32); ok {
 		return int64(x)
-	case *big.Rat, time.Time, int64, string, nil:
-		return x
 	}
-	return v // bytes, floats, arrays, maps: no field type holds them
+	return v // also bytes, floats, arrays, maps: jsonOf writes them as no field type holds them
 }
 
 // jsonOf writes v as field kind typ takes it in JSON: the value itself where the Avro type holds
 // the field exactly, else a JSON value that kind calls wrong_type (a number where a string is
 // wanted, an array where a number is). ok is false for a missing value (null or absent).
 func jsonOf(typ string, v any) (string, bool) {
-	wrongForString, wrongForNumber := "0", "[]"
 	switch x := v.(type) {
 	case nil:
 		return "", false
 	case string:
 		if typ != "string" && typ != "rfc3339" {
-			return wrongForNumber, true
+			return wrong(typ), true
 		}
 		if !utf8.ValidString(x) {
 			return `"\ud800"`, true // invalid UTF-8: the string field's bad_<field>, as a lone surrogate is
@@ -290,7 +286,7 @@ func jsonOf(typ string, v any) (string, bool) {
 		return string(b), true
 	case int64:
 		if typ == "string" || typ == "rfc3339" {
-			return wrongForString, true
+			return wrong(typ), true
 		}
 		return strconv.FormatInt(x, 10), true
 	case *big.Rat:
@@ -307,6 +303,8 @@ func jsonOf(typ string, v any) (string, bool) {
 	return wrong(typ), true
 }
 
+// wrong is a JSON value field kind typ calls wrong_type: a number for a string, an array for a
+// number or an epoch time.
 func wrong(typ string) string {
 	if typ == "string" || typ == "rfc3339" {
 		return "0"
