@@ -9,6 +9,7 @@
 // reader sees"). Every phase runs under a deadline. The coordinator knows the subtasks only as
 // voters (it never touches a Participant: each subtask's goroutine alone uses its connection) and
 // the ledger only as a decider, so it is tested without Kafka or MySQL.
+
 package commit
 
 import (

@@ -5,6 +5,7 @@
 // running (never by the hot path of other tests: only tests that ask for it start it); without it
 // a test skips, unless RELAY_TEST_REQUIRE=1, where it fails. Node faults go through the script,
 // which acts only on the nodes it started.
+
 package testenv
 
 import (

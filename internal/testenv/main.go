@@ -2,6 +2,7 @@
 //
 // Invariant: the binary is built once per test binary, with the crash points compiled in, before
 // any test runs, and removed when the tests end; a build failure fails the whole package.
+
 package testenv
 
 import (
