@@ -2,6 +2,7 @@
 //
 // Invariant: a key exists in exactly one place (this table, checked against the struct by a test), so
 // the YAML loader, the RELAY_* overrides, docs/CONFIG.md and relay.example.yaml cannot drift apart.
+
 package config
 
 import (

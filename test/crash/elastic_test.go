@@ -9,6 +9,7 @@
 // measure what the issue asks to be printed: how long a SIGKILLed member's partitions wait for a
 // decision by another member, how long a graceful join or leave stalls a partition (compared with
 // 2 checkpoint intervals plus the drain), and the rebalances.
+
 package crash
 
 import (
