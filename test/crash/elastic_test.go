@@ -30,6 +30,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/relay-sh/relay/internal/config"
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/loadgen"
@@ -413,7 +414,7 @@ type group struct {
 	interval time.Duration
 	extra    []string
 	// session is the group session timeout extra sets (groupSession unless extra replaces
-	// kafka.properties); 0 is relay's default (job.lease).
+	// kafka.properties); 0 is relay's default (config.DefaultGroupSessionTimeout).
 	session time.Duration
 	live    []*member
 	stats   map[string]memberStats // each member's last scrape, by key
@@ -627,7 +628,7 @@ func (g *group) kill(i int) {
 	g.live = survivors
 	session, bound := g.session, groupSession+90*time.Second
 	if session == 0 {
-		session, bound = 10*time.Second, failoverBound // job.lease's default
+		session, bound = config.DefaultGroupSessionTimeout, failoverBound
 	}
 	took := g.takenOver(held, m.key, t0, bound, "SIGKILLed member "+m.key)
 	g.takeovers = append(g.takeovers, took)
@@ -900,7 +901,7 @@ func elastic(t *testing.T, extra ...string) {
 	totals := loadgen.NewTotals()
 	stop := e.produceOrders(totals, rng.Uint64())
 	g := e.group()
-	// relay's defaults: the group's session timeout is job.lease (10 s), so a kill is taken over
+	// relay's defaults: the group's session timeout is 6 s, so a kill is taken over
 	// within failoverBound.
 	g.session, g.extra = 0, []string{"RELAY_KAFKA_PROPERTIES="}
 
@@ -930,7 +931,7 @@ func elastic(t *testing.T, extra ...string) {
 }
 
 // Graceful joins (2 → 4, 2 → 3) and leaves (4 → 3 → 2) at checkpoint.interval 500 ms with relay's
-// default group session timeout (job.lease, 10 s: no session.timeout.ms set), both modes, orders flowing into
+// default group session timeout (6 s: no session.timeout.ms set), both modes, orders flowing into
 // 16 partitions: neither may stall a partition longer than 2 intervals + the drain + stallAllowance
 // (issue 34.4: on 7 Dec such a hand-over stalled one 3.6-4.3 s), and the totals stay exact.
 // RELAY_TEST_HANDOVER_INTERVAL sets another interval (the issue asks for 500 ms and 1 s).
