@@ -671,12 +671,15 @@ func (g *group) tookOver(before map[string]memberStats, want int) (int, time.Dur
 	return int(n), time.Duration(sum / float64(max(n, 1)) * float64(time.Second))
 }
 
-// afterServerRestart waits for the group to settle again after MariaDB was SIGKILLed and started
-// again at t0. A member may exit on it, as a single relay may (TestRandomKills): it is replaced,
-// and counted with the SIGKILLed ones (it may leave a decided checkpoint COMMITTING too).
+// afterServerRestart waits for the group to settle again after MariaDB was SIGKILLed at t0 and is
+// up again (now): every partition decided by a running member since then, so that what follows
+// starts from a group that writes again, not from owner rows left from before the restart. A member
+// may exit on it, as a single relay may (TestRandomKills): it is replaced, and counted with the
+// SIGKILLed ones (it may leave a decided checkpoint COMMITTING too).
 func (g *group) afterServerRestart(t0 time.Time) {
 	t := g.e.t
 	t.Helper()
+	up := time.Now()
 	var why string
 	if !testenv.Poll(180*time.Second, func() bool {
 		for i, m := range g.live {
@@ -691,8 +694,16 @@ func (g *group) afterServerRestart(t0 time.Time) {
 			return false
 		}
 		var done bool
-		done, why = settled(rows, g.live)
-		return done
+		if done, why = settled(rows, g.live); !done {
+			return false
+		}
+		for p := int32(0); p < elasticPartitions; p++ {
+			if r := rows[p]; !r.updated.After(up) {
+				why = fmt.Sprintf("partition %d: last decided %s, before MariaDB was up again (%s)", p, r.updated.Format("15:04:05.000"), up.Format("15:04:05.000"))
+				return false
+			}
+		}
+		return true
 	}) {
 		t.Fatalf("the group did not settle on %v after the MariaDB restart: %s", g.keys(), why)
 	}
