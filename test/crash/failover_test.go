@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -287,9 +288,20 @@ func elasticSoak(t *testing.T, soak, interval time.Duration, rate float64, extra
 	g := e.group()
 	g.interval, g.session, g.extra = interval, 0, []string{"RELAY_KAFKA_PROPERTIES="}
 	g.join(3, false)
-	before := map[string]memberStats{}
-	for _, m := range g.live {
-		before[m.key] = g.scrape(m)
+	// The count starts once the joins' rebalance is over: settled (every partition decided by a
+	// running member) can hold while the cooperative protocol's second round still moves a
+	// partition, which a soak would otherwise count as its own.
+	var before map[string]memberStats
+	if !testenv.Poll(time.Minute, func() bool {
+		prev := before
+		before = map[string]memberStats{}
+		for _, m := range g.live {
+			before[m.key] = g.scrape(m)
+		}
+		time.Sleep(5 * time.Second)
+		return prev != nil && rebalancesOf(prev) == rebalancesOf(before)
+	}) {
+		t.Fatalf("the members' rebalances did not stop changing after the joins: %s", rebalancesOf(before))
 	}
 	t0 := time.Now()
 	for time.Since(t0) < soak {
@@ -321,4 +333,13 @@ func elasticSoak(t *testing.T, soak, interval time.Duration, rate float64, extra
 	}
 	g.finish(totals)
 	g.report()
+}
+
+// rebalancesOf lists each member's rebalance counts by kind, in a stable order.
+func rebalancesOf(stats map[string]memberStats) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(stats)) {
+		out = append(out, fmt.Sprintf("%s %v", k, stats[k].rebalances))
+	}
+	return strings.Join(out, "; ")
 }
