@@ -250,7 +250,7 @@ func (mb *Member) sessionTimeoutRefused(ev kafka.Error) error {
 	} else {
 		mb.log.Warn("reading the brokers' session timeout bounds", zap.Error(err))
 	}
-	return fmt.Errorf("group member: %w: session.timeout.ms=%s (relay's default is job.lease, at least 6s; kafka.properties session.timeout.ms sets it); %s (%v)",
+	return fmt.Errorf("group member: %w: session.timeout.ms=%s (relay's default is 6s; kafka.properties session.timeout.ms sets it); %s (%v)",
 		ErrSessionTimeout, mb.session, bounds, ev)
 }
 
