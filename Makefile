@@ -31,8 +31,10 @@ services-down:
 test: lint
 	scripts/test.sh
 
+# The fast tier: only what needs no service (-short skips every test that asks internal/testenv
+# for a server), for the edit-compile-test loop. make test stays the whole suite.
 test-unit:
-	$(GO) test ./...
+	$(GO) test -short ./...
 
 # The long crash tests: hundreds of SIGKILLs of relay, and of MariaDB itself; the elastic group
 # membership tests with RELAY_TEST_ELASTIC_LONG=1 (rounds of joins, leaves and SIGKILLs of members,

@@ -1,4 +1,5 @@
 // Command-line dispatch and help.
+
 package main
 
 import (

@@ -1,6 +1,7 @@
 // Exit statuses. Invariant: this table is the only place a status is given a meaning; the
 // process's status (exitCode), relay help and every command's --help are rendered from it, and each
 // command's help lists exactly the statuses in exitsOf for it (help_test.go checks both).
+
 package main
 
 import (

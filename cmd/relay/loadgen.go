@@ -5,6 +5,7 @@
 // topic that a job's ledger (as far as the named MySQL shows) reads, unless told it is live, and
 // with no MySQL named never into a topic Kafka shows in use, unless forced; its records and totals
 // are those of the spec relay run would run with the same configuration.
+
 package main
 
 import (

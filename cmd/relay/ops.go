@@ -5,6 +5,7 @@
 // --json) and its log lines on stderr, and never leaves a pool or a fence open when it returns. A
 // command that changes state prints its plan first and applies it only with --yes or a "yes"
 // typed at a terminal; otherwise it changes nothing and exits 5.
+
 package main
 
 import (

@@ -3,6 +3,7 @@
 //
 // Invariant: config check dials nothing, and checks exactly what every other command checks
 // before it dials (loadConfig): a configuration it accepts is one relay run and preflight accept.
+
 package main
 
 import (

@@ -1,5 +1,6 @@
 // relay membership switch | forget: move a stopped job between instances (i/M) and a consumer
 // group; delete stopped group members' rows.
+
 package main
 
 import (

@@ -1,4 +1,5 @@
 // relay offsets reset: move a stopped job's resume offsets.
+
 package main
 
 import (

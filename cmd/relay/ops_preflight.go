@@ -1,4 +1,5 @@
 // relay preflight: check the servers and the configuration before the first relay run.
+
 package main
 
 import (

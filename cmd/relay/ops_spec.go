@@ -1,4 +1,5 @@
 // relay spec diff / accept: the spec against the table meanings the ledger records.
+
 package main
 
 import (

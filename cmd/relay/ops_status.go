@@ -1,4 +1,5 @@
 // relay status: the job at a glance, read-only.
+
 package main
 
 import (

@@ -1,4 +1,5 @@
 // relay txns list | resolve: prepared XA branches, and settling one by hand.
+
 package main
 
 import (

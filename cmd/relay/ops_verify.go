@@ -1,4 +1,5 @@
 // relay verify: the reconciliation an operator runs after an incident.
+
 package main
 
 import (

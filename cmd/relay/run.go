@@ -1,4 +1,5 @@
 // relay run: wire the components of one job and supervise them.
+
 package main
 
 import (

@@ -1,14 +1,20 @@
-// Checkpoint coordinator: collect the barrier replies, decide, commit, for one checkpoint.
+// Checkpoint coordinator: collect the barrier replies of one checkpoint and, in XA mode, decide
+// and commit it (twoPhase); in held mode the replies are the subtasks' own commits (onePhase).
 //
-// Invariants: the decision is written only after every subtask answered the barrier without
-// error, and only before the fence's lease deadline; a subtask is told to commit only after
-// the decision is durable; past the decision a failure fails the checkpoint but never undoes it
+// Invariants: XA mode writes the decision only after every subtask answered the barrier without
+// error, and only before the fence's lease deadline; a subtask is told to commit only after the
+// decision is durable; past the decision a failure fails the checkpoint but never undoes it
 // (recovery finishes the commit from XA RECOVER and the ledger, never by retrying a COMMIT whose
 // reply was lost); the decision is marked COMMITTED only after every branch's commit answered, so
 // a reader's snapshot without a COMMITTING row is a checkpoint boundary (docs/PIPELINES.md, "What a
-// reader sees"). Every phase runs under a deadline. The coordinator knows the subtasks only as
-// voters (it never touches a Participant: each subtask's goroutine alone uses its connection) and
-// the ledger only as a decider, so it is tested without Kafka or MySQL.
+// reader sees"). Held mode has no decision of the coordinator's to write: each subtask's vote
+// committed its rows with its partitions' offsets (held.go), so onePhase only collects the
+// replies, and the checkpoint counts as committed (Pending.Committed) only once every subtask
+// answered without error; a subtask that failed fails the checkpoint, and its partitions resume
+// from their last committed offsets. Every phase runs under a deadline. The coordinator knows the
+// subtasks only as voters (it never touches a Participant: each subtask's goroutine alone uses its
+// connection) and the ledger only as a decider, so it is tested without Kafka or MySQL.
+
 package commit
 
 import (

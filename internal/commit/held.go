@@ -7,6 +7,7 @@
 // XA branch, a connection with an open held transaction is never returned to the pool; on any
 // error it is discarded and the server rolls the transaction back, which is the whole of held
 // mode's abort.
+
 package commit
 
 import (

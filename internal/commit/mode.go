@@ -3,6 +3,7 @@
 // Invariant: the mode is fixed before a pipeline starts (config resolves ModeAuto once the server
 // is known); at run time it is read in one place, New (protocol.go), and nothing else in this
 // package asks which mode runs. (The operator commands read it to say what a job's tables hold.)
+
 package commit
 
 // Mode selects the commit protocol.

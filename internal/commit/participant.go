@@ -5,6 +5,7 @@
 // never sees an XA type. A participant lives on one connection, used by one goroutine (its
 // subtask's); a connection holding an open transaction is discarded, never returned to the pool.
 // Its two implementations are the XA branch (xa.go) and the held transaction (held.go).
+
 package commit
 
 import (

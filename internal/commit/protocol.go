@@ -3,6 +3,7 @@
 // Invariant: the mode is chosen once, in New; nothing outside its two implementations (xa.go,
 // held.go) asks which one runs. The consume loop, the session and the subtasks call the protocol
 // where the modes differ, and the coordinator drives either through the same phases.
+
 package commit
 
 import (

@@ -5,6 +5,7 @@
 // mean "committed"; every COMMIT and ROLLBACK runs under the ledger's epoch guard, so an owner
 // that lost the job (frozen past its lease) cannot touch a branch of the next owner. The next checkpoint id is above every id seen in the ledger and in XA RECOVER,
 // so a tag is never reused while a branch with it may exist.
+
 package commit
 
 import (

@@ -3,6 +3,7 @@
 // Invariant: the resolver never touches a branch of the live session (checkpoint id at or above the
 // session's first id); older branches of the job are resolved from the ledger verdict, like recovery.
 // MySQL has no XA timeout, so this pass is what keeps a forgotten branch from holding locks forever.
+
 package commit
 
 import (

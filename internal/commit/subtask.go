@@ -10,6 +10,7 @@
 // prepares (xa.go), a held transaction commits with its offsets (held.go).
 //
 // Row writing is write.go.
+
 package commit
 
 import (

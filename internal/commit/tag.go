@@ -2,6 +2,7 @@
 //
 // Invariant: a tag names exactly one subtask's transaction of one checkpoint of one job, and fits
 // in an XA gtrid (MaxTagBytes); checkpoint ids only grow (recovery.go), so a tag is never reused.
+
 package commit
 
 import (

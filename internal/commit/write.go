@@ -7,6 +7,7 @@
 // the checkpoint ends (it did under REPEATABLE READ; see docs/PROTOCOL.md). A statement that still
 // waits for a lock (another writer, a prepared branch nobody resolved) has its blockers logged,
 // and fails at mysql.lock_wait_timeout like any other error. A row MySQL refuses is named.
+
 package commit
 
 import (

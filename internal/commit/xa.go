@@ -3,6 +3,7 @@
 // Invariant: a branch is prepared only at the barrier, after all its rows were written, and left
 // prepared for the coordinator; a session's in-doubt branches are resolved by recovery, from the
 // ledger's verdict alone, before the next session writes.
+
 package commit
 
 import (

@@ -325,21 +325,26 @@ const (
 	MembershipGroup     = "group"     // Kafka's consumer group assigns them among whoever runs
 )
 
-// MinGroupSessionTimeout is Kafka's default group.min.session.timeout.ms: the shortest session
-// timeout a broker accepts unless its operators lowered it.
-const MinGroupSessionTimeout = 6 * time.Second
+// DefaultGroupSessionTimeout is the consumer group's session timeout unless kafka.properties sets
+// session.timeout.ms: Kafka's default group.min.session.timeout.ms, the shortest a broker accepts
+// unless its operators changed it. A member that dies keeps its partitions for one session
+// timeout, and in the classic group protocol members that die right after rejoining a round are
+// removed one round at a time, so a burst of deaths can cost two session timeouts before every
+// partition moves (docs/PROTOCOL.md, failover): 6 s keeps that within 15 s. Nothing slow misses a
+// heartbeat (librdkafka sends them from its own thread, whatever a checkpoint, a drain or a MariaDB
+// restart does); only a process stopped whole that long is evicted, and a live member evicted is
+// fenced per partition and rejoins: a rebalance, never a record lost or doubled. A dead member's
+// prepared branches still hold their rows until its lease (job.lease) ran out and the resolver
+// ended them.
+const DefaultGroupSessionTimeout = 6 * time.Second
 
 // GroupSessionTimeout is the consumer group's session timeout: kafka.properties session.timeout.ms,
-// else relay's default, job.lease but not below MinGroupSessionTimeout (10 s by default). A member
-// that dies is then replaced about as soon as a fixed instance whose host vanished (its lease
-// runs out), instead of after librdkafka's 45 s; prepared branches of a dead member's last
-// checkpoint hold their rows until its lease ran out anyway (the resolver ends them). librdkafka
-// heartbeats from its own thread, so a long checkpoint or drain misses none.
+// else DefaultGroupSessionTimeout.
 func (c *Config) GroupSessionTimeout() time.Duration {
 	if ms, err := strconv.Atoi(c.Kafka.Properties["session.timeout.ms"]); err == nil && ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
-	return max(c.Job.Lease, MinGroupSessionTimeout)
+	return DefaultGroupSessionTimeout
 }
 
 // DrainBound is the longest a session can take to drain, with every step within its deadline: to

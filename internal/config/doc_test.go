@@ -5,6 +5,7 @@
 // renderExampleConfig produce from Fields() and Default(), so a key, a default or a doc line cannot
 // change without the published reference and the example changing with it. Regenerate both with:
 // go test ./internal/config -run TestConfigDoc -update
+
 package config
 
 import (

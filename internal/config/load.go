@@ -3,6 +3,7 @@
 // Invariant: Load reports every problem it finds at once, each naming its key (YAML path, or the
 // variable); only a file that cannot be read or parsed, or is not a relay config at all, stops it
 // early. Values are never quoted in errors about kafka.properties: they can be passwords.
+
 package config
 
 import (

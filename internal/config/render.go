@@ -4,6 +4,7 @@
 // Invariant: both come from walk over the struct and the field table, as Load reads a file, so
 // they hold every key exactly where the file nests it, and Load reads an unmasked rendering back
 // to the same Config (TestRenderedConfigLoadsBack).
+
 package config
 
 import (

@@ -3,6 +3,7 @@
 // Invariant: Validate reports every refusal at once, each a *FieldError naming its key (YAML path
 // and RELAY_* variable) and, for limits, by how much it is off; a check that depends on a key
 // already refused is skipped, so one mistake is reported once.
+
 package config
 
 import (

@@ -7,6 +7,7 @@
 // call, a *kafka.Message and a copy of the headers per record (the bare client's Poll costs about
 // 4 cgo calls and 6 allocations per record; see docs/BENCHMARKS.md). Nothing C owns outlives a
 // Read, except one event held back when the buffer is full, which Close destroys.
+
 package consumer
 
 /*

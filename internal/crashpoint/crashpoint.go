@@ -1,12 +1,8 @@
 //go:build crashpoints
 
-// Package crashpoint kills the process at named points of the commit protocol, for crash tests.
-//
-// Invariant: compiled only with the crashpoints build tag; production builds get the no-op in
-// off.go. RELAY_CRASH_AT=name[:n] kills the process (SIGKILL, no deferred cleanup) the n-th time
-// (default 1st) it passes the named point; with RELAY_CRASH_ACTION=stop it freezes there instead
-// (SIGSTOP to itself) and goes on where it stood once a test sends SIGCONT: a process stalled at
-// the worst moment, past its lease.
+// Crash points compiled in (the crashpoints build tag): Hit kills or freezes the process where
+// RELAY_CRASH_AT says, as the package doc describes.
+
 package crashpoint
 
 import (

@@ -1,4 +1,5 @@
 // Names of the crash points, one per step of the protocol where a death leaves a distinct state.
+
 package crashpoint
 
 const (

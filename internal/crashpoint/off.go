@@ -1,6 +1,7 @@
 //go:build !crashpoints
 
-// Package crashpoint: production builds compile every crash point to nothing.
+// Production builds (no crashpoints tag) compile every crash point to nothing.
+
 package crashpoint
 
 // Enabled reports whether crash points are compiled in.

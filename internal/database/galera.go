@@ -5,6 +5,7 @@
 // CausalReads pool runs with wsrep_sync_wait=1, so each read first waits until the node applied
 // everything the cluster committed before it (a new owner on another node never resumes from
 // offsets older than the last commit). On any other server nothing is set.
+
 package database
 
 import (

@@ -5,6 +5,7 @@
 // statement when the holder is one of its own subtasks. MariaDB and MySQL 5.7 expose the waits
 // in information_schema; MySQL 8 moved them to performance_schema, so both are tried, by error
 // number.
+
 package database
 
 import (

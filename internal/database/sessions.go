@@ -13,6 +13,7 @@
 // travels with the ids, so whoever ends them can check they are of the server lifetime it sees.
 // A connection the OnOpen hook refuses is closed before its first statement and never reaches the
 // pool.
+
 package database
 
 import (

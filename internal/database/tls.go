@@ -3,6 +3,7 @@
 //
 // Invariant: when a CA file is named, the server's certificate is verified against it and nothing
 // else, host name included; relay never falls back to an unverified or plaintext connection.
+
 package database
 
 import (

@@ -1,6 +1,7 @@
 // The harness against a stand-in process and the real servers: a log is read line by line with the
 // lines that are no JSON kept and named, a process that outlives its wait is killed and said to,
 // and a ledger relay has not created yet reads as nothing committed.
+
 package harness_test
 
 import (

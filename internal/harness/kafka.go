@@ -2,6 +2,7 @@
 //
 // Invariant: each call opens its own client and closes it before returning, so nothing of a run's
 // Kafka state outlives the call but the topic itself.
+
 package harness
 
 import (

@@ -3,6 +3,7 @@
 // Invariant: every line of the file is returned, in order and numbered from 1; a line that is no
 // JSON object has nil Fields (and no message), so a search by message passes over it and a strict
 // reader can name it.
+
 package harness
 
 import (

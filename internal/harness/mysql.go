@@ -1,6 +1,7 @@
 // MySQL: a fresh database per run (what relay's ledger says was committed: package committed).
 //
 // Invariant: a database made here is dropped once, by the run that made it.
+
 package harness
 
 import (

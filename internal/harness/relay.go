@@ -2,6 +2,7 @@
 //
 // Invariant: the log file holds everything the process wrote to stdout and stderr, and is closed
 // before Done is; Err, CPU and MaxRSSKB are read only after Done, when the exit is known.
+
 package harness
 
 import (

@@ -3,6 +3,7 @@
 // Invariant: Acquire returns a Fence only holding the job's GET_LOCK and a claimed (bumped) epoch;
 // it ends another owner's recorded sessions only once that owner's lease has run out by the
 // server's clock (or when they are this process's own dead lock session), never while it renews.
+
 package ledger
 
 import (

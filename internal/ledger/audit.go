@@ -5,6 +5,7 @@
 // commit or rollback row once (the counted flag flips under a row lock), so
 // relay_transactions_total{origin="manual"} also covers actions taken while relay was stopped, and
 // no action is counted twice across restarts.
+
 package ledger
 
 import (

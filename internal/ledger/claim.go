@@ -4,6 +4,7 @@
 // the job row (so holds it exclusively, and on a Galera cluster certifies against every other
 // claim of the job) from its first statement; a new layout is recorded only when no process of
 // the old one holds its lock and claim, nor, on a Galera cluster, renews a lease from another node.
+
 package ledger
 
 import (

@@ -9,6 +9,7 @@
 // lease on this process's monotonic clock, and as renewing once it changed after this process
 // first read it. Until either is known it is unsure, and a caller that needs the answer waits
 // (settle): at most one lease, and one renewal interval for an owner that renews.
+
 package ledger
 
 import (

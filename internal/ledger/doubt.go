@@ -4,6 +4,7 @@
 // process first listed it as left behind (recovery, or a resolver pass) and it is never moved
 // later, across restarts and instances; a row lives no longer than its branch: every resolver pass
 // drops the rows of tags XA RECOVER no longer lists. Ages are measured on the ledger server's clock.
+
 package ledger
 
 import (

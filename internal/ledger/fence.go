@@ -11,6 +11,7 @@
 // which the takeover's bump must take exclusively, so nothing of an old owner can follow a
 // takeover. Deadline only keeps an owner that cannot renew from trying (best effort: it assumes
 // the host's monotonic clock and the server's clock run at the same rate).
+
 package ledger
 
 import (

@@ -9,6 +9,7 @@
 // (the resolver finishes those first), and the caller found none of its branches in XA RECOVER.
 // A zombie of it, should one wake, finds no owner row to decide under (its decisions write
 // relay_owners conditional on its epoch) and no lease to renew, and fails.
+
 package ledger
 
 import (

@@ -1,6 +1,7 @@
 // The holder: what the ledger and the server say about who holds a job's fence.
 //
 // Invariant: these are reads only; they change neither the lock, the epoch nor the lease.
+
 package ledger
 
 import (

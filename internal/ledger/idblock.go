@@ -2,6 +2,7 @@
 //
 // Invariant: blocks are disjoint across instances and owners and recorded before any id of them is
 // used, under the job row's lock and the current epoch.
+
 package ledger
 
 import (

@@ -2,6 +2,7 @@
 //
 // Invariant: nothing here locks a row or a gap, so an operator polling status never delays a
 // running relay's decision; the locking read that may decide an action is Verdict, and only it.
+
 package ledger
 
 import (

@@ -4,6 +4,7 @@
 // process of the job holds its fence (checked under the job row's lock, which every claim takes
 // first), so a partition never has an owner under each layout at once. Offsets are per partition
 // in either layout: each partition resumes where its last owner stopped.
+
 package ledger
 
 import (

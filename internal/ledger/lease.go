@@ -4,6 +4,7 @@
 // this fence holds; every session a pool opens is recorded by a renewal before it is used, or
 // refused (closed unused) once no renewal can record it; Deadline is extended only from a
 // renewal that succeeded.
+
 package ledger
 
 import (

@@ -4,6 +4,7 @@
 // Invariant: read-only, and never narrower than the connection's view: every database of the server
 // that holds relay's ledger tables and that the user may read is searched, because a ledger need not
 // live in the database a DSN names (RELAY_LEDGER_DSN, several jobs on one server).
+
 package ledger
 
 import (

@@ -6,6 +6,7 @@
 // COMMITTING rows), and relay run refuses to start while the job has a LOST row, until an operator
 // acknowledges the loss (LOST_ACKED). The branch is gone from XA RECOVER after that one answer, so
 // this row is the only durable trace of the lost records.
+
 package ledger
 
 import (

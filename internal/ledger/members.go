@@ -3,6 +3,7 @@
 // Invariant: reads only, and none of them locking (as inspect.go): listing the members never
 // delays a take, a decision or a claim. Every partition's owner row is reported, whether or not
 // its member still runs, so a partition nobody live holds is visible.
+
 package ledger
 
 import (

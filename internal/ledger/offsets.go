@@ -4,6 +4,7 @@
 // effect durable: the decision transaction in XA mode, the data transaction in held mode (after a
 // shared lock on the owner row confirms the owner epoch, which a new owner's bump must wait for).
 // A transaction that did not commit leaves data and offset as they were.
+
 package ledger
 
 import (

@@ -11,6 +11,7 @@
 // and locking reads stay on one node and only written rows are certified: there, two owners on
 // two nodes write the same row, so either the later sees the other's epoch and writes nothing, or
 // one of them fails certification (error 1213 at COMMIT). Both never decide.
+
 package ledger
 
 import (

@@ -17,6 +17,7 @@
 //   - The member's job row, then owner rows before offset rows in (topic, partition) order, then
 //     the member's owner row (relay_owners): locked in that order by takes and decisions alike, so
 //     the two never wait on each other crosswise.
+
 package ledger
 
 import (

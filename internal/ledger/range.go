@@ -6,6 +6,7 @@
 // committed, so the offsets no longer name the records the ledger counted; below it, records relay
 // never read are gone. Either way exactly-once cannot go on by itself: the operator decides
 // (relay offsets reset), relay never resets silently.
+
 package ledger
 
 import (

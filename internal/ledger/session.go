@@ -2,6 +2,7 @@
 //
 // Invariant: a new session's epoch, its owner row and its lease move in one transaction that
 // waits for the previous session's data transactions, so it resumes after every commit of theirs.
+
 package ledger
 
 import (

@@ -5,6 +5,7 @@
 // session, process and member resumes from that row, whatever the watermarks are by then: "latest"
 // is resolved once per job and partition, never again. A row, once there, is never overwritten
 // here; two processes recording at once agree on the first one committed.
+
 package ledger
 
 import (

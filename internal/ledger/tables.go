@@ -11,6 +11,7 @@
 // nothing of the job can be in the table (no committed offsets, read under lock, and no other
 // instance of the job running: relay run records the spec it starts with) or by relay spec
 // accept; relay run compares the spec with it before writing.
+
 package ledger
 
 import (

@@ -44,10 +44,11 @@ const (
 
 func (k Kind) String() string { return [...]string{"assigned", "revoked", "lost"}[k] }
 
-// Change tells the pipeline that its assignment changed (Wants has the new one): the live session
-// takes granted partitions and drains and releases revoked ones; a lost assignment ends it without
-// another decision. Done must be called once nothing more of the revoked or lost partitions is
-// read or decided; a revoke is acknowledged to the group only then.
+// Change tells the pipeline that its assignment changed, and how (Kind). It names no partitions:
+// the live session reads the assignment as it is when it acts (Member.Wants, which may hold later
+// changes already), takes granted partitions and drains and releases revoked ones; a lost
+// assignment ends it without another decision. Done must be called once nothing more of the
+// revoked or lost partitions is read or decided; a revoke is acknowledged to the group only then.
 type Change struct {
 	Kind Kind
 	done chan struct{}
@@ -249,7 +250,7 @@ func (mb *Member) sessionTimeoutRefused(ev kafka.Error) error {
 	} else {
 		mb.log.Warn("reading the brokers' session timeout bounds", zap.Error(err))
 	}
-	return fmt.Errorf("group member: %w: session.timeout.ms=%s (relay's default is job.lease, at least 6s; kafka.properties session.timeout.ms sets it); %s (%v)",
+	return fmt.Errorf("group member: %w: session.timeout.ms=%s (relay's default is 6s; kafka.properties session.timeout.ms sets it); %s (%v)",
 		ErrSessionTimeout, mb.session, bounds, ev)
 }
 

@@ -5,6 +5,7 @@
 // label values the code passes for result, phase, action and origin (labelsource_test.go reads them
 // from the source) are the ones New registers, so a typo cannot start a series no dashboard or
 // alert looks at. docs/METRICS.md lists every family, and relay_restarts_total's causes as fault.Causes does.
+
 package metrics
 
 import (

@@ -5,6 +5,7 @@
 // bound beyond its lease): never one whose lock is held or whose lease still runs, never one with a
 // checkpoint not COMMITTED or a branch of its id blocks in XA RECOVER; and only after the operator
 // saw the plan.
+
 package ops
 
 import (

@@ -2,6 +2,7 @@
 //
 // Invariant: the switch is recorded only while no process of the job holds its fence, after the
 // operator saw the plan; relay run never switches between the two by itself (ledger.ErrLayoutSwitch).
+
 package ops
 
 import (

@@ -6,6 +6,7 @@
 // verdict must be applied first). The new commit is an ordinary one above every id the ledger
 // holds (XA: a decided row with no tags; held: the partitions' offset rows), so recovery and the
 // pipeline need nothing special to resume from it.
+
 package ops
 
 import (

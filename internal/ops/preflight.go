@@ -4,6 +4,7 @@
 // rolled back on a real connection, XA RECOVER ran, the session settings were read back after relay
 // set them), and a FAIL says which setting is wrong, by how much, and what to change. Checks never
 // leave anything behind but the tables relay run would create anyway.
+
 package ops
 
 import (

@@ -6,6 +6,7 @@
 // meanings (the table's meaning is recorded as it is). A changed meaning is never accepted; a new
 // or a removed table changes the record only through AcceptSpec, under the job's fence, after the
 // operator confirmed a plan that names the offsets the new tables start from.
+
 package ops
 
 import (

@@ -7,6 +7,7 @@
 // /readyz asked is the one the current owner epoch recorded with its lease, so after a takeover it
 // is the new owner's. Every time and age is the ledger server's clock, read after the rows it is
 // compared with, so no age is negative.
+
 package ops
 
 import (

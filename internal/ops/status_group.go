@@ -3,6 +3,7 @@
 // DescribeConsumerGroups): it joins no group and takes no partition; every member still running
 // (or within its lease) is listed, stale ones only as a count and the newest few, and every
 // partition whose member does not hold its lock is listed as unowned, however many members left.
+
 package ops
 
 import (

@@ -7,6 +7,7 @@
 // no decision can land in between), except a commit of an already decided branch, which is what a
 // running relay would do itself and is allowed while it runs. Every resolution is logged with
 // origin "manual" and leaves one relay_audit row.
+
 package ops
 
 import (

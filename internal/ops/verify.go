@@ -9,6 +9,7 @@
 // decision, with its offsets, lands before any of its branches commits; a held offset row commits
 // with its data), even while relay runs. A recount never starts on offsets the topic does not
 // hold: it fails, naming the partition and its watermarks; while it reads, it tells its progress.
+
 package ops
 
 import (

@@ -7,6 +7,7 @@
 // only once every record read of it is decided (the drain), with the poll stopped so nothing more
 // of it is read; the group is told it is handed back only then. A lost assignment ends the session
 // without another decision.
+
 package pipeline
 
 import (

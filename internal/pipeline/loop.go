@@ -3,6 +3,7 @@
 // Invariant: one goroutine (the loop) folds records and alone cuts epochs, between two whole
 // batches, so the offsets recorded for checkpoint c are exactly the records folded into c; at most
 // one checkpoint is in flight, and records after its barrier go to epoch c+1 meanwhile.
+
 package pipeline
 
 import (

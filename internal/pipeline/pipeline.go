@@ -1,24 +1,33 @@
-// Package pipeline runs one relay job: the consume loop, which reads, decodes and folds records
-// and hands each epoch to the commit protocol (internal/commit: the coordinator, the sink writers,
-// recovery and the resolver).
+// Package pipeline runs one relay job: the consume loop, which folds the records a reader
+// goroutine reads from Kafka and decodes, and hands each epoch to the commit protocol
+// (internal/commit: the coordinator, the sink writers, recovery and the resolver).
 //
 // Layout: pipeline.go is the lifecycle (states, the restart policy, the fence); session.go one
-// session between two recoveries; loop.go its consume loop; registry.go the poll's wait for a
-// schema registry that does not answer.
+// session between two recoveries; loop.go its consume loop (the poll goroutine and the fold);
+// group.go partitions moving in and out of a running session, for a consumer group's member;
+// registry.go the poll's wait for a schema registry that does not answer.
 //
 // Invariants:
-//   - One goroutine (the loop) decodes and aggregates the batches a reader goroutine takes from
-//     Kafka; it alone cuts epochs, between batches, so the offsets recorded for checkpoint c are
-//     exactly the records folded into c.
+//   - The poll goroutine reads batches and decodes their records, and only that: decoding is pure
+//     but for waiting out a schema registry that does not answer (registry.go).
+//     One goroutine (the loop) folds them, deciding where each record goes and what a bad one
+//     does, and alone cuts epochs, between two whole batches, so the offsets recorded for
+//     checkpoint c are exactly the records folded into c.
 //   - At most one checkpoint is in flight; records after its barrier go to epoch c+1 meanwhile.
-//   - The ledger row is written only after every participating branch prepared, only before the
-//     fence's lease deadline, and XA COMMIT is issued only after that row is durable. Any failure
-//     aborts the session: its connections are discarded (and their server sessions ended, should
-//     the network have kept them alive) and recovery (the same code as at start-up) rolls back what
-//     was not decided and commits what was, then the consumer rewinds to the last decision.
+//   - Data becomes visible only with the offsets it covers, decided only before the fence's lease
+//     deadline; how is the mode's (internal/commit). XA mode writes the ledger row only after every
+//     participating branch prepared, and issues XA COMMIT only after that row is durable. Held
+//     mode commits each subtask's rows with its own partitions' offsets in one local transaction,
+//     under the session's owner epoch.
+//   - Any failure aborts the session: its connections are discarded (and their server sessions
+//     ended, should the network have kept them alive), recovery (the same code as at start-up)
+//     settles what it left, and the consumer rewinds to the ledger's offsets. XA mode's recovery
+//     rolls back what was not decided and commits what was; in held mode nothing is in doubt (the
+//     server rolled back every open transaction with its connection), and the next session takes
+//     a new owner epoch.
 //   - The process leaves Run only for what no restart can cure: another live owner (ErrFenced),
 //     bad input under policy fail, data Kafka no longer has, a checkpoint's data MySQL refused
-//     (ErrDataRefused), or failures past the bound.
+//     (ErrDataRefused), a fatal error of the consumer group client, or failures past the bound.
 //   - Every statement of the protocol runs under a deadline, so a connection the network
 //     blackholed fails the session in bounded time instead of freezing it.
 package pipeline

@@ -3,6 +3,7 @@
 // Invariant: a session starts only from a finished recovery, with the consumer at the last
 // decision and a fresh block of checkpoint ids above every id used before; it ends by failing as
 // a whole (every subtask's connection dropped, the consumer closed), never by half.
+
 package pipeline
 
 import (

@@ -1,9 +1,11 @@
 // Package sink holds the sink tables (created, and checked against their definitions) and renders
 // the epoch's dead-letter and append-sink rows as SQL; internal/spec renders the aggregate upserts.
 //
-// Invariants: statements carry no placeholders (they run inside XA on a raw connection); every
-// value is a literal relay formats itself: numbers from exact fixed-point, strings as hex literals,
-// so no byte of input can change the statement and no charset conversion can change a sku.
+// Invariants: statements carry no placeholders; every value is a literal relay formats itself:
+// numbers from exact fixed-point, strings as hex literals, so no byte of input can change the
+// statement and no charset conversion can change a sku (interpolated arguments would be escaped by
+// the driver, which depends on the connection's charset). The same text runs in either mode's
+// transaction, an XA branch or a held-mode local transaction.
 package sink
 
 import (

@@ -5,6 +5,7 @@
 // Invariant: relay writes only into a table that is transactional (InnoDB: a rolled-back or
 // never-committed epoch leaves nothing behind) and whose columns, types, key-string collation and
 // unique keys are exactly these (for aggregate tables, the pipeline spec's); anything else is refused with the difference, never altered.
+
 package sink
 
 import (

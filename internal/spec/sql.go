@@ -1,8 +1,8 @@
 // SQL of the aggregate tables. Invariant: as in internal/sink (which renders their CREATE TABLE
-// from SinkTable), statements carry no placeholders (they run inside XA on a raw connection) and
-// every value is a literal relay formats itself (numbers from exact integers, strings as hex
-// literals); for the default spec the text is byte for byte what relay ran before the spec
-// (default_test.go), so switching the pipeline to it changed no statement.
+// from SinkTable, and says why), statements carry no placeholders and every value is a literal
+// relay formats itself (numbers from exact integers, strings as hex literals); for the default
+// spec the text is byte for byte what relay ran before the spec (default_test.go), so switching
+// the pipeline to it changed no statement.
 
 package spec
 

@@ -6,6 +6,7 @@
 // vanished host does: each end sees a silent peer, the server keeps its session; when the
 // blackhole ends (if it does), what was sent meanwhile arrives, as TCP retransmission would
 // deliver it, including a close.
+
 package testenv
 
 import (

@@ -2,9 +2,10 @@
 // of relay on a cluster (test/galera).
 //
 // Invariant: a test gets the cluster with every node synced, started by the script when it is not
-// running (never by the hot path of other tests: only tests that ask for it start it); without it
-// a test skips, unless RELAY_TEST_REQUIRE=1, where it fails. Node faults go through the script,
-// which acts only on the nodes it started.
+// running (never by the hot path of other tests: only tests that ask for it start it, and none
+// under -short); without it a test skips, unless RELAY_TEST_REQUIRE=1, where it fails. Node faults
+// go through the script, which acts only on the nodes it started.
+
 package testenv
 
 import (
@@ -31,6 +32,7 @@ var galeraOnce struct {
 // Galera returns the admin DSN of each node (index 0 is node 1), starting the cluster when needed.
 func Galera(t testing.TB) []string {
 	t.Helper()
+	serverTest(t, "the Galera test cluster") // before the script would start it
 	galeraOnce.Do(func() { galeraOnce.dsns, galeraOnce.err = galeraUp() })
 	if err := galeraOnce.err; err != nil {
 		if os.Getenv("RELAY_TEST_REQUIRE") == "1" {

@@ -5,6 +5,8 @@
 // Invariant: each test gets its own database and its own topics, so tests never see each other's
 // rows, offsets or XA branches; without the services a test skips, unless RELAY_TEST_REQUIRE=1
 // (make test), where it fails: a suite that silently skipped its real-server tests proves nothing.
+// Under -short (make test-unit, the fast tier) every test of a real server skips, services or not
+// (serverTest): whatever asks testenv for a server is left out, and only that.
 package testenv
 
 import (
@@ -18,8 +20,19 @@ import (
 	"github.com/relay-sh/relay/internal/harness"
 )
 
+// serverTest skips t in the fast tier. Every test of a real server comes through here (need, Galera)
+// before it touches one, so this is the one place that decides what -short leaves out; -short wins
+// over RELAY_TEST_REQUIRE, since whoever passed it asked for no servers.
+func serverTest(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs %s: -short (make test-unit) runs no test against real servers", what)
+	}
+}
+
 func need(t testing.TB, name string) string {
 	t.Helper()
+	serverTest(t, name)
 	v := os.Getenv(name)
 	if v == "" {
 		if os.Getenv("RELAY_TEST_REQUIRE") == "1" {

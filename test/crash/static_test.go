@@ -17,8 +17,7 @@ import (
 )
 
 // Static membership (kafka.group_instance_id, a StatefulSet's pod names): a member SIGKILLed and
-// started again under the same id within the group's session timeout (relay's default, job.lease:
-// 10 s) gets its partitions back without waiting for the session timeout and without a rebalance
+// started again under the same id within the group's session timeout (relay's default, 6 s) gets its partitions back without waiting for the session timeout and without a rebalance
 // of the others, takes its own fence again (same ledger key) and the totals are exact; its
 // relay_partition_takeover_seconds measures the restart.
 func TestStaticMemberRestart(t *testing.T) {

@@ -1,5 +1,5 @@
-// Package layers keeps docs/PACKAGES.md, the map of relay's packages, true, and the arrows between
-// them pointing one way.
+// Package layers keeps docs/PACKAGES.md, the map of relay's packages, true, the arrows between
+// them pointing one way, and each package's doc where go doc finds it (pkgdoc_test.go).
 //
 // Invariant: docs/PACKAGES.md is byte-for-byte what render produces from `go list` and the
 // identifiers each package uses of another, so an arrow cannot appear, disappear or change its

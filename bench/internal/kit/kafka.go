@@ -2,6 +2,7 @@
 // measurement needs, a paced producer and every record's producer timestamp.
 //
 // Invariant: a topic made here is deleted when the run ends, whatever step made it.
+
 package kit
 
 import (

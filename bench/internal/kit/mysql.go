@@ -2,6 +2,7 @@
 //
 // Invariant: a database is dropped only after the job's prepared XA branches were rolled back (their
 // metadata locks would hold DROP DATABASE), and once.
+
 package kit
 
 import (

@@ -2,6 +2,7 @@
 //
 // Invariant: a relay started here listens for /metrics on a port of its own and is killed at
 // Cleanup (before its database is dropped) if the step did not stop it.
+
 package kit
 
 import (
