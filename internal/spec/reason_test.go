@@ -47,15 +47,7 @@ func TestMetricsDocListsEveryReason(t *testing.T) {
 	if !slices.Equal(doc, code) {
 		t.Errorf("docs/METRICS.md lists the reasons\n  %s\nthe code has\n  %s", strings.Join(doc, " "), strings.Join(code, " "))
 	}
-	p, err := Parse([]byte(`input:
-  fields: {s: string(4), i: int, d: decimal(2)}
-  event_time: {field: t, format: rfc3339}
-aggregates:
-  - {table: x, window: 1m, measures: [{column: n, kind: count}]}
-`), testLimits)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := threeFieldPlan(t)
 	for _, r := range p.Reasons() {
 		if !slices.Contains(AllReasons(), r) {
 			t.Errorf("the plan's reason %s is not in AllReasons", r)

@@ -10,15 +10,7 @@ import (
 // The typed Set methods give the JSON decoder's verdict and value for the same field value: a
 // binary format's record folds exactly as the JSON record with the same values would.
 func TestTypedValuesMatchJSON(t *testing.T) {
-	p, err := Parse([]byte(`input:
-  fields: {s: string(4), i: int, d: decimal(2)}
-  event_time: {field: t, format: rfc3339}
-aggregates:
-  - {table: x, window: 1m, measures: [{column: n, kind: count}]}
-`), testLimits)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := threeFieldPlan(t)
 	dec := p.NewDecoder()
 	const good = `"s": "ab", "i": 7, "d": "1.5", "t": "2024-01-02T03:04:05.678Z"`
 	// json decodes one record with the given member replaced; typed fills the same value.
@@ -90,4 +82,20 @@ aggregates:
 	if got := string(rec.Vals[0].Bytes); got != "ab" {
 		t.Errorf("the string changed with the caller's memory: %q", got)
 	}
+}
+
+// threeFieldPlan is a plan with one field of each kind a record's value can take (string, int,
+// decimal) and an event time: enough for every reason a field can give.
+func threeFieldPlan(t *testing.T) *Plan {
+	t.Helper()
+	p, err := Parse([]byte(`input:
+  fields: {s: string(4), i: int, d: decimal(2)}
+  event_time: {field: t, format: rfc3339}
+aggregates:
+  - {table: x, window: 1m, measures: [{column: n, kind: count}]}
+`), testLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
