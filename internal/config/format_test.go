@@ -35,7 +35,9 @@ func TestInputFormatSettings(t *testing.T) {
 		{nil, nil},
 		{[]string{"RELAY_INPUT_FORMAT=json"}, nil},
 		{[]string{"RELAY_INPUT_FORMAT=xml"}, []string{`config input.format (RELAY_INPUT_FORMAT): "xml" is not json, avro, protobuf or json_schema`}},
-		{[]string{"RELAY_INPUT_FORMAT=protobuf", url}, []string{"config input.format (RELAY_INPUT_FORMAT): protobuf records are not read yet (issue 36): json or avro"}},
+		{[]string{"RELAY_INPUT_FORMAT=protobuf", url}, nil},
+		{[]string{"RELAY_INPUT_FORMAT=protobuf"}, []string{
+			"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): is required: input.format protobuf finds writer schemas in a Schema Registry"}},
 		{[]string{url}, []string{"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): is set, but input.format is json, which reads no registry"}},
 		{[]string{"RELAY_INPUT_FORMAT=avro"}, []string{
 			"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): is required: input.format avro finds writer schemas in a Schema Registry"}},

@@ -54,10 +54,11 @@ func BenchmarkDecode(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if a.schemas[v1.id], err = a.resolve(parsed); err != nil {
+		s, err := a.resolve(parsed)
+		if err != nil {
 			b.Fatal(err)
 		}
-		a.order = append(a.order, v1.id)
+		a.schemas.put(v1.id, s)
 		run(b, payloads, a)
 	})
 	b.Run("avrov2-serde", func(b *testing.B) {

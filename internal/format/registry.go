@@ -171,3 +171,25 @@ func (r *Registry) Versions(ctx context.Context, subject string) ([]schemaregist
 	}
 	return out, nil
 }
+
+// references adds to sources the text of each schema refs name, under the name the reference
+// gives, and of the schemas those reference in turn (each once). The error wraps ErrUnavailable.
+func (r *Registry) references(ctx context.Context, refs []schemaregistry.Reference, sources map[string]string) error {
+	for _, ref := range refs {
+		if _, ok := sources[ref.Name]; ok {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		m, err := r.client.GetSchemaMetadata(ref.Subject, ref.Version)
+		if err != nil {
+			return fmt.Errorf("%w: %s version %d (referenced as %s): %w", ErrUnavailable, ref.Subject, ref.Version, ref.Name, err)
+		}
+		sources[ref.Name] = m.Schema
+		if err := r.references(ctx, m.References, sources); err != nil {
+			return err
+		}
+	}
+	return nil
+}

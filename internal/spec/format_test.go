@@ -22,10 +22,10 @@ func parseFormat(t *testing.T, format string) (*Plan, error) {
 	return Parse([]byte(strings.Replace(formatSpec, "%s", format, 1)), testLimits)
 }
 
-// input.format picks the format; its reasons are the plan's; Protobuf and JSON Schema are named
-// and refused as not read yet.
+// input.format picks the format; its reasons are the plan's; JSON Schema is named and refused as
+// not read yet.
 func TestInputFormat(t *testing.T) {
-	for _, c := range []struct{ format, want string }{{`""`, FormatJSON}, {"json", FormatJSON}, {"avro", FormatAvro}} {
+	for _, c := range []struct{ format, want string }{{`""`, FormatJSON}, {"json", FormatJSON}, {"avro", FormatAvro}, {"protobuf", FormatProtobuf}} {
 		p, err := parseFormat(t, c.format)
 		if err != nil {
 			t.Fatalf("format %s: %v", c.format, err)
@@ -36,12 +36,11 @@ func TestInputFormat(t *testing.T) {
 		wire := slices.Contains(p.Reasons(), ReasonBadHeader) && slices.Contains(p.Reasons(), ReasonUnknownSchema) &&
 			slices.Contains(p.Reasons(), ReasonBadEncoding)
 		json := slices.Contains(p.Reasons(), Reason(order.ReasonNotJSON))
-		if wire != (c.want == FormatAvro) || json != (c.want == FormatJSON) {
+		if wire != (c.want != FormatJSON) || json != (c.want == FormatJSON) {
 			t.Errorf("format %s: reasons %v", c.format, p.Reasons())
 		}
 	}
 	for _, c := range []struct{ format, want string }{
-		{"protobuf", "pipeline.input.format: protobuf records are not read yet (issue 36): json or avro"},
 		{"json_schema", "pipeline.input.format: json_schema records are not read yet"},
 		{"xml", `pipeline.input.format: "xml" is not json, avro, protobuf or json_schema`},
 		{"AVRO", `pipeline.input.format: "AVRO" is not`},

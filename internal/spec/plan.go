@@ -120,10 +120,10 @@ func Compile(s Spec) (*Plan, error) {
 	switch s.Input.Format {
 	case "", FormatJSON:
 		p.format = FormatJSON
-	case FormatAvro:
-		p.format = FormatAvro
-	case FormatProtobuf, FormatJSONSchema:
-		return nil, bad("input.format", "%s records are not read yet (issue 36): json or avro", s.Input.Format)
+	case FormatAvro, FormatProtobuf:
+		p.format = s.Input.Format
+	case FormatJSONSchema:
+		return nil, bad("input.format", "%s records are not read yet (issue 36): json, avro or protobuf", s.Input.Format)
 	default:
 		return nil, bad("input.format", "%q is not json, avro, protobuf or json_schema", s.Input.Format)
 	}

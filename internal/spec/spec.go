@@ -104,8 +104,8 @@ type Filter struct {
 	In    []string `yaml:"in"`
 }
 
-// Input formats. Avro records come in a Schema Registry's wire format (internal/format); Protobuf
-// and JSON Schema are named so that a spec asking for them is told they are not read yet.
+// Input formats. Avro and Protobuf records come in a Schema Registry's wire format
+// (internal/format); JSON Schema is named so that a spec asking for it is told it is not read yet.
 const (
 	FormatJSON       = "json"
 	FormatAvro       = "avro"
