@@ -27,10 +27,10 @@ import (
 
 // Avro decodes Avro records of one plan.
 type Avro struct {
-	p      *spec.Plan
-	fields []spec.InputField // declared fields, then the event time
-	reg    *Registry
-	r      *avro.Reader
+	p       *spec.Plan
+	fields  []spec.InputField // declared fields, then the event time
+	reg     *Registry
+	r       *avro.Reader
 	schemas resolved[*avroSchema]
 }
 
