@@ -577,9 +577,8 @@ func (d *Protobuf) CheckSubject(ctx context.Context, subject string) error {
 const schemaFile = "relay/registry/schema.proto"
 
 // compileProto compiles a registry's Protobuf schema with the schemas it references (fetched from
-// the registry by subject and version), the well-known types, and the decimal types Confluent's
-// serializers import without registering (google/type/decimal.proto, confluent/type/decimal.proto,
-// confluent/meta.proto). The error wraps ErrUnavailable when a reference could not be fetched.
+// the registry by subject and version) and the files Confluent's serializers import without a
+// reference (imports.go). The error wraps ErrUnavailable when a reference could not be fetched.
 func compileProto(ctx context.Context, reg *Registry, info schemaregistry.SchemaInfo) (protoreflect.FileDescriptor, error) {
 	if info.SchemaType != "PROTOBUF" {
 		return nil, fmt.Errorf("%w: the registry says %q", errNotProtobuf, info.SchemaType)
@@ -588,13 +587,10 @@ func compileProto(ctx context.Context, reg *Registry, info schemaregistry.Schema
 	if err := reg.references(ctx, info.References, sources); err != nil {
 		return nil, err
 	}
-	for name, text := range builtinProtos {
-		if _, ok := sources[name]; !ok {
-			sources[name] = text
-		}
-	}
+	// A referenced schema wins over a built-in one of the same path, as in Confluent's serde.
 	c := protocompile.Compiler{
-		Resolver:       protocompile.WithStandardImports(&protocompile.SourceResolver{Accessor: protocompile.SourceAccessorFromMap(sources)}),
+		Resolver: protocompile.WithStandardImports(protocompile.CompositeResolver{
+			&protocompile.SourceResolver{Accessor: protocompile.SourceAccessorFromMap(sources)}, builtinResolver}),
 		MaxParallelism: 1,
 	}
 	files, err := c.Compile(ctx, schemaFile)
@@ -602,27 +598,4 @@ func compileProto(ctx context.Context, reg *Registry, info schemaregistry.Schema
 		return nil, fmt.Errorf("%w: %w", errNotProtobuf, err)
 	}
 	return files[0], nil
-}
-
-// builtinProtos are the files Confluent's serializers treat as always there: a schema may import
-// them without a reference.
-var builtinProtos = map[string]string{
-	"google/type/decimal.proto": `syntax = "proto3";
-package google.type;
-message Decimal { string value = 1; }
-`,
-	"confluent/type/decimal.proto": `syntax = "proto3";
-package confluent.type;
-message Decimal { bytes value = 1; uint32 precision = 2; int32 scale = 3; }
-`,
-	"confluent/meta.proto": `syntax = "proto3";
-package confluent;
-import "google/protobuf/descriptor.proto";
-message Meta { string doc = 1; map<string, string> params = 2; repeated string tags = 3; }
-extend google.protobuf.FileOptions { Meta file_meta = 1088; }
-extend google.protobuf.MessageOptions { Meta message_meta = 1088; }
-extend google.protobuf.FieldOptions { Meta field_meta = 1088; }
-extend google.protobuf.EnumOptions { Meta enum_meta = 1088; }
-extend google.protobuf.EnumValueOptions { Meta enum_value_meta = 1088; }
-`,
 }

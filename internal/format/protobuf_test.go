@@ -18,7 +18,10 @@ import (
 	"github.com/jhump/protoreflect/desc/protoparse"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/relay-sh/relay/internal/harness"
@@ -96,15 +99,24 @@ message Order {
 // takes) and returns its first message type.
 func pbMessageOf(t testing.TB, schema string) protoreflect.MessageDescriptor {
 	t.Helper()
-	files := map[string]string{"order.proto": schema}
-	for k, v := range builtinProtos {
-		files[k] = v
-	}
-	fds, err := (&protoparse.Parser{Accessor: protoparse.FileContentsFromMap(files)}).ParseFiles("order.proto")
+	fds, err := (&protoparse.Parser{Accessor: protoparse.FileContentsFromMap(map[string]string{"order.proto": schema}),
+		LookupImportProto: lookupImport}).ParseFiles("order.proto")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return fds[0].UnwrapFile().Messages().Get(0)
+}
+
+// lookupImport finds a schema's import among the Go packages that generated it (registered in
+// protoregistry.GlobalFiles when imported): Confluent's decimal is generated as confluent/types/.
+func lookupImport(path string) (*descriptorpb.FileDescriptorProto, error) {
+	fd, err := protoregistry.GlobalFiles.FindFileByPath(strings.Replace(path, "confluent/type/", "confluent/types/", 1))
+	if err != nil {
+		return nil, err
+	}
+	p := protodesc.ToFileDescriptorProto(fd)
+	p.Name = &path
+	return p, nil
 }
 
 // pbExpect is what a record must decode to, stated from google.golang.org/protobuf's own
