@@ -32,7 +32,7 @@ type avroWriter struct {
 	fields []spec.InputField
 	schema avro.Schema
 	header []byte
-	bad    int // bad records written: they alternate between bad_header and unknown_schema
+	bad    badFramer
 }
 
 // AvroSchema is the Avro schema loadgen writes p's records under: a record of p's fields in
@@ -120,24 +120,11 @@ func newAvroWriter(p *spec.Plan, reg *format.Registry, topic string) (*avroWrite
 // JSON twin kept to fold), a bad one's bytes with the reason they alone decide.
 func (w *avroWriter) write(r pendingRec) (pendingRec, error) {
 	if r.bad != nil {
-		out := pendingRec{payload: r.payload, bad: r.bad}
-		switch {
-		case w.plan.TooLarge(r.payload):
-			out.verdict = spec.ReasonTooLarge.String()
-		case w.bad%2 == 0:
-			out.verdict = spec.ReasonBadHeader.String() // JSON where Avro was expected: a producer misconfigured
-		default:
-			out.payload = append(format.AppendHeader(nil, UnknownSchemaID), r.payload...)
-			out.verdict = spec.ReasonUnknownSchema.String()
-		}
-		w.bad++
-		return out, nil
+		return w.bad.frame(w.plan, r, nil), nil
 	}
-	var obj map[string]any
-	dec := json.NewDecoder(bytes.NewReader(r.payload))
-	dec.UseNumber()
-	if err := dec.Decode(&obj); err != nil {
-		return r, fmt.Errorf("loadgen: a generated record is no JSON object: %w", err)
+	obj, err := jsonObject(r.payload)
+	if err != nil {
+		return r, err
 	}
 	rec := make(map[string]any, len(w.fields))
 	for _, f := range w.fields {
@@ -163,6 +150,40 @@ func (w *avroWriter) write(r pendingRec) (pendingRec, error) {
 		return r, fmt.Errorf("loadgen: Avro encoding of %s: %w", r.payload, err)
 	}
 	return pendingRec{payload: append(append([]byte(nil), w.header...), body...), twin: r.payload}, nil
+}
+
+// badFramer writes the generator's bad records for a registry format.
+type badFramer struct {
+	n int // bad records written: they alternate between bad_header and unknown_schema
+}
+
+// frame is bad record r as produced in a registry format, with the reason its bytes alone decide:
+// too_large; its JSON as it is (bad_header: a producer misconfigured); or framed under an id no
+// registry has (unknown_schema), after indexes (Protobuf's message-index list) when not nil.
+func (b *badFramer) frame(p *spec.Plan, r pendingRec, indexes []byte) pendingRec {
+	out := pendingRec{payload: r.payload, bad: r.bad}
+	switch {
+	case p.TooLarge(r.payload):
+		out.verdict = spec.ReasonTooLarge.String()
+	case b.n%2 == 0:
+		out.verdict = spec.ReasonBadHeader.String()
+	default:
+		out.payload = append(append(format.AppendHeader(nil, UnknownSchemaID), indexes...), r.payload...)
+		out.verdict = spec.ReasonUnknownSchema.String()
+	}
+	b.n++
+	return out
+}
+
+// jsonObject is a generated good record's JSON object, its numbers as json.Number.
+func jsonObject(payload []byte) (map[string]any, error) {
+	var obj map[string]any
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	if err := dec.Decode(&obj); err != nil {
+		return nil, fmt.Errorf("loadgen: a generated record is no JSON object: %w", err)
+	}
+	return obj, nil
 }
 
 // avroValue is a JSON value of field f as the Avro schema's type holds it, exactly.

@@ -136,27 +136,13 @@ func (r *AvroReader) writer(id uint32) (*writer, error) {
 	if w, ok := r.schemas[id]; ok {
 		return w, nil
 	}
-	resp, err := r.client.Get(fmt.Sprintf("%s/schemas/ids/%d", r.url, id))
+	got, err := fetchSchema(r.client, fmt.Sprintf("%s/schemas/ids/%d", r.url, id))
 	if err != nil {
-		return nil, fmt.Errorf("oracle: schema %d: %w", id, err)
+		return nil, err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("oracle: schema %d: %w", id, err)
-	}
-	if resp.StatusCode == http.StatusNotFound {
+	if got == nil {
 		r.schemas[id] = nil
 		return nil, nil
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("oracle: schema %d: %s: %s", id, resp.Status, body)
-	}
-	var got struct {
-		Schema string `json:"schema"`
-	}
-	if err := json.Unmarshal(body, &got); err != nil {
-		return nil, fmt.Errorf("oracle: schema %d: %w", id, err)
 	}
 	codec, err := goavro.NewCodec(got.Schema)
 	if err != nil {
@@ -169,6 +155,42 @@ func (r *AvroReader) writer(id uint32) (*writer, error) {
 	w.name(w.root, "")
 	r.schemas[id] = w
 	return w, nil
+}
+
+// registrySchema is a schema as the registry's API gives it.
+type registrySchema struct {
+	Schema     string `json:"schema"`
+	SchemaType string `json:"schemaType"`
+	References []struct {
+		Name    string `json:"name"`
+		Subject string `json:"subject"`
+		Version int    `json:"version"`
+	} `json:"references"`
+}
+
+// fetchSchema GETs the schema at url (/schemas/ids/{id}, or /subjects/{s}/versions/{v}); nil for
+// one the registry answers 404 for.
+func fetchSchema(client *http.Client, url string) (*registrySchema, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return nil, fmt.Errorf("oracle: %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("oracle: %s: %w", url, err)
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		return nil, nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("oracle: %s: %s: %s", url, resp.Status, body)
+	}
+	var got registrySchema
+	if err := json.Unmarshal(body, &got); err != nil {
+		return nil, fmt.Errorf("oracle: %s: %w", url, err)
+	}
+	return &got, nil
 }
 
 // name records the named types under schema t (records, enums, fixed) by full and short name.
@@ -284,11 +306,28 @@ func jsonOf(typ string, v any) (string, bool) {
 		}
 		b, _ := json.Marshal(x)
 		return string(b), true
+	case protoString:
+		if typ == "decimal" {
+			b, _ := json.Marshal(string(x)) // decimal text, as in a JSON string
+			return string(b), true
+		}
+		return jsonOf(typ, string(x))
+	case decimalText:
+		if typ != "decimal" {
+			return wrong(typ), true
+		}
+		b, _ := json.Marshal(string(x))
+		return string(b), true
 	case int64:
 		if typ == "string" || typ == "rfc3339" {
 			return wrong(typ), true
 		}
 		return strconv.FormatInt(x, 10), true
+	case uint64:
+		if typ == "string" || typ == "rfc3339" {
+			return wrong(typ), true
+		}
+		return strconv.FormatUint(x, 10), true
 	case *big.Rat:
 		if typ != "decimal" {
 			return wrong(typ), true

@@ -1,0 +1,257 @@
+// Protobuf records in Confluent's wire format, read without any of relay's code: writer schemas
+// (and the schemas they reference) fetched by plain HTTP from the registry, compiled by
+// jhump/protoreflect's protoparse (relay calls protocompile's compiler itself), each record decoded
+// whole by proto.Unmarshal into a dynamicpb message (relay walks the wire with protowire), each
+// spec field then judged by docs/FORMATS.md's rules.
+//
+// Invariant: a Protobuf record becomes the JSON object its spec fields would be in a JSON topic
+// (its twin) only where docs/FORMATS.md says the Protobuf type holds the field exactly (string or
+// an open enum's name for a string; an integer kind for an int; an integer kind, a string,
+// google.type.Decimal or confluent.type.Decimal for a decimal; an integer kind or a Timestamp for
+// epoch_ms; a string for rfc3339; the google.protobuf wrappers of those); any other type becomes a
+// JSON value the field's JSON rules call wrong_type. A field with presence that is absent is
+// missing; one without holds its zero value. What only the bytes decide (too_large, bad_header,
+// unknown_schema, bad_encoding) is decided before.
+
+package oracle
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jhump/protoreflect/desc/protoparse"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	// The files a schema imports without a reference, registered in protoregistry.GlobalFiles.
+	_ "github.com/confluentinc/confluent-kafka-go/v2/schemaregistry/confluent/types"
+	_ "google.golang.org/genproto/googleapis/type/decimal"
+)
+
+// ProtobufReader reads framed Protobuf records against the writer schemas of one registry.
+type ProtobufReader struct {
+	url    string
+	client *http.Client
+	// files are the compiled writer schemas by id: nil for an id the registry answered 404 for.
+	files map[uint32]protoreflect.FileDescriptor
+}
+
+// NewProtobufReader reads against the Confluent API at url.
+func NewProtobufReader(url string) *ProtobufReader {
+	return &ProtobufReader{url: strings.TrimRight(url, "/"), client: &http.Client{Timeout: 30 * time.Second},
+		files: map[uint32]protoreflect.FileDescriptor{}}
+}
+
+// decimalText is a google.type.Decimal's value: decimal text a decimal field takes, and no other.
+type decimalText string
+
+// protoString is a Protobuf string: a string, an rfc3339 time, or a decimal's text.
+type protoString string
+
+// FoldProtobuf folds Protobuf records as Fold folds JSON ones. An error is the registry's.
+func (s *Spec) FoldProtobuf(r *ProtobufReader, payloads [][]byte) (*Result, error) {
+	twins := make([][]byte, len(payloads))
+	verdicts := make([]string, len(payloads))
+	for i, p := range payloads {
+		var err error
+		if twins[i], verdicts[i], err = r.twin(s, p); err != nil {
+			return nil, err
+		}
+	}
+	return s.fold(len(payloads), func(i int) (map[string]value, time.Time, string, string) {
+		if verdicts[i] != "" {
+			return nil, time.Time{}, verdicts[i], ""
+		}
+		return s.decodeObject(twins[i])
+	}), nil
+}
+
+// twin is p's JSON twin, or the verdict its bytes alone decide.
+func (r *ProtobufReader) twin(s *Spec, p []byte) ([]byte, string, error) {
+	if len(p) > s.Limits.MaxPayloadBytes {
+		return nil, "too_large", nil
+	}
+	if len(p) < 5 || p[0] != 0 || p[1]&0x80 != 0 {
+		return nil, "bad_header", nil
+	}
+	// The message-index list: a zigzag count (0 alone means [0]), then the zigzag indexes.
+	b := p[5:]
+	count, n := protowire.ConsumeVarint(b)
+	if n < 0 || protowire.DecodeZigZag(count) < 0 || protowire.DecodeZigZag(count) > 100 {
+		return nil, "bad_header", nil
+	}
+	b = b[n:]
+	indexes := []int64{0}
+	if c := protowire.DecodeZigZag(count); c > 0 {
+		indexes = indexes[:0]
+		for range c {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 || protowire.DecodeZigZag(v) < 0 || protowire.DecodeZigZag(v) > 1<<31-1 {
+				return nil, "bad_header", nil
+			}
+			indexes = append(indexes, protowire.DecodeZigZag(v))
+			b = b[n:]
+		}
+	}
+	file, err := r.file(binary.BigEndian.Uint32(p[1:5]))
+	if err != nil {
+		return nil, "", err
+	}
+	if file == nil {
+		return nil, "unknown_schema", nil
+	}
+	var md protoreflect.MessageDescriptor
+	msgs := file.Messages()
+	for _, i := range indexes {
+		if int(i) >= msgs.Len() {
+			return nil, "bad_encoding", nil
+		}
+		md = msgs.Get(int(i))
+		msgs = md.Messages()
+	}
+	m := dynamicpb.NewMessage(md)
+	if err := proto.Unmarshal(b, m); err != nil {
+		return nil, "bad_encoding", nil
+	}
+	top := plainMessage(m)
+	twin := map[string]any{}
+	for _, f := range append(append([]Field(nil), s.Fields...), s.EventTime) {
+		place(twin, top, f)
+	}
+	out, err := json.Marshal(twin)
+	return out, "", err
+}
+
+// plainMessage is m as place reads a record: each field that is there (a field with presence
+// only when set) by name, a message as a map unless it is a well-known value.
+func plainMessage(m protoreflect.Message) map[string]any {
+	out := map[string]any{}
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.HasPresence() && !m.Has(fd) {
+			continue
+		}
+		out[string(fd.Name())] = plainValue(fd, m.Get(fd))
+	}
+	return out
+}
+
+// plainValue is one field's value as jsonOf takes it.
+func plainValue(fd protoreflect.FieldDescriptor, v protoreflect.Value) any {
+	if fd.IsList() || fd.IsMap() {
+		return multiUnion{}
+	}
+	switch fd.Kind() {
+	case protoreflect.StringKind:
+		return protoString(v.String())
+	case protoreflect.EnumKind:
+		ev := fd.Enum().Values().ByNumber(v.Enum())
+		if ev == nil || fd.Enum().IsClosed() {
+			return multiUnion{}
+		}
+		return string(ev.Name())
+	case protoreflect.Int32Kind, protoreflect.Int64Kind, protoreflect.Sint32Kind, protoreflect.Sint64Kind,
+		protoreflect.Sfixed32Kind, protoreflect.Sfixed64Kind:
+		return v.Int()
+	case protoreflect.Uint32Kind, protoreflect.Uint64Kind, protoreflect.Fixed32Kind, protoreflect.Fixed64Kind:
+		return v.Uint()
+	case protoreflect.MessageKind:
+		return plainWellKnown(v.Message())
+	}
+	return multiUnion{} // bool, bytes, float, double, group
+}
+
+// plainWellKnown is a message field's value: a Timestamp as a time, a decimal as its value, a
+// wrapper as what it wraps, any other message as a map.
+func plainWellKnown(m protoreflect.Message) any {
+	get := func(name protoreflect.Name) protoreflect.Value { return m.Get(m.Descriptor().Fields().ByName(name)) }
+	switch name := m.Descriptor().FullName(); {
+	case name == "google.protobuf.Timestamp":
+		return time.Unix(get("seconds").Int(), get("nanos").Int())
+	case name == "google.type.Decimal":
+		return decimalText(get("value").String())
+	case name == "confluent.type.Decimal":
+		b := get("value").Bytes()
+		n := new(big.Int).SetBytes(b)
+		if len(b) > 0 && b[0]&0x80 != 0 {
+			n.Sub(n, new(big.Int).Lsh(big.NewInt(1), uint(len(b))*8))
+		}
+		return new(big.Rat).SetFrac(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(get("scale").Int()), nil))
+	case strings.HasPrefix(string(name), "google.protobuf.") && strings.HasSuffix(string(name), "Value"):
+		fd := m.Descriptor().Fields().ByName("value")
+		switch fd.Kind() {
+		case protoreflect.StringKind, protoreflect.Int32Kind, protoreflect.Int64Kind, protoreflect.Uint32Kind, protoreflect.Uint64Kind:
+			return plainValue(fd, m.Get(fd))
+		}
+		return multiUnion{}
+	}
+	return plainMessage(m)
+}
+
+// file fetches (once) and compiles the schema of id; nil for an id the registry does not know.
+func (r *ProtobufReader) file(id uint32) (protoreflect.FileDescriptor, error) {
+	if f, ok := r.files[id]; ok {
+		return f, nil
+	}
+	got, err := fetchSchema(r.client, fmt.Sprintf("%s/schemas/ids/%d", r.url, id))
+	if err != nil || got == nil {
+		r.files[id] = nil
+		return nil, err
+	}
+	const name = "oracle/writer.proto"
+	sources := map[string]string{name: got.Schema}
+	if err := r.references(got, sources); err != nil {
+		return nil, err
+	}
+	fds, err := (&protoparse.Parser{Accessor: protoparse.FileContentsFromMap(sources), LookupImportProto: builtinImport}).ParseFiles(name)
+	if err != nil {
+		return nil, fmt.Errorf("oracle: schema %d does not compile: %w", id, err)
+	}
+	r.files[id] = fds[0].UnwrapFile()
+	return r.files[id], nil
+}
+
+// references adds the text of every schema s references, under the name it is imported by.
+func (r *ProtobufReader) references(s *registrySchema, sources map[string]string) error {
+	for _, ref := range s.References {
+		if _, ok := sources[ref.Name]; ok {
+			continue
+		}
+		got, err := fetchSchema(r.client, fmt.Sprintf("%s/subjects/%s/versions/%d", r.url, url.PathEscape(ref.Subject), ref.Version))
+		if err != nil {
+			return err
+		}
+		if got == nil {
+			return fmt.Errorf("oracle: reference %s (%s version %d) not found", ref.Name, ref.Subject, ref.Version)
+		}
+		sources[ref.Name] = got.Schema
+		if err := r.references(got, sources); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// builtinImport is a file a schema imports without a reference, from the Go package that
+// generated it (Confluent's decimal is generated as confluent/types/, imported as confluent/type/).
+func builtinImport(path string) (*descriptorpb.FileDescriptorProto, error) {
+	fd, err := protoregistry.GlobalFiles.FindFileByPath(strings.Replace(path, "confluent/type/", "confluent/types/", 1))
+	if err != nil {
+		return nil, err
+	}
+	p := protodesc.ToFileDescriptorProto(fd)
+	p.Name = &path
+	return p, nil
+}
