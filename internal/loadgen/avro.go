@@ -30,10 +30,24 @@ const UnknownSchemaID = 1<<31 - 1
 type avroWriter struct {
 	plan   *spec.Plan
 	fields []spec.InputField
+	// versions are the writer schemas registered, the first loadgen's own (evolve adds the
+	// second); records take them in turn.
+	versions []avroVersion
+	n        int
+	reg      *format.Registry
+	subject  string
+	bad      badFramer
+}
+
+// avroVersion is one registered writer schema and the header of its records.
+type avroVersion struct {
 	schema avro.Schema
 	header []byte
-	bad    badFramer
 }
+
+// noteField is the field evolve's second writer schema adds (with a default, as BACKWARD allows):
+// no spec reads it, so records of either schema carry the same values.
+const noteField = "loadgen_note"
 
 // AvroSchema is the Avro schema loadgen writes p's records under: a record of p's fields in
 // declaration order, the event time last, a dotted path as nested records (named after their
@@ -105,15 +119,41 @@ func newAvroWriter(p *spec.Plan, reg *format.Registry, topic string) (*avroWrite
 	if err != nil {
 		return nil, err
 	}
+	w := &avroWriter{plan: p, fields: p.InputFields(), reg: reg, subject: topic + "-value"}
+	return w, w.register(text)
+}
+
+// register registers text under the writer's subject and adds it to the versions records take.
+func (w *avroWriter) register(text string) error {
 	schema, err := avro.Parse(text)
 	if err != nil {
-		return nil, fmt.Errorf("loadgen: Avro schema: %w", err)
+		return fmt.Errorf("loadgen: Avro schema: %w", err)
 	}
-	id, err := reg.Client().Register(topic+"-value", schemaregistry.SchemaInfo{Schema: text}, false)
+	id, err := w.reg.Client().Register(w.subject, schemaregistry.SchemaInfo{Schema: text}, false)
 	if err != nil {
-		return nil, fmt.Errorf("loadgen: register the Avro schema under %s-value: %w", topic, err)
+		return fmt.Errorf("loadgen: register the Avro schema under %s: %w", w.subject, err)
 	}
-	return &avroWriter{plan: p, fields: p.InputFields(), schema: schema, header: format.AppendHeader(nil, id)}, nil
+	w.versions = append(w.versions, avroVersion{schema, format.AppendHeader(nil, id)})
+	return nil
+}
+
+// evolve registers a second writer schema, the first with noteField added, and writes every
+// other record under it from now on.
+func (w *avroWriter) evolve() error {
+	text, err := AvroSchema(w.plan)
+	if err != nil {
+		return err
+	}
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(text), &doc); err != nil {
+		return err
+	}
+	doc["fields"] = append(doc["fields"].([]any), map[string]any{"name": noteField, "type": "string", "default": ""})
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	return w.register(string(b))
 }
 
 // write turns the generator's record into what is produced: a good record's Avro encoding (its
@@ -145,11 +185,17 @@ func (w *avroWriter) write(r pendingRec) (pendingRec, error) {
 		}
 		out[last] = v
 	}
-	body, err := avro.Marshal(w.schema, rec)
+	i := w.n % len(w.versions)
+	w.n++
+	if i > 0 {
+		rec[noteField] = "v2"
+	}
+	v := w.versions[i]
+	body, err := avro.Marshal(v.schema, rec)
 	if err != nil {
 		return r, fmt.Errorf("loadgen: Avro encoding of %s: %w", r.payload, err)
 	}
-	return pendingRec{payload: append(append([]byte(nil), w.header...), body...), twin: r.payload}, nil
+	return pendingRec{payload: append(append([]byte(nil), v.header...), body...), twin: r.payload}, nil
 }
 
 // badFramer writes the generator's bad records for a registry format.

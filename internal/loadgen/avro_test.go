@@ -45,7 +45,7 @@ func checkTwins(t *testing.T, p *spec.Plan) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &avroWriter{plan: p, fields: p.InputFields(), schema: schema, header: format.AppendHeader(nil, 42)}
+	w := &avroWriter{plan: p, fields: p.InputFields(), versions: []avroVersion{{schema, format.AppendHeader(nil, 42)}}}
 	g := NewGenerator(Options{Seed: 36, BadRate: 0.05, Plan: p})
 	verdicts := map[string]int{}
 	for range 3000 {

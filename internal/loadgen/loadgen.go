@@ -54,6 +54,10 @@ type Options struct {
 	// the schema registered in Registry under <Topic>-value; Escape is JSON's and refused with it).
 	Format   string
 	Registry *format.Registry
+	// EvolveAfter, in a registry format, registers a second writer schema once that many records
+	// were sent (the first with a field added that no spec reads, as BACKWARD compatibility
+	// allows) and writes every other record under it: a fleet of producers mid-upgrade.
+	EvolveAfter int
 	// Progress, if set, gets a line every ProgressEvery (default 5 s) while Run produces: records
 	// sent, committed and aborted, the rate and the time left.
 	Progress      io.Writer

@@ -47,10 +47,16 @@ func Run(ctx context.Context, o Options, totals *Totals) error {
 		go prog.report(o.Progress, every, o.Orders, stop, done)
 		defer func() { close(stop); <-done }()
 	}
-	reopened := 0
+	reopened, evolved := 0, false
 	for sent := 0; sent < o.Orders; {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if enc != nil && o.EvolveAfter > 0 && sent >= o.EvolveAfter && !evolved {
+			if err := enc.evolve(); err != nil {
+				return err
+			}
+			evolved = true
 		}
 		n := min(batch, o.Orders-sent)
 		recs, committed, err := sendBatch(ctx, p, o, g, enc, n, &prog.sent, func(i int) error { return pace(ctx, start, o.Rate, sent+i) })
@@ -126,6 +132,9 @@ func newProducer(ctx context.Context, o Options) (*kafka.Producer, error) {
 // encoder writes the generator's records in a registry format.
 type encoder interface {
 	write(r pendingRec) (pendingRec, error)
+	// evolve registers a second writer schema (the first and a field no spec reads) and writes
+	// every other record under it from then on.
+	evolve() error
 }
 
 // newEncoder is the encoder of o.Format, nil for JSON (the generator's own records).

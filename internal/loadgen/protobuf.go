@@ -21,11 +21,19 @@ import (
 
 // protoWriter writes one spec's records as Protobuf under the schema it registered.
 type protoWriter struct {
-	plan   *spec.Plan
-	root   *protoNode
-	header []byte // the wire format's header and the message indexes [0]
-	bad    badFramer
+	plan *spec.Plan
+	root *protoNode
+	// headers are the wire format's header and the message indexes [0] of each writer schema
+	// registered, the first loadgen's own (evolve adds the second); records take them in turn.
+	headers [][]byte
+	n       int
+	reg     *format.Registry
+	subject string
+	bad     badFramer
 }
+
+// noteNumber is the field number of noteField in evolve's second schema.
+const noteNumber = 1000
 
 // protoNode is a message of the schema: its fields in order, numbered from 1; a field is a spec
 // field (leaf) or a nested message (child) for a dotted path.
@@ -106,11 +114,29 @@ func newProtoWriter(p *spec.Plan, reg *format.Registry, topic string) (*protoWri
 	if err != nil {
 		return nil, err
 	}
-	id, err := reg.Client().Register(topic+"-value", schemaregistry.SchemaInfo{Schema: text, SchemaType: "PROTOBUF"}, false)
+	w := &protoWriter{plan: p, root: protoTree(p), reg: reg, subject: topic + "-value"}
+	return w, w.register(text)
+}
+
+// register registers text under the writer's subject and adds it to the versions records take.
+func (w *protoWriter) register(text string) error {
+	id, err := w.reg.Client().Register(w.subject, schemaregistry.SchemaInfo{Schema: text, SchemaType: "PROTOBUF"}, false)
 	if err != nil {
-		return nil, fmt.Errorf("loadgen: register the Protobuf schema under %s-value: %w", topic, err)
+		return fmt.Errorf("loadgen: register the Protobuf schema under %s: %w", w.subject, err)
 	}
-	return &protoWriter{plan: p, root: protoTree(p), header: append(format.AppendHeader(nil, id), 0)}, nil
+	w.headers = append(w.headers, append(format.AppendHeader(nil, id), 0))
+	return nil
+}
+
+// evolve registers a second writer schema, Order with noteField added, and writes every other
+// record under it from now on.
+func (w *protoWriter) evolve() error {
+	text, err := ProtobufSchema(w.plan)
+	if err != nil {
+		return err
+	}
+	end := strings.LastIndex(text, "}")
+	return w.register(fmt.Sprintf("%s  string %s = %d;\n}\n", text[:end], noteField, noteNumber))
 }
 
 // write turns the generator's record into what is produced: a good record's Protobuf encoding
@@ -123,9 +149,14 @@ func (w *protoWriter) write(r pendingRec) (pendingRec, error) {
 	if err != nil {
 		return r, err
 	}
-	out, err := appendMessage(append([]byte(nil), w.header...), w.root, obj)
+	i := w.n % len(w.headers)
+	w.n++
+	out, err := appendMessage(append([]byte(nil), w.headers[i]...), w.root, obj)
 	if err != nil {
 		return r, fmt.Errorf("loadgen: Protobuf encoding of %s: %w", r.payload, err)
+	}
+	if i > 0 {
+		out = protowire.AppendString(protowire.AppendTag(out, noteNumber, protowire.BytesType), "v2")
 	}
 	return pendingRec{payload: out, twin: r.payload}, nil
 }
