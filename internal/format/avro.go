@@ -455,15 +455,21 @@ func describe(s avro.Schema) string {
 	return d
 }
 
+// subjectChecker is a registry format's start-up check of one subject (Avro.CheckSubject,
+// JSONSchema.CheckSubject).
+type subjectChecker interface {
+	CheckSubject(ctx context.Context, subject string) error
+}
+
 // CheckTopics runs d's start-up check for each topic: for a registry format, CheckSubject of the
 // topic's subject under Confluent's TopicNameStrategy (<topic>-value); JSON has nothing to check.
 func CheckTopics(ctx context.Context, d Decoder, topics []string) error {
-	a, ok := d.(*Avro)
+	c, ok := d.(subjectChecker)
 	if !ok {
 		return nil
 	}
 	for _, t := range topics {
-		if err := a.CheckSubject(ctx, t+"-value"); err != nil {
+		if err := c.CheckSubject(ctx, t+"-value"); err != nil {
 			return fmt.Errorf("topic %s: %w", t, err)
 		}
 	}
