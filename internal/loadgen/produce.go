@@ -20,6 +20,12 @@ import (
 // reopens bounds how often one Run replaces a producer that failed fatally.
 const reopens = 5
 
+// framer turns a generated JSON record into a registry format's record (avroWriter,
+// jsonSchemaWriter).
+type framer interface {
+	write(r pendingRec) (pendingRec, error)
+}
+
 // Run produces o.Orders records into the topic, adding what commits to totals.
 func Run(ctx context.Context, o Options, totals *Totals) error {
 	p, err := newProducer(ctx, o)
@@ -31,18 +37,23 @@ func Run(ctx context.Context, o Options, totals *Totals) error {
 	if err := totals.use(g.plan); err != nil {
 		return err
 	}
-	var aw *avroWriter
+	var fw framer
 	switch o.Format {
 	case "", spec.FormatJSON:
-	case spec.FormatAvro:
+	case spec.FormatAvro, spec.FormatJSONSchema:
 		if o.Escape || o.Registry == nil {
-			return errors.New("loadgen: avro records need a schema registry, and are not escaped (escaping is JSON's)")
+			return fmt.Errorf("loadgen: %s records need a schema registry, and are not escaped (escaping is JSON's)", o.Format)
 		}
-		if aw, err = newAvroWriter(g.plan, o.Registry, o.Topic); err != nil {
+		if o.Format == spec.FormatAvro {
+			fw, err = newAvroWriter(g.plan, o.Registry, o.Topic)
+		} else {
+			fw, err = newJSONSchemaWriter(g.plan, o.Registry, o.Topic)
+		}
+		if err != nil {
 			return err
 		}
 	default:
-		return fmt.Errorf("loadgen: format %q: json or avro", o.Format)
+		return fmt.Errorf("loadgen: format %q: json, avro or json_schema", o.Format)
 	}
 	batch := max(o.Batch, 1)
 	start := time.Now()
@@ -62,7 +73,7 @@ func Run(ctx context.Context, o Options, totals *Totals) error {
 			return err
 		}
 		n := min(batch, o.Orders-sent)
-		recs, committed, err := sendBatch(ctx, p, o, g, aw, n, &prog.sent, func(i int) error { return pace(ctx, start, o.Rate, sent+i) })
+		recs, committed, err := sendBatch(ctx, p, o, g, fw, n, &prog.sent, func(i int) error { return pace(ctx, start, o.Rate, sent+i) })
 		var ke kafka.Error
 		if err != nil && o.TxnID != "" && errors.As(err, &ke) && ke.IsFatal() && reopened < reopens {
 			// Seen on a broker whose transaction coordinator had just loaded: EndTxn answered
@@ -138,8 +149,9 @@ func newProducer(ctx context.Context, o Options) (*kafka.Producer, error) {
 // paceRecord(i) first, so a rate spreads over the batch: flushing a batch takes up to 100 ms, and
 // paced only between batches the load came in bursts (asked for 20 k/s, got 5.6 k/s).
 // A transaction is sent whole: its records become readable together anyway. sent counts each
-// record handed to the producer (for progress lines). aw, if not nil, writes each record as Avro.
-func sendBatch(ctx context.Context, p *kafka.Producer, o Options, g *Generator, aw *avroWriter, n int, sent *atomic.Int64, paceRecord func(i int) error) ([]pendingRec, bool, error) {
+// record handed to the producer (for progress lines). fw, if not nil, writes each record in a
+// registry format.
+func sendBatch(ctx context.Context, p *kafka.Producer, o Options, g *Generator, fw framer, n int, sent *atomic.Int64, paceRecord func(i int) error) ([]pendingRec, bool, error) {
 	recs := make([]pendingRec, 0, n)
 	if o.TxnID != "" {
 		if err := p.BeginTransaction(); err != nil {
@@ -152,9 +164,9 @@ func sendBatch(ctx context.Context, p *kafka.Producer, o Options, g *Generator, 
 			break // cancelled: what was produced is flushed and counted; Run stops at its ctx check
 		}
 		v, r := g.Next()
-		if aw != nil {
+		if fw != nil {
 			var err error
-			if r, err = aw.write(r); err != nil {
+			if r, err = fw.write(r); err != nil {
 				return recs, false, err
 			}
 			v = r.payload
