@@ -13,12 +13,9 @@
 package oracle
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/big"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -29,8 +26,7 @@ import (
 
 // AvroReader reads framed Avro records against the writer schemas of one registry.
 type AvroReader struct {
-	url    string
-	client *http.Client
+	reg registry
 	// schemas are the writer schemas by id: nil for an id the registry answered 404 for.
 	schemas map[uint32]*writer
 }
@@ -44,7 +40,7 @@ type writer struct {
 
 // NewAvroReader reads against the Confluent API at url (e.g. Apicurio's .../apis/ccompat/v7).
 func NewAvroReader(url string) *AvroReader {
-	return &AvroReader{url: strings.TrimRight(url, "/"), client: &http.Client{Timeout: 30 * time.Second}, schemas: map[uint32]*writer{}}
+	return &AvroReader{reg: newRegistry(url), schemas: map[uint32]*writer{}}
 }
 
 // multiUnion marks a value no field type holds whatever its value: one of a union with more than
@@ -75,17 +71,18 @@ func (r *AvroReader) twin(s *Spec, p []byte) ([]byte, string, error) {
 	if len(p) > s.Limits.MaxPayloadBytes {
 		return nil, "too_large", nil
 	}
-	if len(p) < 5 || p[0] != 0 || p[1]&0x80 != 0 {
+	id, body, ok := header(p)
+	if !ok {
 		return nil, "bad_header", nil
 	}
-	w, err := r.writer(binary.BigEndian.Uint32(p[1:5]))
+	w, err := r.writer(id)
 	if err != nil {
 		return nil, "", err
 	}
 	if w == nil {
 		return nil, "unknown_schema", nil
 	}
-	native, rest, err := w.codec.NativeFromBinary(p[5:])
+	native, rest, err := w.codec.NativeFromBinary(body)
 	if err != nil || len(rest) > 0 {
 		return nil, "bad_encoding", nil
 	}
@@ -136,27 +133,13 @@ func (r *AvroReader) writer(id uint32) (*writer, error) {
 	if w, ok := r.schemas[id]; ok {
 		return w, nil
 	}
-	resp, err := r.client.Get(fmt.Sprintf("%s/schemas/ids/%d", r.url, id))
+	got, found, err := r.reg.schema(id)
 	if err != nil {
-		return nil, fmt.Errorf("oracle: schema %d: %w", id, err)
+		return nil, err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("oracle: schema %d: %w", id, err)
-	}
-	if resp.StatusCode == http.StatusNotFound {
+	if !found {
 		r.schemas[id] = nil
 		return nil, nil
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("oracle: schema %d: %s: %s", id, resp.Status, body)
-	}
-	var got struct {
-		Schema string `json:"schema"`
-	}
-	if err := json.Unmarshal(body, &got); err != nil {
-		return nil, fmt.Errorf("oracle: schema %d: %w", id, err)
 	}
 	codec, err := goavro.NewCodec(got.Schema)
 	if err != nil {

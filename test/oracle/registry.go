@@ -1,0 +1,64 @@
+// The registry as the oracle reads it: the wire format's header parsed here, and writer schemas
+// fetched by plain HTTP GET of the Confluent API's /schemas/ids/{id}, with none of relay's code
+// (internal/format) or its registry client. Invariant: an id is unknown only when the registry
+// answered 404 for it; any other failure is an error of the check, never a record's verdict.
+
+package oracle
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// header splits a value in Confluent's wire format (a zero byte, the schema id as 4 bytes
+// big-endian, the payload); ok is false for anything else, an id past int32 included.
+func header(p []byte) (id uint32, body []byte, ok bool) {
+	if len(p) < 5 || p[0] != 0 || p[1]&0x80 != 0 {
+		return 0, nil, false
+	}
+	return binary.BigEndian.Uint32(p[1:5]), p[5:], true
+}
+
+// registry is one registry's Confluent API.
+type registry struct {
+	url    string
+	client *http.Client
+}
+
+func newRegistry(url string) registry {
+	return registry{url: strings.TrimRight(url, "/"), client: &http.Client{Timeout: 30 * time.Second}}
+}
+
+// registered is the registry's answer for a schema id.
+type registered struct {
+	Schema     string `json:"schema"`
+	SchemaType string `json:"schemaType"` // "" or AVRO for Avro, JSON, PROTOBUF
+}
+
+// schema fetches the schema of id; found is false when the registry answered 404.
+func (r registry) schema(id uint32) (got registered, found bool, err error) {
+	resp, err := r.client.Get(fmt.Sprintf("%s/schemas/ids/%d", r.url, id))
+	if err != nil {
+		return got, false, fmt.Errorf("oracle: schema %d: %w", id, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return got, false, fmt.Errorf("oracle: schema %d: %w", id, err)
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		return got, false, nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		return got, false, fmt.Errorf("oracle: schema %d: %s: %s", id, resp.Status, body)
+	}
+	if err := json.Unmarshal(body, &got); err != nil {
+		return got, false, fmt.Errorf("oracle: schema %d: %w", id, err)
+	}
+	return got, true, nil
+}
