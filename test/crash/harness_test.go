@@ -56,9 +56,10 @@ type env struct {
 	// oracle is the spec the test runs, as test/oracle reads it; nil is the default spec.
 	oracle  *oracle.Spec
 	skipBad bool // bad_input_policy=skip: bad records are counted, never dead-lettered
-	// registry is the Schema Registry an Avro topic's writer schemas are in ("" for JSON): the
-	// oracle reads the records through it (oracle.FoldAvro).
-	registry string
+	// registry is the Schema Registry a topic's writer schemas are in ("" for JSON), format the
+	// topic's registry format (avro, json_schema): the oracle reads the records through it
+	// (oracle.FoldAvro, oracle.FoldJSONSchema).
+	registry, format string
 }
 
 func newEnv(t *testing.T, partitions int, extra ...string) *env {
