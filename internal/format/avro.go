@@ -101,12 +101,9 @@ func NewAvro(p *spec.Plan, reg *Registry, maxSchemas int) *Avro {
 
 // Decode decodes one framed Avro record.
 func (a *Avro) Decode(ctx context.Context, payload []byte, rec *spec.Record) (spec.Reason, string, error) {
-	if a.p.TooLarge(payload) {
-		return spec.ReasonTooLarge, "", nil
-	}
-	id, body, err := parseHeader(payload)
-	if err != nil {
-		return spec.ReasonBadHeader, "", nil
+	id, body, r := framed(a.p, payload)
+	if r != spec.OK {
+		return r, "", nil
 	}
 	s, err := a.schema(ctx, id)
 	switch {
@@ -496,9 +493,6 @@ func (a *Avro) CheckSubject(ctx context.Context, subject string) error {
 	if err != nil {
 		return err
 	}
-	if len(versions) == 0 {
-		return fmt.Errorf("%w: %s", ErrNoSubject, subject)
-	}
 	var problems []error
 	has := make([]bool, len(a.fields)) // some version has the field, of whatever type
 	for _, v := range versions {
@@ -520,9 +514,15 @@ func (a *Avro) CheckSubject(ctx context.Context, subject string) error {
 			}
 		}
 	}
+	return unreadable(a.fields, subject, has, problems)
+}
+
+// unreadable is a CheckSubject's verdict: problems, and each field no version has (has[i] false),
+// refused together (ErrSpecUnreadable); nil when there are none.
+func unreadable(fields []spec.InputField, subject string, has []bool, problems []error) error {
 	for i, ok := range has {
 		if !ok {
-			problems = append(problems, fmt.Errorf("%s: no version of %s has %s", a.fields[i].Key, subject, strings.Join(a.fields[i].Path, ".")))
+			problems = append(problems, fmt.Errorf("%s: no version of %s has %s", fields[i].Key, subject, strings.Join(fields[i].Path, ".")))
 		}
 	}
 	if len(problems) > 0 {

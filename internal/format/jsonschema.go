@@ -48,12 +48,9 @@ func NewJSONSchema(p *spec.Plan, reg *Registry, maxIDs int) *JSONSchema {
 
 // Decode decodes one framed JSON record.
 func (j *JSONSchema) Decode(ctx context.Context, payload []byte, rec *spec.Record) (spec.Reason, string, error) {
-	if j.p.TooLarge(payload) {
-		return spec.ReasonTooLarge, "", nil
-	}
-	id, text, err := parseHeader(payload)
-	if err != nil {
-		return spec.ReasonBadHeader, "", nil
+	id, text, r := framed(j.p, payload)
+	if r != spec.OK {
+		return r, "", nil
 	}
 	r, known := j.ids[id]
 	if !known {
@@ -89,9 +86,6 @@ func (j *JSONSchema) CheckSubject(ctx context.Context, subject string) error {
 	if err != nil {
 		return err
 	}
-	if len(versions) == 0 {
-		return fmt.Errorf("%w: %s", ErrNoSubject, subject)
-	}
 	return j.checkVersions(subject, versions)
 }
 
@@ -123,15 +117,7 @@ func (j *JSONSchema) checkVersions(subject string, versions []schemaregistry.Sch
 			has[i] = has[i] || declared || err != nil // a schema not followed is refused once, above
 		}
 	}
-	for i, ok := range has {
-		if !ok {
-			problems = append(problems, fmt.Errorf("%s: no version of %s has %s", j.fields[i].Key, subject, strings.Join(j.fields[i].Path, ".")))
-		}
-	}
-	if len(problems) > 0 {
-		return fmt.Errorf("%w: %w", ErrSpecUnreadable, errors.Join(problems...))
-	}
-	return nil
+	return unreadable(j.fields, subject, has, problems)
 }
 
 // jsonTypes are the JSON Schema types whose values the JSON path reads exactly into each kind:

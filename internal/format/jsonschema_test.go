@@ -8,7 +8,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry/serde"
@@ -85,15 +84,7 @@ func jsonOrder(id, sku, amount string, ts int64, region any) map[string]any {
 }
 
 func newJSONSchema(t *testing.T, url, specText string) (*JSONSchema, *Registry) {
-	t.Helper()
-	p, err := spec.Parse([]byte(specText), testLimits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := NewRegistry(RegistryConfig{URL: url, UnknownAsks: 2, UnknownWait: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, reg := testPlanAndRegistry(t, specText, url)
 	return NewJSONSchema(p, reg, 0), reg
 }
 

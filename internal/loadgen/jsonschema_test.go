@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"testing"
 
 	jsonschema "github.com/santhosh-tekuri/jsonschema/v5"
@@ -18,16 +17,7 @@ import (
 // default spec and random specs (nested fields, ints, decimals of any scale, both event time
 // formats); the bad records rotate through bad_header (unframed), unknown_schema and the
 // generator's bad JSON framed under the real id, judged by the spec's decoder.
-func TestJSONSchemaRecordsAreFramedTwins(t *testing.T) {
-	plans := []*spec.Plan{DefaultPlan()}
-	for seed := range 4 {
-		p, _, _ := randomSpec(t, seed)
-		plans = append(plans, p)
-	}
-	for i, p := range plans {
-		t.Run(fmt.Sprint(i), func(t *testing.T) { checkFramedTwins(t, p) })
-	}
-}
+func TestJSONSchemaRecordsAreFramedTwins(t *testing.T) { forTwinPlans(t, checkFramedTwins) }
 
 func checkFramedTwins(t *testing.T, p *spec.Plan) {
 	text, err := JSONSchema(p)

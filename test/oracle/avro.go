@@ -50,31 +50,11 @@ type multiUnion struct{}
 
 // FoldAvro folds Avro records as Fold folds JSON ones. An error is the registry's, not a record's.
 func (s *Spec) FoldAvro(r *AvroReader, payloads [][]byte) (*Result, error) {
-	twins := make([][]byte, len(payloads))
-	verdicts := make([]string, len(payloads))
-	for i, p := range payloads {
-		var err error
-		if twins[i], verdicts[i], err = r.twin(s, p); err != nil {
-			return nil, err
-		}
-	}
-	return s.fold(len(payloads), func(i int) (map[string]value, time.Time, string, string) {
-		if verdicts[i] != "" {
-			return nil, time.Time{}, verdicts[i], ""
-		}
-		return s.decodeObject(twins[i])
-	}), nil
+	return s.foldFramed(payloads, func(id uint32, body []byte) ([]byte, string, error) { return r.twin(s, id, body) })
 }
 
-// twin is p's JSON twin, or the verdict its bytes alone decide.
-func (r *AvroReader) twin(s *Spec, p []byte) ([]byte, string, error) {
-	if len(p) > s.Limits.MaxPayloadBytes {
-		return nil, "too_large", nil
-	}
-	id, body, ok := header(p)
-	if !ok {
-		return nil, "bad_header", nil
-	}
+// twin is the JSON twin of a record of schema id, or the verdict its bytes alone decide.
+func (r *AvroReader) twin(s *Spec, id uint32, body []byte) ([]byte, string, error) {
 	w, err := r.writer(id)
 	if err != nil {
 		return nil, "", err

@@ -10,8 +10,6 @@
 
 package oracle
 
-import "time"
-
 // JSONSchemaReader reads framed JSON records against the schema ids of one registry.
 type JSONSchemaReader struct {
 	reg registry
@@ -27,31 +25,11 @@ func NewJSONSchemaReader(url string) *JSONSchemaReader {
 // FoldJSONSchema folds JSON Schema records as Fold folds JSON ones. An error is the registry's,
 // not a record's.
 func (s *Spec) FoldJSONSchema(r *JSONSchemaReader, payloads [][]byte) (*Result, error) {
-	texts := make([][]byte, len(payloads))
-	verdicts := make([]string, len(payloads))
-	for i, p := range payloads {
-		var err error
-		if texts[i], verdicts[i], err = r.text(s, p); err != nil {
-			return nil, err
-		}
-	}
-	return s.fold(len(payloads), func(i int) (map[string]value, time.Time, string, string) {
-		if verdicts[i] != "" {
-			return nil, time.Time{}, verdicts[i], ""
-		}
-		return s.decodeObject(texts[i])
-	}), nil
+	return s.foldFramed(payloads, r.text)
 }
 
-// text is p's JSON text, or the verdict its bytes and the registry alone decide.
-func (r *JSONSchemaReader) text(s *Spec, p []byte) ([]byte, string, error) {
-	if len(p) > s.Limits.MaxPayloadBytes {
-		return nil, "too_large", nil
-	}
-	id, body, ok := header(p)
-	if !ok {
-		return nil, "bad_header", nil
-	}
+// text is the JSON text of a record of schema id, or the verdict the registry's answer decides.
+func (r *JSONSchemaReader) text(id uint32, body []byte) ([]byte, string, error) {
 	typ, seen := r.types[id]
 	if !seen {
 		got, found, err := r.reg.schema(id)

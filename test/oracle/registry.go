@@ -15,6 +15,36 @@ import (
 	"time"
 )
 
+// foldFramed folds records in the wire format: too_large (the whole value) and bad_header first,
+// then read turns the schema id and the bytes after the header into the JSON object the oracle's
+// JSON rules judge, or the verdict its bytes and the registry alone decide; an error of read is
+// the registry's, not a record's.
+func (s *Spec) foldFramed(payloads [][]byte, read func(id uint32, body []byte) (object []byte, verdict string, err error)) (*Result, error) {
+	objects := make([][]byte, len(payloads))
+	verdicts := make([]string, len(payloads))
+	for i, p := range payloads {
+		id, body, ok := header(p)
+		var err error
+		switch {
+		case len(p) > s.Limits.MaxPayloadBytes:
+			verdicts[i] = "too_large"
+		case !ok:
+			verdicts[i] = "bad_header"
+		default:
+			objects[i], verdicts[i], err = read(id, body)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return s.fold(len(payloads), func(i int) (map[string]value, time.Time, string, string) {
+		if verdicts[i] != "" {
+			return nil, time.Time{}, verdicts[i], ""
+		}
+		return s.decodeObject(objects[i])
+	}), nil
+}
+
 // header splits a value in Confluent's wire format (a zero byte, the schema id as 4 bytes
 // big-endian, the payload); ok is false for anything else, an id past int32 included.
 func header(p []byte) (id uint32, body []byte, ok bool) {
