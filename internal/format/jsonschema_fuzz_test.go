@@ -27,6 +27,7 @@ func FuzzJSONSchemaDecode(f *testing.F) {
 	} {
 		f.Add(append(AppendHeader(nil, 0), text...))
 	}
+	f.Add(append(AppendHeader(nil, 1), `{"order_id":"o"}`...))
 	f.Add([]byte(`{"order_id":"o"}`))
 	var rec, want spec.Record
 	f.Fuzz(func(t *testing.T, payload []byte) {
