@@ -48,6 +48,9 @@ func TestInputFormatSettings(t *testing.T) {
 		{[]string{"RELAY_INPUT_FORMAT=avro", url, "RELAY_SCHEMA_REGISTRY_TLS_CA_FILE=" + dir + "/none.pem"}, []string{
 			"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): "}},
 		{[]string{"RELAY_INPUT_FORMAT=avro", url, "RELAY_SCHEMA_REGISTRY_USERNAME=u", "RELAY_SCHEMA_REGISTRY_PASSWORD_FILE=" + pw}, nil},
+		{[]string{"RELAY_INPUT_FORMAT=json_schema"}, []string{
+			"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): is required: input.format json_schema finds writer schemas in a Schema Registry"}},
+		{[]string{"RELAY_INPUT_FORMAT=json_schema", url}, nil},
 	} {
 		err := validateEnv(t, "", c.env...)
 		var got []string

@@ -95,12 +95,9 @@ func NewAvro(p *spec.Plan, reg *Registry, maxSchemas int) *Avro {
 
 // Decode decodes one framed Avro record.
 func (a *Avro) Decode(ctx context.Context, payload []byte, rec *spec.Record) (spec.Reason, string, error) {
-	if a.p.TooLarge(payload) {
-		return spec.ReasonTooLarge, "", nil
-	}
-	id, body, err := parseHeader(payload)
-	if err != nil {
-		return spec.ReasonBadHeader, "", nil
+	id, body, r := framed(a.p, payload)
+	if r != spec.OK {
+		return r, "", nil
 	}
 	s, err := a.schema(ctx, id)
 	switch {
@@ -458,7 +455,7 @@ func (a *Avro) CheckSubject(ctx context.Context, subject string) error {
 		}
 		out := make([]verdict, len(s.fields))
 		for i, f := range s.fields {
-			out[i] = verdict{f.reason, f.found}
+			out[i] = verdict{reason: f.reason, found: f.found}
 		}
 		return out, nil
 	})

@@ -50,37 +50,51 @@ func CheckTopics(ctx context.Context, d Decoder, topics []string) error {
 }
 
 // verdict is what one writer schema says of one spec field: OK, missing_field (the schema lacks
-// it), or wrong_type with the writer's type that cannot hold it (found).
+// it), or wrong_type with the writer's type that cannot hold it (found); err, when the schema
+// cannot be followed to the field at all (a reference relay does not follow), which counts as
+// having it, refused once for that.
 type verdict struct {
 	reason spec.Reason
 	found  string
+	err    error
 }
 
-// checkSubject resolves fields against every version registered under subject with resolve (a
-// version resolve cannot read at all is a problem too) and says what no version gives, and what
-// some version gives in a type that cannot hold it.
+// checkSubject asks the registry for the versions under subject and checks them (checkVersions).
 func checkSubject(ctx context.Context, reg *Registry, fields []spec.InputField, subject string,
 	resolve func(schemaregistry.SchemaMetadata) ([]verdict, error)) error {
 	versions, err := reg.Versions(ctx, subject)
 	if err != nil {
 		return err
 	}
+	return checkVersions(fields, subject, versions, resolve)
+}
+
+// checkVersions resolves fields against every version with resolve (a version resolve cannot read
+// at all is a problem too) and says what no version gives, and what some version gives in a type
+// that cannot hold it.
+func checkVersions(fields []spec.InputField, subject string, versions []schemaregistry.SchemaMetadata,
+	resolve func(schemaregistry.SchemaMetadata) ([]verdict, error)) error {
 	if len(versions) == 0 {
 		return fmt.Errorf("%w: %s", ErrNoSubject, subject)
 	}
 	var problems []error
 	has := make([]bool, len(fields)) // some version has the field, of whatever type
 	for _, v := range versions {
+		at := fmt.Sprintf("%s version %d (id %d)", subject, v.Version, v.ID)
 		verdicts, err := resolve(v)
 		if err != nil {
-			problems = append(problems, fmt.Errorf("%s version %d (id %d): %w", subject, v.Version, v.ID, err))
+			problems = append(problems, fmt.Errorf("%s: %w", at, err))
 			continue
 		}
 		for i, f := range verdicts {
-			has[i] = has[i] || f.reason != spec.ReasonMissingField
-			if f.reason == spec.ReasonWrongType {
-				problems = append(problems, fmt.Errorf("%s: %s version %d (id %d) has %s at %s, which cannot hold %s exactly",
-					fields[i].Key, subject, v.Version, v.ID, f.found, strings.Join(fields[i].Path, "."), fields[i].Kind))
+			path := strings.Join(fields[i].Path, ".")
+			has[i] = has[i] || f.reason != spec.ReasonMissingField || f.err != nil
+			switch {
+			case f.err != nil:
+				problems = append(problems, fmt.Errorf("%s: %s at %s: %w", fields[i].Key, at, path, f.err))
+			case f.reason == spec.ReasonWrongType:
+				problems = append(problems, fmt.Errorf("%s: %s has %s at %s, which cannot hold %s exactly",
+					fields[i].Key, at, f.found, path, fields[i].Kind))
 			}
 		}
 	}

@@ -566,7 +566,7 @@ func (d *Protobuf) CheckSubject(ctx context.Context, subject string) error {
 		pl := d.resolve(md)
 		out := make([]verdict, len(pl.fields))
 		for i, f := range pl.fields {
-			out[i] = verdict{f.reason, f.found}
+			out[i] = verdict{reason: f.reason, found: f.found}
 		}
 		return out, nil
 	})

@@ -149,12 +149,13 @@ func (r *Registry) Schema(ctx context.Context, id int) (schemaregistry.SchemaInf
 	}
 }
 
-// Versions returns every version registered under subject, oldest first; none when the registry
-// does not know the subject. The error wraps ErrUnavailable (or is ctx's error).
+// Versions returns every version registered under subject, oldest first. The error wraps
+// ErrNoSubject when the registry has none, ErrUnavailable (or is ctx's error) when it could not be
+// asked.
 func (r *Registry) Versions(ctx context.Context, subject string) ([]schemaregistry.SchemaMetadata, error) {
 	nums, err := r.client.GetAllVersions(subject)
-	if re := (*rest.Error)(nil); errors.As(err, &re) && re.Code == codeSubjectNotFound {
-		return nil, nil
+	if re := (*rest.Error)(nil); (errors.As(err, &re) && re.Code == codeSubjectNotFound) || (err == nil && len(nums) == 0) {
+		return nil, fmt.Errorf("%w: %s", ErrNoSubject, subject)
 	} else if err != nil {
 		return nil, fmt.Errorf("%w: versions of %s: %w", ErrUnavailable, subject, err)
 	}

@@ -142,16 +142,20 @@ func newEncoder(o Options, p *spec.Plan) (encoder, error) {
 	switch o.Format {
 	case "", spec.FormatJSON:
 		return nil, nil
-	case spec.FormatAvro, spec.FormatProtobuf:
+	case spec.FormatAvro, spec.FormatProtobuf, spec.FormatJSONSchema:
 		if o.Escape || o.Registry == nil {
 			return nil, fmt.Errorf("loadgen: %s records need a schema registry, and are not escaped (escaping is JSON's)", o.Format)
 		}
-		if o.Format == spec.FormatAvro {
+		switch o.Format {
+		case spec.FormatAvro:
 			return newAvroWriter(p, o.Registry, o.Topic)
+		case spec.FormatProtobuf:
+			return newProtoWriter(p, o.Registry, o.Topic)
+		default:
+			return newJSONSchemaWriter(p, o.Registry, o.Topic)
 		}
-		return newProtoWriter(p, o.Registry, o.Topic)
 	default:
-		return nil, fmt.Errorf("loadgen: format %q: json, avro or protobuf", o.Format)
+		return nil, fmt.Errorf("loadgen: format %q: json, avro, protobuf or json_schema", o.Format)
 	}
 }
 

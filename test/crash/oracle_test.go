@@ -70,6 +70,8 @@ func (e *env) expectedOf(payloads [][]byte) expectation {
 		x.result, err = s.FoldAvro(oracle.NewAvroReader(e.registry), payloads)
 	case "protobuf":
 		x.result, err = s.FoldProtobuf(oracle.NewProtobufReader(e.registry), payloads)
+	case "json_schema":
+		x.result, err = s.FoldJSONSchema(oracle.NewJSONSchemaReader(e.registry), payloads)
 	default:
 		err = fmt.Errorf("the oracle reads no %s", e.format)
 	}

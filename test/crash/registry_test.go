@@ -73,7 +73,7 @@ func newRegistry(t *testing.T, url string) *format.Registry {
 // loadgen's totals, each bad record is dead-lettered once under its reason, and relay verify's
 // recount (relay's decoder, through the registry) agrees.
 func TestRegistryFormatsExact(t *testing.T) {
-	for _, f := range []string{"avro", "protobuf"} {
+	for _, f := range []string{"avro", "protobuf", "json_schema"} {
 		t.Run(f, func(t *testing.T) { registryExact(t, f) })
 	}
 }
@@ -380,8 +380,30 @@ func TestAvroRegistryOutage(t *testing.T) {
 // At start relay waits for a subject no producer registered yet (/readyz says so, nothing is
 // read), and refuses, naming the spec's key, a subject whose versions lack a field the spec
 // needs: no topic is read that would be dead-lettered whole. relay preflight fails the same way.
-func TestAvroStartCheck(t *testing.T) {
-	e := formatEnv(t, "avro", 1, testenv.Registry(t))
+// Each registry format's subject is checked so, with a schema of that format without sku.
+func TestRegistryStartCheck(t *testing.T) {
+	for _, c := range []struct {
+		format string
+		noSKU  schemaregistry.SchemaInfo
+	}{
+		{"avro", schemaregistry.SchemaInfo{Schema: `{"type":"record","name":"Order","fields":[
+	  {"name":"order_id","type":"string"},
+	  {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":38,"scale":4}},
+	  {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}}]}`}},
+		{"protobuf", schemaregistry.SchemaInfo{SchemaType: "PROTOBUF", Schema: `syntax = "proto3";
+import "google/protobuf/timestamp.proto";
+message Order { string order_id = 1; string amount = 2; google.protobuf.Timestamp ts = 3; }
+`}},
+		{"json_schema", schemaregistry.SchemaInfo{SchemaType: "JSON", Schema: `{"type": "object", "properties": {
+	  "order_id": {"type": "string"}, "amount": {"type": ["number", "string"]}, "ts": {"type": "integer"}}}`}},
+	} {
+		t.Run(c.format, func(t *testing.T) { testStartCheck(t, c.format, c.noSKU) })
+	}
+}
+
+// testStartCheck is TestRegistryStartCheck in registry format f, noSKU a schema of f without sku.
+func testStartCheck(t *testing.T, f string, noSKU schemaregistry.SchemaInfo) {
+	e := formatEnv(t, f, 1, testenv.Registry(t))
 	client := newRegistry(t, e.registry).Client()
 	p := e.start()
 	testenv.Eventually(t, 60*time.Second, func() bool {
@@ -389,11 +411,9 @@ func TestAvroStartCheck(t *testing.T) {
 		_, body := get(t, httpAddr(t, p), "/readyz")
 		return strings.Contains(body, "waiting for schema_registry") && strings.Contains(body, e.topic+"-value")
 	}, "/readyz saying relay waits for the topic's subject")
-	// A schema without sku: the default spec's input.sku_field cannot be read from it.
-	registerWriter(t, client, e.topic+"-value", `{"type":"record","name":"Order","fields":[
-	  {"name":"order_id","type":"string"},
-	  {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":38,"scale":4}},
-	  {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}}]}`)
+	if _, err := client.Register(e.topic+"-value", noSKU, false); err != nil {
+		t.Fatalf("register under %s-value: %v", e.topic, err)
+	}
 	refusal := "input.sku_field: no version of " + e.topic + "-value has sku"
 	err := p.wait(t, 60*time.Second)
 	if err == nil || !strings.Contains(tail(p.Log, 5), refusal) {

@@ -16,12 +16,8 @@
 package oracle
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math/big"
-	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -41,16 +37,14 @@ import (
 
 // ProtobufReader reads framed Protobuf records against the writer schemas of one registry.
 type ProtobufReader struct {
-	url    string
-	client *http.Client
+	reg registry
 	// files are the compiled writer schemas by id: nil for an id the registry answered 404 for.
 	files map[uint32]protoreflect.FileDescriptor
 }
 
 // NewProtobufReader reads against the Confluent API at url.
 func NewProtobufReader(url string) *ProtobufReader {
-	return &ProtobufReader{url: strings.TrimRight(url, "/"), client: &http.Client{Timeout: 30 * time.Second},
-		files: map[uint32]protoreflect.FileDescriptor{}}
+	return &ProtobufReader{reg: newRegistry(url), files: map[uint32]protoreflect.FileDescriptor{}}
 }
 
 // decimalText is a google.type.Decimal's value: decimal text a decimal field takes, and no other.
@@ -61,34 +55,15 @@ type protoString string
 
 // FoldProtobuf folds Protobuf records as Fold folds JSON ones. An error is the registry's.
 func (s *Spec) FoldProtobuf(r *ProtobufReader, payloads [][]byte) (*Result, error) {
-	twins := make([][]byte, len(payloads))
-	verdicts := make([]string, len(payloads))
-	for i, p := range payloads {
-		var err error
-		if twins[i], verdicts[i], err = r.twin(s, p); err != nil {
-			return nil, err
-		}
-	}
-	return s.fold(len(payloads), func(i int) (map[string]value, time.Time, string, string) {
-		if verdicts[i] != "" {
-			return nil, time.Time{}, verdicts[i], ""
-		}
-		return s.decodeObject(twins[i])
-	}), nil
+	return s.foldFramed(payloads, func(id uint32, body []byte) ([]byte, string, error) { return r.twin(s, id, body) })
 }
 
-// twin is p's JSON twin, or the verdict its bytes alone decide.
-func (r *ProtobufReader) twin(s *Spec, p []byte) ([]byte, string, error) {
-	if len(p) > s.Limits.MaxPayloadBytes {
-		return nil, "too_large", nil
-	}
-	if len(p) < 5 || p[0] != 0 || p[1]&0x80 != 0 {
-		return nil, "bad_header", nil
-	}
+// twin is the JSON twin of a record of schema id (body: the message indexes, then the message),
+// or the verdict its bytes alone decide.
+func (r *ProtobufReader) twin(s *Spec, id uint32, b []byte) ([]byte, string, error) {
 	// The message-index list: a zigzag count (0 alone means [0]), then the zigzag indexes.
-	b := p[5:]
 	count, n := protowire.ConsumeVarint(b)
-	if n < 0 || protowire.DecodeZigZag(count) < 0 || protowire.DecodeZigZag(count) > 100 {
+	if c := protowire.DecodeZigZag(count); n < 0 || c < 0 || c > 100 {
 		return nil, "bad_header", nil
 	}
 	b = b[n:]
@@ -97,14 +72,14 @@ func (r *ProtobufReader) twin(s *Spec, p []byte) ([]byte, string, error) {
 		indexes = indexes[:0]
 		for range c {
 			v, n := protowire.ConsumeVarint(b)
-			if n < 0 || protowire.DecodeZigZag(v) < 0 || protowire.DecodeZigZag(v) > 1<<31-1 {
+			if i := protowire.DecodeZigZag(v); n < 0 || i < 0 || i > 1<<31-1 {
 				return nil, "bad_header", nil
 			}
 			indexes = append(indexes, protowire.DecodeZigZag(v))
 			b = b[n:]
 		}
 	}
-	file, err := r.file(binary.BigEndian.Uint32(p[1:5]))
+	file, err := r.file(id)
 	if err != nil {
 		return nil, "", err
 	}
@@ -124,12 +99,7 @@ func (r *ProtobufReader) twin(s *Spec, p []byte) ([]byte, string, error) {
 	if err := proto.Unmarshal(b, m); err != nil {
 		return nil, "bad_encoding", nil
 	}
-	top := plainMessage(m)
-	twin := map[string]any{}
-	for _, f := range append(append([]Field(nil), s.Fields...), s.EventTime) {
-		place(twin, top, f)
-	}
-	out, err := json.Marshal(twin)
+	out, err := s.twinOf(plainMessage(m))
 	return out, "", err
 }
 
@@ -200,18 +170,23 @@ func plainWellKnown(m protoreflect.Message) any {
 	return plainMessage(m)
 }
 
-// file fetches (once) and compiles the schema of id; nil for an id the registry does not know.
+// file fetches (once) and compiles the schema of id; nil for an id the registry does not know
+// (or one that is not Protobuf: its records are bad_encoding, which a nil file is not, so those
+// get a file with no message).
 func (r *ProtobufReader) file(id uint32) (protoreflect.FileDescriptor, error) {
 	if f, ok := r.files[id]; ok {
 		return f, nil
 	}
-	got, err := fetchSchema(r.client, fmt.Sprintf("%s/schemas/ids/%d", r.url, id))
-	if err != nil || got == nil {
+	got, found, err := r.reg.schema(id)
+	if err != nil || !found {
 		r.files[id] = nil
 		return nil, err
 	}
 	const name = "oracle/writer.proto"
 	sources := map[string]string{name: got.Schema}
+	if got.SchemaType != "PROTOBUF" {
+		sources[name] = `syntax = "proto3";` // not Protobuf: no message, every record bad_encoding
+	}
 	if err := r.references(got, sources); err != nil {
 		return nil, err
 	}
@@ -224,16 +199,16 @@ func (r *ProtobufReader) file(id uint32) (protoreflect.FileDescriptor, error) {
 }
 
 // references adds the text of every schema s references, under the name it is imported by.
-func (r *ProtobufReader) references(s *registrySchema, sources map[string]string) error {
+func (r *ProtobufReader) references(s registered, sources map[string]string) error {
 	for _, ref := range s.References {
 		if _, ok := sources[ref.Name]; ok {
 			continue
 		}
-		got, err := fetchSchema(r.client, fmt.Sprintf("%s/subjects/%s/versions/%d", r.url, url.PathEscape(ref.Subject), ref.Version))
+		got, found, err := r.reg.version(ref.Subject, ref.Version)
 		if err != nil {
 			return err
 		}
-		if got == nil {
+		if !found {
 			return fmt.Errorf("oracle: reference %s (%s version %d) not found", ref.Name, ref.Subject, ref.Version)
 		}
 		sources[ref.Name] = got.Schema
