@@ -32,18 +32,13 @@ type JSONSchema struct {
 	fields []spec.InputField
 	reg    *Registry
 	// ids holds the verdict on each id seen: OK for a JSON Schema, bad_encoding for another type.
-	// At most maxIDs, then forgotten all at once (the registry client still has the schemas).
-	ids    map[int]spec.Reason
-	maxIDs int
+	ids resolved[spec.Reason]
 }
 
 // NewJSONSchema returns a JSON Schema decoder of p, asking reg about ids and remembering at most
-// maxIDs of them (0 means 1000).
+// maxIDs of them (0 means 100).
 func NewJSONSchema(p *spec.Plan, reg *Registry, maxIDs int) *JSONSchema {
-	if maxIDs <= 0 {
-		maxIDs = 1000
-	}
-	return &JSONSchema{p: p, d: p.NewDecoder(), fields: p.InputFields(), reg: reg, ids: map[int]spec.Reason{}, maxIDs: maxIDs}
+	return &JSONSchema{p: p, d: p.NewDecoder(), fields: p.InputFields(), reg: reg, ids: newResolved[spec.Reason](maxIDs)}
 }
 
 // Decode decodes one framed JSON record.
@@ -52,7 +47,7 @@ func (j *JSONSchema) Decode(ctx context.Context, payload []byte, rec *spec.Recor
 	if r != spec.OK {
 		return r, "", nil
 	}
-	r, known := j.ids[id]
+	r, known := j.ids.get(id)
 	if !known {
 		info, err := j.reg.Schema(ctx, id)
 		switch {
@@ -65,10 +60,7 @@ func (j *JSONSchema) Decode(ctx context.Context, payload []byte, rec *spec.Recor
 		default:
 			r = spec.ReasonBadEncoding // an Avro or Protobuf id: no JSON text follows its header
 		}
-		if len(j.ids) >= j.maxIDs {
-			clear(j.ids)
-		}
-		j.ids[id] = r
+		j.ids.put(id, r)
 	}
 	if r != spec.OK {
 		return r, "", nil

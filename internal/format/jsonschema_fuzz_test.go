@@ -17,7 +17,8 @@ func FuzzJSONSchemaDecode(f *testing.F) {
 		f.Fatal(err)
 	}
 	j := NewJSONSchema(p, nil, 0)
-	j.ids[0], j.ids[1] = spec.OK, spec.ReasonBadEncoding // a JSON Schema's id, an Avro schema's
+	j.ids.put(0, spec.OK)                // a JSON Schema's id
+	j.ids.put(1, spec.ReasonBadEncoding) // an Avro schema's
 	plain := NewJSON(p)
 	for _, text := range []string{
 		`{"order_id":"o","sku":"s","amount":"12.34","ts":1764000000000,"qty":7,"customer":{"region":"eu"}}`,

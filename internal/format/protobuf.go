@@ -125,13 +125,11 @@ func NewProtobuf(p *spec.Plan, reg *Registry, maxSchemas int) *Protobuf {
 
 // Decode decodes one framed Protobuf record.
 func (d *Protobuf) Decode(ctx context.Context, payload []byte, rec *spec.Record) (spec.Reason, string, error) {
-	if d.p.TooLarge(payload) {
-		return spec.ReasonTooLarge, "", nil
+	id, body, r := framed(d.p, payload)
+	if r != spec.OK {
+		return r, "", nil
 	}
-	id, body, err := parseHeader(payload)
-	if err != nil {
-		return spec.ReasonBadHeader, "", nil
-	}
+	var err error
 	if d.idx, body, err = parseMessageIndexes(body, d.idx[:0]); err != nil {
 		return spec.ReasonBadHeader, "", nil
 	}

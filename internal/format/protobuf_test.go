@@ -15,13 +15,9 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry/serde"
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry/serde/protobuf"
-	"github.com/jhump/protoreflect/desc/protoparse"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
-	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/relay-sh/relay/internal/harness"
@@ -95,33 +91,21 @@ message Order {
 }
 `}
 
-// pbMessageOf compiles a schema with jhump/protoreflect's protoparse (not the compile path relay
-// takes) and returns its first message type.
+// pbMessageOf compiles a schema (with the built-in imports relay resolves) and returns its first
+// message type, for dynamicpb to write and read records of.
 func pbMessageOf(t testing.TB, schema string) protoreflect.MessageDescriptor {
 	t.Helper()
-	fds, err := (&protoparse.Parser{Accessor: protoparse.FileContentsFromMap(map[string]string{"order.proto": schema}),
-		LookupImportProto: lookupImport}).ParseFiles("order.proto")
+	file, err := compileProto(context.Background(), nil, schemaregistry.SchemaInfo{Schema: schema, SchemaType: "PROTOBUF"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fds[0].UnwrapFile().Messages().Get(0)
-}
-
-// lookupImport finds a schema's import among the Go packages that generated it (registered in
-// protoregistry.GlobalFiles when imported): Confluent's decimal is generated as confluent/types/.
-func lookupImport(path string) (*descriptorpb.FileDescriptorProto, error) {
-	fd, err := protoregistry.GlobalFiles.FindFileByPath(strings.Replace(path, "confluent/type/", "confluent/types/", 1))
-	if err != nil {
-		return nil, err
-	}
-	p := protodesc.ToFileDescriptorProto(fd)
-	p.Name = &path
-	return p, nil
+	return file.Messages().Get(0)
 }
 
 // pbExpect is what a record must decode to, stated from google.golang.org/protobuf's own
-// proto.Unmarshal into a dynamic message of the writer type (not relay's walk) and the spec's rules
-// written out here: the verdict, the field, and the values.
+// proto.Unmarshal into a dynamic message of the writer type (not relay's walk, which reads only the
+// spec's fields off the wire) and the spec's rules written out here: the verdict, the field, and
+// the values.
 func pbExpect(t *testing.T, md protoreflect.MessageDescriptor, body []byte, limits spec.Limits) (spec.Reason, string, string) {
 	m := dynamicpb.NewMessage(md)
 	if err := proto.Unmarshal(body, m); err != nil {
@@ -542,5 +526,44 @@ func TestProtobufCheckSubject(t *testing.T) {
 	}
 	if err := d.CheckSubject(ctx, topic+"-none-value"); !errors.Is(err, ErrNoSubject) {
 		t.Errorf("a subject with no schema: %v, want ErrNoSubject", err)
+	}
+}
+
+// A decoder keeps at most its bound of resolved schemas, and says so: records of two ids taking
+// turns through a decoder that keeps one resolve each time (and evict the other), through one that
+// keeps two only once each.
+func TestResolvedSchemasObserved(t *testing.T) {
+	url := testenv.Registry(t)
+	p, err := spec.Parse([]byte(pbSpec), testLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := NewRegistry(RegistryConfig{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := "relay_format_pbobs_" + harness.Suffix() + "-value"
+	anyChange(t, reg, subject)
+	var ids []int
+	for _, s := range pbSchemas[:2] {
+		id, err := reg.Client().Register(subject, schemaregistry.SchemaInfo{Schema: s, SchemaType: "PROTOBUF"}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for _, c := range []struct{ keep, resolved, evicted int }{{1, 6, 5}, {2, 2, 0}} {
+		d := NewProtobuf(p, reg, c.keep)
+		var resolved, evicted int
+		Observe(d, Observer{Resolved: func() { resolved++ }, Evicted: func() { evicted++ }})
+		var rec spec.Record
+		for i := range 6 {
+			if _, _, err := d.Decode(context.Background(), append(AppendHeader(nil, ids[i%2]), 0), &rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if resolved != c.resolved || evicted != c.evicted {
+			t.Errorf("keeping %d: %d resolved, %d evicted; want %d, %d", c.keep, resolved, evicted, c.resolved, c.evicted)
+		}
 	}
 }

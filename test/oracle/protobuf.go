@@ -1,8 +1,9 @@
 // Protobuf records in Confluent's wire format, read without any of relay's code: writer schemas
-// (and the schemas they reference) fetched by plain HTTP from the registry, compiled by
-// jhump/protoreflect's protoparse (relay calls protocompile's compiler itself), each record decoded
-// whole by proto.Unmarshal into a dynamicpb message (relay walks the wire with protowire), each
-// spec field then judged by docs/FORMATS.md's rules.
+// (and the schemas they reference) fetched by plain HTTP from the registry and compiled with
+// bufbuild/protocompile (the compiler relay uses too: the .proto language has one well-kept Go
+// compiler, and what is checked here is the reading), each record decoded whole by proto.Unmarshal
+// into a dynamicpb message (relay walks the wire with protowire and reads only the spec's fields),
+// each spec field then judged by docs/FORMATS.md's rules with the oracle's own JSON code.
 //
 // Invariant: a Protobuf record becomes the JSON object its spec fields would be in a JSON topic
 // (its twin) only where docs/FORMATS.md says the Protobuf type holds the field exactly (string or
@@ -16,18 +17,18 @@
 package oracle
 
 import (
+	"context"
 	"fmt"
 	"math/big"
 	"strings"
 	"time"
 
-	"github.com/jhump/protoreflect/desc/protoparse"
+	"github.com/bufbuild/protocompile"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
-	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	// The files a schema imports without a reference, registered in protoregistry.GlobalFiles.
@@ -190,11 +191,13 @@ func (r *ProtobufReader) file(id uint32) (protoreflect.FileDescriptor, error) {
 	if err := r.references(got, sources); err != nil {
 		return nil, err
 	}
-	fds, err := (&protoparse.Parser{Accessor: protoparse.FileContentsFromMap(sources), LookupImportProto: builtinImport}).ParseFiles(name)
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(protocompile.CompositeResolver{
+		&protocompile.SourceResolver{Accessor: protocompile.SourceAccessorFromMap(sources)}, protocompile.ResolverFunc(builtinImport)})}
+	files, err := c.Compile(context.Background(), name)
 	if err != nil {
 		return nil, fmt.Errorf("oracle: schema %d does not compile: %w", id, err)
 	}
-	r.files[id] = fds[0].UnwrapFile()
+	r.files[id] = files[0]
 	return r.files[id], nil
 }
 
@@ -221,12 +224,12 @@ func (r *ProtobufReader) references(s registered, sources map[string]string) err
 
 // builtinImport is a file a schema imports without a reference, from the Go package that
 // generated it (Confluent's decimal is generated as confluent/types/, imported as confluent/type/).
-func builtinImport(path string) (*descriptorpb.FileDescriptorProto, error) {
+func builtinImport(path string) (protocompile.SearchResult, error) {
 	fd, err := protoregistry.GlobalFiles.FindFileByPath(strings.Replace(path, "confluent/type/", "confluent/types/", 1))
 	if err != nil {
-		return nil, err
+		return protocompile.SearchResult{}, err
 	}
 	p := protodesc.ToFileDescriptorProto(fd)
 	p.Name = &path
-	return p, nil
+	return protocompile.SearchResult{Proto: p}, nil
 }
