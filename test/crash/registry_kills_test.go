@@ -85,28 +85,34 @@ func (r *ownRegistry) restart(t *testing.T) time.Duration {
 }
 
 // TestRegistryKills SIGKILLs relay at random moments (a named crash point armed every third run)
-// while orders keep arriving in a registry format, Avro and Protobuf, in XA and held mode; the
-// writer schema changes early in the run (a second version, old writers still writing), the
-// registry is SIGKILLed and restarted a third of the way in, and blackholed (a vanished host:
-// connects succeed, nothing answers) for 4 s two thirds of the way in. Every restarted relay must
-// fetch its writer schemas again, so each fault lands on one that needs the registry. Exact totals,
-// only loadgen's bad records dead-lettered, and relay never exits by itself for the registry.
-// RELAY_CRASH_KILLS sets the kills per run (default 6), RELAY_CRASH_KILL_DB=1 also SIGKILLs
-// MariaDB now and then.
+// while orders keep arriving in a registry format (Avro, Protobuf, JSON Schema); the writer schema
+// changes early in the run (a second version, old writers still writing); every third run, in
+// turn, the registry is SIGKILLed and restarted, or blackholed for 4 s as a vanished host (connects
+// succeed, nothing answers), as the run starts: a restarted relay has no writer schema yet and must
+// ask for each, so every fault lands on one that needs the registry. Exact totals, only loadgen's
+// bad records dead-lettered, and relay never exits by itself for the registry.
+//
+// By default each format runs once, in one mode (XA, held, XA in turn), with 5 kills: the CI tier.
+// RELAY_CRASH_KILLS=N (make crashtest) runs every format in both modes with N/4 kills each, and
+// RELAY_CRASH_KILL_DB=1 also SIGKILLs MariaDB every fifth run.
 func TestRegistryKills(t *testing.T) {
-	kills := 6
+	kills, long := 5, false
 	if v, err := strconv.Atoi(os.Getenv("RELAY_CRASH_KILLS")); err == nil && v > 0 {
-		kills = v
+		kills, long = max(v/4, 5), true
 	}
 	reg := startOwnRegistry(t)
-	for _, format := range []string{"avro", "protobuf"} {
-		for _, mode := range []struct {
-			name  string
-			extra []string
-		}{
-			{"xa", []string{"RELAY_CHECKPOINT_BUFFER_KEYS=200"}},
-			{"held-append", []string{"RELAY_MODE=held", "RELAY_MYSQL_DETAIL_TABLE=order_details"}},
-		} {
+	modes := []struct {
+		name  string
+		extra []string
+	}{
+		{"xa", []string{"RELAY_CHECKPOINT_BUFFER_KEYS=200"}},
+		{"held-append", []string{"RELAY_MODE=held", "RELAY_MYSQL_DETAIL_TABLE=order_details"}},
+	}
+	for i, format := range []string{"avro", "protobuf", "json_schema"} {
+		for j, mode := range modes {
+			if !long && j != i%len(modes) {
+				continue
+			}
 			t.Run(format+"-"+mode.name, func(t *testing.T) { registryKills(t, reg, format, kills, mode.extra...) })
 		}
 	}
@@ -153,10 +159,10 @@ func registryKills(t *testing.T, reg *ownRegistry, format string, kills int, ext
 		}
 		p := e.start(arm...)
 		// The faults land as the run starts: it has no writer schema yet and must ask for each.
-		switch k {
-		case max(kills/3, 1):
+		switch {
+		case k%6 == 2:
 			t.Logf("run %d: the registry restarted in %v", k, reg.restart(t).Round(time.Millisecond))
-		case max(2*kills/3, 2):
+		case k%6 == 5:
 			proxy.BlackholeHost(4 * time.Second)
 			t.Logf("run %d: the registry is blackholed for 4 s", k)
 		}
