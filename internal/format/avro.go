@@ -184,15 +184,16 @@ var pow10 = func() (p [19]int64) {
 	return p
 }()
 
-// unscaled sets p's decimal field i to the big-endian two's-complement integer b times 10^-scale, the
-// Avro decimal encoding.
+// unscaled sets p's decimal field i to the big-endian two's-complement integer b times 10^-scale
+// (the Avro decimal encoding; Confluent's Protobuf decimal, whose scale a record carries, may be
+// negative or huge).
 func unscaled(p *spec.Plan, rec *spec.Record, i int, b []byte, scale int) spec.Reason {
 	if len(b) > 8 {
 		n := new(big.Int).SetBytes(b)
 		if b[0]&0x80 != 0 {
 			n.Sub(n, new(big.Int).Lsh(big.NewInt(1), uint(len(b))*8))
 		}
-		return p.SetDecimal(rec, i, new(big.Rat).SetFrac(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(scale)), nil)))
+		return bigDecimal(p, rec, i, n, scale, len(b))
 	}
 	var n int64
 	if len(b) > 0 && b[0]&0x80 != 0 {
@@ -214,13 +215,32 @@ func decimal(p *spec.Plan, rec *spec.Record, i int, n int64, scale int) spec.Rea
 			return spec.ReasonAmountPrecision
 		}
 		return p.SetUnits(rec, i, n/d)
-	case scale <= money.Scale:
+	case scale <= money.Scale && money.Scale-scale < len(pow10):
 		m := pow10[money.Scale-scale]
 		if u := n * m; u/m == n {
 			return p.SetUnits(rec, i, u)
 		}
 	}
-	return p.SetDecimal(rec, i, new(big.Rat).SetFrac(big.NewInt(n), new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(scale)), nil)))
+	return bigDecimal(p, rec, i, big.NewInt(n), scale, 8)
+}
+
+// bigDecimal sets p's decimal field i to n times 10^-scale, n at most size bytes long. A scale so
+// large or so negative that no amount could come of a non-zero n is decided without computing
+// 10^scale (a record's scale must not cost a big power): past 3 digits a byte and 30 more, n's
+// value is below 10^-30 (amount_precision: a non-zero digit below money.Scale); below -30, at
+// least 10^30 (amount_range).
+func bigDecimal(p *spec.Plan, rec *spec.Record, i int, n *big.Int, scale, size int) spec.Reason {
+	switch {
+	case n.Sign() == 0:
+		return p.SetUnits(rec, i, 0)
+	case scale > 3*size+30:
+		return spec.ReasonAmountPrecision
+	case scale < -30:
+		return spec.ReasonAmountRange
+	case scale < 0:
+		return p.SetDecimal(rec, i, new(big.Rat).SetInt(new(big.Int).Mul(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(-scale)), nil))))
+	}
+	return p.SetDecimal(rec, i, new(big.Rat).SetFrac(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(scale)), nil)))
 }
 
 var errBadSchema = errors.New("not an Avro record schema")

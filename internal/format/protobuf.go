@@ -20,8 +20,6 @@ import (
 	"math"
 	"math/big"
 	"strings"
-	"time"
-	"unicode/utf8"
 
 	"github.com/bufbuild/protocompile"
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
@@ -37,11 +35,12 @@ type Protobuf struct {
 	fields  []spec.InputField // declared fields, then the event time
 	reg     *Registry
 	schemas resolved[*pbSchema]
-	// Per record, reused: the message indexes, each field's value as read, and which message
-	// nodes of the plan the record has.
+	// Per record, reused: the message indexes, each field's value as read, which message nodes
+	// of the plan the record has, and each oneof's member read last (0: none).
 	idx   []int
 	slots []pbSlot
 	seen  []bool
+	oneof []protowire.Number
 }
 
 // pbSchema is one writer schema compiled, and its message types resolved as records name them.
@@ -52,7 +51,7 @@ type pbSchema struct {
 	msgs []pbMessage
 }
 
-// pbMessage is the plan of the message type a record's message indexes name (nil: none of the file).
+// pbMessage is the plan of the message type a record's message indexes name.
 type pbMessage struct {
 	indexes []int
 	plan    *pbPlan
@@ -62,7 +61,19 @@ type pbMessage struct {
 // fields' paths (nodes[0] is the record's own), each listing the field numbers it reads.
 type pbPlan struct {
 	nodes  []pbNode
-	fields []pbField // by InputFields index
+	checks []*pbCheck // by node: what protobuf checks of the fields relay does not read
+	// members are, by node, the fields of its message's oneofs: a member read clears the one read
+	// before it, as protobuf sets one member of a oneof at a time; oneofs counts them all.
+	members []map[protowire.Number]pbMember
+	oneofs  int
+	fields  []pbField // by InputFields index
+	cs      pbChecks  // while resolving: the checks built so far
+}
+
+// pbMember is a oneof's member: the oneof (its index among the plan's), its wire type.
+type pbMember struct {
+	oneof int
+	wire  protowire.Type
 }
 
 // pbNode is the fields one message of the tree reads.
@@ -78,7 +89,6 @@ type pbEntry struct {
 	child int
 	field int
 	part  uint8
-	utf8  bool // a proto3 string: not UTF-8 fails the record, as proto.Unmarshal fails it
 }
 
 // pbField is how one spec field is read from a message type's records.
@@ -152,6 +162,11 @@ func (d *Protobuf) Decode(ctx context.Context, payload []byte, rec *spec.Record)
 	}
 	d.seen = d.seen[:len(pl.nodes)]
 	clear(d.seen)
+	if cap(d.oneof) < pl.oneofs {
+		d.oneof = make([]protowire.Number, pl.oneofs)
+	}
+	d.oneof = d.oneof[:pl.oneofs]
+	clear(d.oneof)
 	if !d.walk(pl, 0, body) {
 		return spec.ReasonBadEncoding, "", nil
 	}
@@ -168,9 +183,10 @@ func (d *Protobuf) Decode(ctx context.Context, payload []byte, rec *spec.Record)
 // field skipped. False: b is not a well-formed message of its type.
 func (d *Protobuf) walk(pl *pbPlan, node int, b []byte) bool {
 	d.seen[node] = true
-	entries := pl.nodes[node]
+	entries, check := pl.nodes[node], pl.checks[node]
+	var required uint64
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return false
 		}
@@ -181,6 +197,13 @@ func (d *Protobuf) walk(pl *pbPlan, node int, b []byte) bool {
 		}
 		val := b[:n]
 		b = b[n:]
+		if m, ok := pl.members[node][num]; ok && m.wire == typ && d.oneof[m.oneof] != num {
+			if prev := d.oneof[m.oneof]; prev != 0 {
+				d.clearMember(pl, node, prev)
+			}
+			d.oneof[m.oneof] = num
+		}
+		walked := false
 		for k := range entries {
 			e := &entries[k]
 			if e.num != num || e.wire != typ {
@@ -201,10 +224,8 @@ func (d *Protobuf) walk(pl *pbPlan, node int, b []byte) bool {
 					if !d.walk(pl, e.child, bs) {
 						return false
 					}
+					walked = true
 					continue
-				}
-				if e.utf8 && !utf8.Valid(bs) {
-					return false
 				}
 				d.slots[e.field].b = bs
 			}
@@ -215,8 +236,44 @@ func (d *Protobuf) walk(pl *pbPlan, node int, b []byte) bool {
 				s.n, s.set = v, true
 			}
 		}
+		// A message walked above was checked by its own node; everything else is checked here,
+		// the spec's strings included (not UTF-8 fails the record).
+		if !walked && !check.field(num, typ, val) {
+			return false
+		}
+		required |= check.present(num, typ)
 	}
-	return true
+	return check.complete(required)
+}
+
+// clearMember forgets what was read of field num of node, a oneof member another one replaced:
+// its value, or all that was read under it if it is a message.
+func (d *Protobuf) clearMember(pl *pbPlan, node int, num protowire.Number) {
+	for _, e := range pl.nodes[node] {
+		if e.num != num {
+			continue
+		}
+		if e.child > 0 {
+			d.clearNode(pl, e.child)
+		} else {
+			d.slots[e.field] = pbSlot{}
+		}
+	}
+}
+
+// clearNode forgets a message node and everything read under it.
+func (d *Protobuf) clearNode(pl *pbPlan, node int) {
+	d.seen[node] = false
+	for _, m := range pl.members[node] {
+		d.oneof[m.oneof] = 0
+	}
+	for _, e := range pl.nodes[node] {
+		if e.child > 0 {
+			d.clearNode(pl, e.child)
+		} else {
+			d.slots[e.field] = pbSlot{}
+		}
+	}
 }
 
 // field hands spec field i's value, as the walk left it, to the plan.
@@ -244,9 +301,11 @@ func (d *Protobuf) field(rec *spec.Record, i int, f *pbField) spec.Reason {
 	case pbUnscaled:
 		return unscaled(d.p, rec, i, s.b, int(int32(s.m)))
 	case pbTimestamp:
-		// Nanos are in [0, 1e9) in a valid Timestamp; time.Unix floors whatever they are, and a
-		// window start only ever floors.
-		return d.p.SetTime(rec, time.Unix(int64(s.n), int64(int32(s.m))).UnixMilli())
+		ms, ok := timestampMillis(int64(s.n), int32(s.m))
+		if !ok {
+			return spec.ReasonBadTS // past int64 milliseconds, as a JSON epoch past int64 is
+		}
+		return d.p.SetTime(rec, ms)
 	}
 	n, ok := pbInteger(f.kind, s.n)
 	switch f.leaf {
@@ -266,6 +325,22 @@ func (d *Protobuf) field(rec *spec.Record, i int, f *pbField) spec.Reason {
 		}
 		return d.p.SetTime(rec, n)
 	}
+}
+
+// timestampMillis is a Timestamp's seconds and nanos as epoch milliseconds, floored (nanos are in
+// [0, 1e9) in a valid Timestamp; any are floored to the millisecond, and a window start only ever
+// floors); ok is false past int64.
+func timestampMillis(sec int64, nanos int32) (int64, bool) {
+	ms := int64(nanos) / 1e6
+	if int64(nanos)%1e6 < 0 {
+		ms--
+	}
+	if sec >= -9e15 && sec <= 9e15 {
+		return sec*1000 + ms, true // |sec*1000| <= 9e18 < 2^63 - 2^31
+	}
+	v := new(big.Int).Mul(big.NewInt(sec), big.NewInt(1000))
+	v.Add(v, big.NewInt(ms))
+	return v.Int64(), v.IsInt64()
 }
 
 // pbInteger is the value of an integer kind read as v (a varint, or a fixed value widened), as
@@ -323,11 +398,12 @@ func (d *Protobuf) plan(s *pbSchema, indexes []int) *pbPlan {
 			return m.plan
 		}
 	}
-	var pl *pbPlan
-	if md := messageAt(s.file, indexes); md != nil {
-		pl = d.resolve(md)
+	md := messageAt(s.file, indexes)
+	if md == nil {
+		return nil // not kept: bad records must not grow the list
 	}
-	// A file has few message types, and a record names one of them: this list stays short.
+	pl := d.resolve(md)
+	// Only the file's message types are kept, each once: the list is as long as the file is.
 	s.msgs = append(s.msgs, pbMessage{indexes: append([]int(nil), indexes...), plan: pl})
 	return pl
 }
@@ -361,10 +437,13 @@ func messageAt(file protoreflect.FileDescriptor, indexes []int) protoreflect.Mes
 
 // resolve builds the plan of message type md.
 func (d *Protobuf) resolve(md protoreflect.MessageDescriptor) *pbPlan {
-	pl := &pbPlan{nodes: []pbNode{nil}, fields: make([]pbField, len(d.fields))}
+	pl := &pbPlan{nodes: []pbNode{nil}, fields: make([]pbField, len(d.fields)), cs: pbChecks{}}
+	pl.checks = []*pbCheck{pl.cs.of(md)}
+	pl.members = []map[protowire.Number]pbMember{pl.oneofsOf(md)}
 	for i, f := range d.fields {
 		pl.fields[i] = pl.place(md, f.Path, i, f.Kind)
 	}
+	pl.cs = nil
 	return pl
 }
 
@@ -380,7 +459,7 @@ func (pl *pbPlan) place(md protoreflect.MessageDescriptor, path []string, i int,
 		case fd.Cardinality() == protoreflect.Repeated || fd.Kind() != protoreflect.MessageKind:
 			return pbField{reason: spec.ReasonWrongType, found: describeField(fd)}
 		}
-		node = pl.child(node, fd.Number())
+		node = pl.child(node, fd.Number(), fd.Message())
 		md = fd.Message()
 	}
 	fd := md.Fields().ByName(protoreflect.Name(path[len(path)-1]))
@@ -423,7 +502,7 @@ func (pl *pbPlan) place(md protoreflect.MessageDescriptor, path []string, i int,
 	default:
 		return wrong
 	}
-	pl.nodes[node] = append(pl.nodes[node], pbEntry{num: fd.Number(), wire: wireType(fd.Kind()), field: i, utf8: enforceUTF8(fd)})
+	pl.nodes[node] = append(pl.nodes[node], pbEntry{num: fd.Number(), wire: wireType(fd.Kind()), field: i})
 	return f
 }
 
@@ -468,10 +547,10 @@ func (pl *pbPlan) placeMessage(node int, fd protoreflect.FieldDescriptor, i int,
 	default:
 		return wrong
 	}
-	f.node = pl.child(node, fd.Number())
+	f.node = pl.child(node, fd.Number(), inner)
 	f.kind = valueKind
 	v := inner.Fields().ByNumber(1)
-	pl.nodes[f.node] = append(pl.nodes[f.node], pbEntry{num: 1, wire: wireType(v.Kind()), field: i, utf8: enforceUTF8(v)})
+	pl.nodes[f.node] = append(pl.nodes[f.node], pbEntry{num: 1, wire: wireType(v.Kind()), field: i})
 	switch f.leaf {
 	case pbTimestamp:
 		pl.nodes[f.node] = append(pl.nodes[f.node], pbEntry{num: 2, wire: protowire.VarintType, field: i, part: 1})
@@ -481,9 +560,9 @@ func (pl *pbPlan) placeMessage(node int, fd protoreflect.FieldDescriptor, i int,
 	return f
 }
 
-// child is the node of message field num of node, added on first use (two spec fields under one
-// message share its node).
-func (pl *pbPlan) child(node int, num protowire.Number) int {
+// child is the node of message field num (of type md) of node, added on first use (two spec fields
+// under one message share its node).
+func (pl *pbPlan) child(node int, num protowire.Number, md protoreflect.MessageDescriptor) int {
 	for _, e := range pl.nodes[node] {
 		if e.num == num && e.child > 0 {
 			return e.child
@@ -491,8 +570,33 @@ func (pl *pbPlan) child(node int, num protowire.Number) int {
 	}
 	c := len(pl.nodes)
 	pl.nodes = append(pl.nodes, nil)
+	pl.checks = append(pl.checks, pl.cs.of(md))
+	pl.members = append(pl.members, pl.oneofsOf(md))
 	pl.nodes[node] = append(pl.nodes[node], pbEntry{num: num, wire: protowire.BytesType, child: c})
 	return c
+}
+
+// oneofsOf numbers md's oneofs among the plan's and maps each member to its oneof (nil: none). A
+// proto3 optional field's synthetic oneof has one member: nothing to clear.
+func (pl *pbPlan) oneofsOf(md protoreflect.MessageDescriptor) map[protowire.Number]pbMember {
+	var out map[protowire.Number]pbMember
+	oneofs := md.Oneofs()
+	for i := range oneofs.Len() {
+		o := oneofs.Get(i)
+		if o.IsSynthetic() {
+			continue
+		}
+		if out == nil {
+			out = map[protowire.Number]pbMember{}
+		}
+		fields := o.Fields()
+		for j := range fields.Len() {
+			fd := fields.Get(j)
+			out[fd.Number()] = pbMember{oneof: pl.oneofs, wire: wireType(fd.Kind())}
+		}
+		pl.oneofs++
+	}
+	return out
 }
 
 // wireType is how a field of kind k is written (not packed: relay reads no repeated field).
@@ -512,16 +616,15 @@ func wireType(k protoreflect.Kind) protowire.Type {
 }
 
 // enforceUTF8 says whether proto.Unmarshal refuses a value of fd that is not UTF-8: a proto3
-// string, or an editions string whose features ask for validation (the default).
+// string, or an editions string whose descriptor says so (google.golang.org/protobuf's own rule,
+// internal/strs.EnforceUTF8: a descriptor without the method, as protocompile's are, falls back
+// to the syntax).
 func enforceUTF8(fd protoreflect.FieldDescriptor) bool {
 	if fd.Kind() != protoreflect.StringKind {
 		return false
 	}
-	if fd.Syntax() == protoreflect.Editions {
-		if e, ok := fd.(interface{ EnforceUTF8() bool }); ok {
-			return e.EnforceUTF8()
-		}
-		return true
+	if e, ok := fd.(interface{ EnforceUTF8() bool }); ok && fd.Syntax() == protoreflect.Editions {
+		return e.EnforceUTF8()
 	}
 	return fd.Syntax() == protoreflect.Proto3
 }

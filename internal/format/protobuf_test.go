@@ -7,9 +7,9 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
@@ -40,9 +40,10 @@ aggregates:
   - {table: t, window: 1m, dimensions: [{column: sku, field: sku}], measures: [{column: s, kind: sum, field: amount}]}
 `
 
-// The writer schema as it evolves: v2 widens qty to int64, adds coupon and makes sku optional
-// (explicit presence: absent is missing_field, no longer ""); v3 drops customer, writes qty as
-// sint64 and the amount as google.type.Decimal text.
+// The writer schema as it evolves: v2 widens qty to int64, adds coupon, makes sku optional
+// (explicit presence: absent is missing_field, no longer "") and puts customer and channel in
+// oneofs (a later member clears them); v3 drops customer, writes qty as sint64 and the amount as
+// google.type.Decimal text.
 var pbSchemas = []string{`syntax = "proto3";
 package shop;
 import "google/protobuf/timestamp.proto";
@@ -67,9 +68,9 @@ message Order {
   optional string sku = 2;
   confluent.type.Decimal amount = 3;
   google.protobuf.Timestamp ts = 4;
-  Customer customer = 5;
+  oneof who { Customer customer = 5; string anonymous_id = 12; }
   int64 qty = 6;
-  Channel channel = 7;
+  oneof via { Channel channel = 7; string partner = 11; }
   string coupon = 8;
   message Customer { string region = 1; }
   enum Channel { WEB = 0; APP = 1; STORE = 2; }
@@ -106,7 +107,7 @@ func pbMessageOf(t testing.TB, schema string) protoreflect.MessageDescriptor {
 // proto.Unmarshal into a dynamic message of the writer type (not relay's walk, which reads only the
 // spec's fields off the wire) and the spec's rules written out here: the verdict, the field, and
 // the values.
-func pbExpect(t *testing.T, md protoreflect.MessageDescriptor, body []byte, limits spec.Limits) (spec.Reason, string, string) {
+func pbExpect(t testing.TB, md protoreflect.MessageDescriptor, body []byte, limits spec.Limits) (spec.Reason, string, string) {
 	m := dynamicpb.NewMessage(md)
 	if err := proto.Unmarshal(body, m); err != nil {
 		return spec.ReasonBadEncoding, "", ""
@@ -174,7 +175,8 @@ func pbExpect(t *testing.T, md protoreflect.MessageDescriptor, body []byte, limi
 	var amount *big.Rat
 	if fd.Message().FullName() == "google.type.Decimal" {
 		text := am.Get(fd.Message().Fields().ByNumber(1)).String()
-		if amount, ok = new(big.Rat).SetString(text); !ok || strings.Contains(text, "/") {
+		// A JSON number's grammar (leading zeros allowed), as a decimal in a JSON string is read.
+		if amount, ok = new(big.Rat).SetString(text); !ok || !decimalText.MatchString(text) {
 			return spec.Reason(order.ReasonBadAmount), "amount", ""
 		}
 	} else {
@@ -183,8 +185,22 @@ func pbExpect(t *testing.T, md protoreflect.MessageDescriptor, body []byte, limi
 		if len(b) > 0 && b[0]&0x80 != 0 {
 			n.Sub(n, new(big.Int).Lsh(big.NewInt(1), uint(len(b))*8))
 		}
+		// n × 10^-scale: past ±(digits of n + 30) places no amount could come of a non-zero n,
+		// and 10^scale would cost too much to compute.
 		scale := am.Get(fd.Message().Fields().ByNumber(3)).Int()
-		amount = new(big.Rat).SetFrac(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(scale), nil))
+		digits := int64(len(n.String()))
+		switch {
+		case n.Sign() == 0:
+			amount = new(big.Rat)
+		case scale > digits+30:
+			return spec.ReasonAmountPrecision, "amount", ""
+		case scale < -30:
+			return spec.Reason(order.ReasonAmountRange), "amount", ""
+		case scale < 0:
+			amount = new(big.Rat).SetInt(new(big.Int).Mul(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(-scale), nil)))
+		default:
+			amount = new(big.Rat).SetFrac(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(scale), nil))
+		}
 	}
 	units := new(big.Rat).Mul(amount, big.NewRat(10000, 1))
 	switch {
@@ -214,13 +230,21 @@ func pbExpect(t *testing.T, md protoreflect.MessageDescriptor, body []byte, limi
 		return spec.ReasonMissingField, "ts", ""
 	}
 	tm := ts.Message()
-	ms := time.Unix(tm.Get(fd.Message().Fields().ByNumber(1)).Int(), tm.Get(fd.Message().Fields().ByNumber(2)).Int()).UnixMilli()
+	// seconds × 1000 + ⌊nanos / 10^6⌋, exactly: past int64 it is bad_ts, as a JSON epoch past it.
+	exact := new(big.Int).Mul(big.NewInt(tm.Get(fd.Message().Fields().ByNumber(1)).Int()), big.NewInt(1000))
+	exact.Add(exact, new(big.Int).Div(big.NewInt(tm.Get(fd.Message().Fields().ByNumber(2)).Int()), big.NewInt(1e6)))
+	if !exact.IsInt64() {
+		return spec.ReasonBadTS, "ts", ""
+	}
+	ms := exact.Int64()
 	if ms < limits.MinTS || ms >= limits.MaxTS {
 		return spec.Reason(order.ReasonTSRange), "ts", ""
 	}
 	vals = append(vals, fmt.Sprint(ms))
 	return spec.OK, "", strings.Join(vals, "|")
 }
+
+var decimalText = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
 
 // pbGot is a decoded record's values, as pbExpect states them.
 func pbGot(rec *spec.Record) string {
@@ -231,7 +255,7 @@ func pbGot(rec *spec.Record) string {
 // then sometimes edits the encoding as protobuf allows a writer to: a field repeated (the last
 // wins, a message merges), an unknown field, a known field with another wire type (an unknown
 // field to protobuf), or breaks it (cut short, a proto3 string not UTF-8).
-func pbDraw(t *testing.T, r *rand.Rand, md protoreflect.MessageDescriptor, v int, limits spec.Limits) []byte {
+func pbDraw(t testing.TB, r *rand.Rand, md protoreflect.MessageDescriptor, v int, limits spec.Limits) []byte {
 	m := dynamicpb.NewMessage(md)
 	fields := md.Fields()
 	set := func(name string, val protoreflect.Value) { m.Set(fields.ByName(protoreflect.Name(name)), val) }
@@ -286,7 +310,7 @@ func pbDraw(t *testing.T, r *rand.Rand, md protoreflect.MessageDescriptor, v int
 	if err != nil {
 		t.Fatal(err)
 	}
-	switch r.IntN(14) {
+	switch r.IntN(16) {
 	case 0: // sku again: the last occurrence wins
 		body = protowire.AppendString(protowire.AppendTag(body, 2, protowire.BytesType), drawString(r, 3))
 	case 1: // an unknown field of each wire type
@@ -313,6 +337,13 @@ func pbDraw(t *testing.T, r *rand.Rand, md protoreflect.MessageDescriptor, v int
 	case 8: // the time again with only nanos: merged, its seconds kept
 		inner := protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), uint64(r.IntN(1e9)))
 		body = protowire.AppendBytes(protowire.AppendTag(body, 4, protowire.BytesType), inner)
+	case 9: // another member of channel's and customer's oneofs (v2), clearing them
+		body = protowire.AppendString(protowire.AppendTag(body, protowire.Number(11+r.IntN(2)), protowire.BytesType), "p")
+	case 10: // the other member, then channel and a customer again: each starts afresh
+		body = protowire.AppendString(protowire.AppendTag(body, 11, protowire.BytesType), "p")
+		body = protowire.AppendVarint(protowire.AppendTag(body, 7, protowire.VarintType), 1)
+		body = protowire.AppendString(protowire.AppendTag(body, 12, protowire.BytesType), "anon")
+		body = protowire.AppendBytes(protowire.AppendTag(body, 5, protowire.BytesType), nil)
 	}
 	return body
 }
@@ -566,4 +597,38 @@ func TestResolvedSchemasObserved(t *testing.T) {
 			t.Errorf("keeping %d: %d resolved, %d evicted; want %d, %d", c.keep, resolved, evicted, c.resolved, c.evicted)
 		}
 	}
+}
+
+// Whatever bytes a Protobuf record's message holds, under any of the evolving writer schemas,
+// relay's verdict, field and values are what proto.Unmarshal of the same bytes and the spec's
+// rules say (pbExpect): the random sequences' check, over inputs the fuzzer makes.
+func FuzzProtobufDecode(f *testing.F) {
+	p, err := spec.Parse([]byte(pbSpec), testLimits)
+	if err != nil {
+		f.Fatal(err)
+	}
+	d := NewProtobuf(p, nil, 0)
+	var mds []protoreflect.MessageDescriptor
+	for id, text := range pbSchemas {
+		md := pbMessageOf(f, text)
+		d.schemas.put(id, &pbSchema{file: md.ParentFile()})
+		mds = append(mds, md)
+	}
+	r := rand.New(rand.NewPCG(36, 36))
+	for v := range 3 * len(pbSchemas) {
+		f.Add(byte(v), pbDraw(f, r, mds[v%len(mds)], v%len(mds), testLimits))
+	}
+	var rec spec.Record
+	f.Fuzz(func(t *testing.T, version byte, body []byte) {
+		v := int(version) % len(mds)
+		framed := append(append(AppendHeader(nil, v), 0), body...)
+		wantReason, wantField, wantVals := pbExpect(t, mds[v], body, testLimits)
+		reason, field, err := d.Decode(context.Background(), framed, &rec)
+		if err != nil || reason != wantReason || field != wantField {
+			t.Fatalf("v%d %x: %s %q %v, want %s %q", v+1, body, reason, field, err, wantReason, wantField)
+		}
+		if reason == spec.OK && pbGot(&rec) != wantVals {
+			t.Fatalf("v%d %x: decoded %q, want %q", v+1, body, pbGot(&rec), wantVals)
+		}
+	})
 }

@@ -174,7 +174,8 @@ func (r *Registry) Versions(ctx context.Context, subject string) ([]schemaregist
 }
 
 // references adds to sources the text of each schema refs name, under the name the reference
-// gives, and of the schemas those reference in turn (each once). The error wraps ErrUnavailable.
+// gives, and of the schemas those reference in turn (each once). The error wraps ErrUnavailable
+// unless the registry said it has no such schema.
 func (r *Registry) references(ctx context.Context, refs []schemaregistry.Reference, sources map[string]string) error {
 	for _, ref := range refs {
 		if _, ok := sources[ref.Name]; ok {
@@ -184,6 +185,12 @@ func (r *Registry) references(ctx context.Context, refs []schemaregistry.Referen
 			return err
 		}
 		m, err := r.client.GetSchemaMetadata(ref.Subject, ref.Version)
+		var re *rest.Error
+		if errors.As(err, &re) && re.Code/100 == 404 {
+			// The registry has no such subject or version: the schema cannot be compiled, now
+			// or later (40401 subject, 40402 version not found).
+			return fmt.Errorf("%s version %d (referenced as %s): %w", ref.Subject, ref.Version, ref.Name, err)
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %s version %d (referenced as %s): %w", ErrUnavailable, ref.Subject, ref.Version, ref.Name, err)
 		}

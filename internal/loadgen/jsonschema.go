@@ -92,9 +92,8 @@ func (w *jsonSchemaWriter) register(text string) error {
 	return nil
 }
 
-// evolve registers a second writer schema, the first with an optional noteField property, and
-// frames every other good record under it from now on (the record is the same: the field is
-// optional).
+// evolve registers a second writer schema, the first with another description, and frames every
+// other good record under it from now on (the record is the same).
 func (w *jsonSchemaWriter) evolve() error {
 	text, err := JSONSchema(w.plan)
 	if err != nil {
@@ -104,7 +103,9 @@ func (w *jsonSchemaWriter) evolve() error {
 	if err := json.Unmarshal([]byte(text), &doc); err != nil {
 		return err
 	}
-	doc["properties"].(map[string]any)[noteField] = map[string]any{"type": "string"}
+	// Under BACKWARD an open content model takes no new property (a new constraint narrows what
+	// the old schema allowed): the second version differs in its description only.
+	doc["description"] = "relay loadgen, second writer version (" + noteField + ")"
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return err

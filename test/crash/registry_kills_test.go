@@ -92,7 +92,8 @@ func (r *ownRegistry) restart(t *testing.T) time.Duration {
 // ask for each, so every fault lands on one that needs the registry. Exact totals, only loadgen's
 // bad records dead-lettered, and relay never exits by itself for the registry.
 //
-// By default each format runs once, in one mode (XA, held, XA in turn), with 5 kills: the CI tier.
+// By default each format runs once, in one mode (XA, held, XA in turn), with 5 kills, the three at
+// once: the CI tier.
 // RELAY_CRASH_KILLS=N (make crashtest) runs every format in both modes with N/4 kills each, and
 // RELAY_CRASH_KILL_DB=1 also SIGKILLs MariaDB every fifth run.
 func TestRegistryKills(t *testing.T) {
@@ -113,7 +114,12 @@ func TestRegistryKills(t *testing.T) {
 			if !long && j != i%len(modes) {
 				continue
 			}
-			t.Run(format+"-"+mode.name, func(t *testing.T) { registryKills(t, reg, format, kills, mode.extra...) })
+			t.Run(format+"-"+mode.name, func(t *testing.T) {
+				if !long {
+					t.Parallel() // the CI tier's three runs at once: each has its own job and topic
+				}
+				registryKills(t, reg, format, kills, mode.extra...)
+			})
 		}
 	}
 }
@@ -147,7 +153,7 @@ func registryKills(t *testing.T, reg *ownRegistry, format string, kills int, ext
 	produced := make(chan error, 1)
 	go func() {
 		produced <- e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 3000, Batch: 40,
-			AbortRate: 0.1, BadRate: 0.005, SKUs: 300, Windows: 30, Seed: rng.Uint64(), EvolveAfter: 3000})
+			AbortRate: 0.1, BadRate: 0.005, SKUs: 300, Windows: 30, Seed: rng.Uint64(), EvolveAfter: 500})
 	}()
 	points := []string{crashpoint.AfterFlush, crashpoint.AfterPrepare, crashpoint.AfterDecide,
 		crashpoint.BetweenCommits, crashpoint.AfterCommit, crashpoint.RecoveryBetween}
@@ -156,6 +162,12 @@ func registryKills(t *testing.T, reg *ownRegistry, format string, kills int, ext
 		var arm []string
 		if k%3 == 0 {
 			arm = append(arm, fmt.Sprintf("RELAY_CRASH_AT=%s:%d", points[rng.IntN(len(points))], 1+rng.IntN(8)))
+		}
+		select {
+		case err := <-produced:
+			// loadgen registers its second schema in the first run, before any registry fault.
+			t.Fatalf("loadgen stopped before run %d: %v", k, err)
+		default:
 		}
 		p := e.start(arm...)
 		// The faults land as the run starts: it has no writer schema yet and must ask for each.

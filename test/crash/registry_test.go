@@ -74,7 +74,10 @@ func newRegistry(t *testing.T, url string) *format.Registry {
 // recount (relay's decoder, through the registry) agrees.
 func TestRegistryFormatsExact(t *testing.T) {
 	for _, f := range []string{"avro", "protobuf", "json_schema"} {
-		t.Run(f, func(t *testing.T) { registryExact(t, f) })
+		t.Run(f, func(t *testing.T) {
+			t.Parallel() // each its own job and topic
+			registryExact(t, f)
+		})
 	}
 }
 

@@ -95,6 +95,12 @@ func place(twin, top map[string]any, f Field) {
 			}
 			return
 		}
+		if _, absent := v.(absentField); absent {
+			return // a Protobuf message that is not set: missing
+		}
+		if w, isWellKnown := v.(wellKnown); isWellKnown {
+			v = w.fields // a path through a Timestamp, a decimal, a wrapper
+		}
 		next, isRecord := v.(map[string]any)
 		if !isRecord {
 			node[k] = json.RawMessage("0")
@@ -248,6 +254,28 @@ func jsonOf(typ string, v any) (string, bool) {
 		}
 		b, _ := json.Marshal(x)
 		return string(b), true
+	case absentField:
+		if holds(typ, x.fd) {
+			return "", false
+		}
+		return wrong(typ), true
+	case wellKnown:
+		return jsonOf(typ, x.value)
+	case enumName:
+		if typ != "string" {
+			return wrong(typ), true
+		}
+		return jsonOf(typ, string(x))
+	case epochMillis:
+		if typ != "epoch_ms" {
+			return wrong(typ), true
+		}
+		return x.ms.String(), true
+	case unscaledDecimal:
+		if typ != "decimal" {
+			return wrong(typ), true
+		}
+		return unscaledText(x), true
 	case protoString:
 		if typ == "decimal" {
 			b, _ := json.Marshal(string(x)) // decimal text, as in a JSON string

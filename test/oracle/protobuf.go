@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"math/big"
 	"strings"
-	"time"
 
 	"github.com/bufbuild/protocompile"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -31,9 +30,9 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
 
-	// The files a schema imports without a reference, registered in protoregistry.GlobalFiles.
-	_ "github.com/confluentinc/confluent-kafka-go/v2/schemaregistry/confluent/types"
-	_ "google.golang.org/genproto/googleapis/type/decimal"
+	// The files a schema imports without a reference, registered in protoregistry.GlobalFiles by
+	// the packages Confluent's Protobuf serde imports to build them in.
+	_ "github.com/confluentinc/confluent-kafka-go/v2/schemaregistry/serde/protobuf"
 )
 
 // ProtobufReader reads framed Protobuf records against the writer schemas of one registry.
@@ -104,19 +103,43 @@ func (r *ProtobufReader) twin(s *Spec, id uint32, b []byte) ([]byte, string, err
 	return out, "", err
 }
 
-// plainMessage is m as place reads a record: each field that is there (a field with presence
-// only when set) by name, a message as a map unless it is a well-known value.
+// plainMessage is m as place reads a record: each field by name; one with presence that is not
+// set as absentField (missing, or wrong_type where its type could never hold the field); a
+// message as a map, a well-known one as the value it holds (and its fields, for a path through it).
 func plainMessage(m protoreflect.Message) map[string]any {
 	out := map[string]any{}
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
 		fd := fields.Get(i)
 		if fd.HasPresence() && !m.Has(fd) {
+			out[string(fd.Name())] = absentField{fd}
 			continue
 		}
 		out[string(fd.Name())] = plainValue(fd, m.Get(fd))
 	}
 	return out
+}
+
+// absentField is a field with presence that the record does not set.
+type absentField struct{ fd protoreflect.FieldDescriptor }
+
+// enumName is an open enum's value name: a string field takes it, nothing else.
+type enumName string
+
+// epochMillis is a Timestamp's seconds × 1000 + ⌊nanos / 10^6⌋, exactly (it may be past int64).
+type epochMillis struct{ ms *big.Int }
+
+// unscaledDecimal is confluent.type.Decimal's n × 10^-scale.
+type unscaledDecimal struct {
+	n     *big.Int
+	scale int64
+}
+
+// wellKnown is a well-known message: the value a field of it is (value), and its fields (fields),
+// which a path may lead through.
+type wellKnown struct {
+	value  any
+	fields map[string]any
 }
 
 // plainValue is one field's value as jsonOf takes it.
@@ -132,43 +155,79 @@ func plainValue(fd protoreflect.FieldDescriptor, v protoreflect.Value) any {
 		if ev == nil || fd.Enum().IsClosed() {
 			return multiUnion{}
 		}
-		return string(ev.Name())
+		return enumName(ev.Name())
 	case protoreflect.Int32Kind, protoreflect.Int64Kind, protoreflect.Sint32Kind, protoreflect.Sint64Kind,
 		protoreflect.Sfixed32Kind, protoreflect.Sfixed64Kind:
 		return v.Int()
 	case protoreflect.Uint32Kind, protoreflect.Uint64Kind, protoreflect.Fixed32Kind, protoreflect.Fixed64Kind:
 		return v.Uint()
 	case protoreflect.MessageKind:
-		return plainWellKnown(v.Message())
+		m := v.Message()
+		fields := plainMessage(m)
+		if value, ok := wellKnownValue(m); ok {
+			return wellKnown{value, fields}
+		}
+		return fields
 	}
 	return multiUnion{} // bool, bytes, float, double, group
 }
 
-// plainWellKnown is a message field's value: a Timestamp as a time, a decimal as its value, a
-// wrapper as what it wraps, any other message as a map.
-func plainWellKnown(m protoreflect.Message) any {
+// wrappers are the google.protobuf wrapper messages of a string or an integer, whose value field
+// a field of them is.
+var wrappers = map[protoreflect.FullName]bool{"google.protobuf.StringValue": true, "google.protobuf.Int64Value": true,
+	"google.protobuf.UInt64Value": true, "google.protobuf.Int32Value": true, "google.protobuf.UInt32Value": true}
+
+// wellKnownValue is the value a well-known message holds: a Timestamp's instant, a decimal, what a
+// wrapper wraps; ok is false for any other message.
+func wellKnownValue(m protoreflect.Message) (any, bool) {
 	get := func(name protoreflect.Name) protoreflect.Value { return m.Get(m.Descriptor().Fields().ByName(name)) }
 	switch name := m.Descriptor().FullName(); {
 	case name == "google.protobuf.Timestamp":
-		return time.Unix(get("seconds").Int(), get("nanos").Int())
+		ms := new(big.Int).Mul(big.NewInt(get("seconds").Int()), big.NewInt(1000))
+		return epochMillis{ms.Add(ms, new(big.Int).Div(big.NewInt(get("nanos").Int()), big.NewInt(1e6)))}, true
 	case name == "google.type.Decimal":
-		return decimalText(get("value").String())
+		return decimalText(get("value").String()), true
 	case name == "confluent.type.Decimal":
 		b := get("value").Bytes()
 		n := new(big.Int).SetBytes(b)
 		if len(b) > 0 && b[0]&0x80 != 0 {
 			n.Sub(n, new(big.Int).Lsh(big.NewInt(1), uint(len(b))*8))
 		}
-		return new(big.Rat).SetFrac(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(get("scale").Int()), nil))
-	case strings.HasPrefix(string(name), "google.protobuf.") && strings.HasSuffix(string(name), "Value"):
+		return unscaledDecimal{n, get("scale").Int()}, true
+	case wrappers[name]:
 		fd := m.Descriptor().Fields().ByName("value")
-		switch fd.Kind() {
-		case protoreflect.StringKind, protoreflect.Int32Kind, protoreflect.Int64Kind, protoreflect.Uint32Kind, protoreflect.Uint64Kind:
-			return plainValue(fd, m.Get(fd))
-		}
-		return multiUnion{}
+		return plainValue(fd, m.Get(fd)), true
 	}
-	return plainMessage(m)
+	return nil, false
+}
+
+// holds says whether a field of fd's type could hold spec field type typ (docs/FORMATS.md's
+// Protobuf table): an absent field whose type could not is wrong_type, not missing.
+func holds(typ string, fd protoreflect.FieldDescriptor) bool {
+	if fd.IsList() || fd.IsMap() {
+		return false
+	}
+	integer := false
+	switch fd.Kind() {
+	case protoreflect.Int32Kind, protoreflect.Int64Kind, protoreflect.Sint32Kind, protoreflect.Sint64Kind, protoreflect.Sfixed32Kind,
+		protoreflect.Sfixed64Kind, protoreflect.Uint32Kind, protoreflect.Uint64Kind, protoreflect.Fixed32Kind, protoreflect.Fixed64Kind:
+		integer = true
+	case protoreflect.StringKind:
+		return typ == "string" || typ == "decimal" || typ == "rfc3339"
+	case protoreflect.EnumKind:
+		return typ == "string" && !fd.Enum().IsClosed()
+	case protoreflect.MessageKind:
+		switch name := fd.Message().FullName(); {
+		case name == "google.protobuf.Timestamp":
+			return typ == "epoch_ms"
+		case name == "google.type.Decimal" || name == "confluent.type.Decimal":
+			return typ == "decimal"
+		case wrappers[name]:
+			return holds(typ, fd.Message().Fields().ByName("value"))
+		}
+		return false
+	}
+	return integer && (typ == "int" || typ == "decimal" || typ == "epoch_ms")
 }
 
 // file fetches (once) and compiles the schema of id; nil for an id the registry does not know
@@ -179,9 +238,12 @@ func (r *ProtobufReader) file(id uint32) (protoreflect.FileDescriptor, error) {
 		return f, nil
 	}
 	got, found, err := r.reg.schema(id)
-	if err != nil || !found {
+	if err != nil {
+		return nil, err // the registry's failure: asked again next time
+	}
+	if !found {
 		r.files[id] = nil
-		return nil, err
+		return nil, nil
 	}
 	const name = "oracle/writer.proto"
 	sources := map[string]string{name: got.Schema}
@@ -232,4 +294,10 @@ func builtinImport(path string) (protocompile.SearchResult, error) {
 	p := protodesc.ToFileDescriptorProto(fd)
 	p.Name = &path
 	return protocompile.SearchResult{Proto: p}, nil
+}
+
+// unscaledText is d's value as JSON number text, n and an exponent (the JSON rules read a
+// number's exponent exactly, however large).
+func unscaledText(d unscaledDecimal) string {
+	return fmt.Sprintf("%se%d", d.n, -d.scale)
 }
