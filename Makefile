@@ -63,6 +63,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzSequences -fuzztime $${FUZZTIME:-10m} ./internal/spec/
 	$(GO) test -run '^$$' -fuzz FuzzAvroDecode -fuzztime $${FUZZTIME:-10m} ./internal/format/
 	$(GO) test -run '^$$' -fuzz FuzzJSONSchemaDecode -fuzztime $${FUZZTIME:-10m} ./internal/format/
+	$(GO) test -run '^$$' -fuzz FuzzProtobufDecode -fuzztime $${FUZZTIME:-10m} ./internal/format/
 
 clean:
 	rm -rf $(BIN)
