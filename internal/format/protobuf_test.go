@@ -632,3 +632,68 @@ func FuzzProtobufDecode(f *testing.F) {
 		}
 	})
 }
+
+// What proto.Unmarshal refuses in fields the spec does not read fails the record too, and only
+// that: each case's verdict is bad_encoding exactly when proto.Unmarshal of the same bytes fails.
+func TestProtobufChecksUnreadFields(t *testing.T) {
+	p, err := spec.Parse([]byte(`input:
+  format: protobuf
+  fields: {order_id: string(8)}
+  event_time: {field: ts, format: epoch_ms}
+aggregates:
+  - {table: t, window: 1m, dimensions: [{column: id, field: order_id}], measures: [{column: n, kind: count}]}
+`), testLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proto3 := pbMessageOf(t, `syntax = "proto3";
+message M { string order_id = 1; int64 ts = 2; repeated int32 nums = 20; Sub sub = 21; string note = 22;
+  map<string, int32> tags = 23; message Sub { string s = 1; repeated fixed64 f = 2; } }`)
+	proto2 := pbMessageOf(t, `syntax = "proto2";
+message R { optional string order_id = 1; optional int64 ts = 2; required int32 must = 3; optional string loose = 4; }`)
+	d := NewProtobuf(p, nil, 0)
+	d.schemas.put(1, &pbSchema{file: proto3.ParentFile()})
+	d.schemas.put(2, &pbSchema{file: proto2.ParentFile()})
+	base := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "o")
+	base = protowire.AppendVarint(protowire.AppendTag(base, 2, protowire.VarintType), 1764000000000)
+	with := func(b []byte, num protowire.Number, typ protowire.Type, val []byte) []byte {
+		b = protowire.AppendTag(append([]byte(nil), b...), num, typ)
+		return append(b, val...)
+	}
+	bytesOf := func(v []byte) []byte { return protowire.AppendBytes(nil, v) }
+	sub := func(inner []byte) []byte { return bytesOf(inner) }
+	for _, c := range []struct {
+		name string
+		id   int
+		body []byte
+	}{
+		{"plain", 1, base},
+		{"packed run whole", 1, with(base, 20, protowire.BytesType, bytesOf([]byte{1, 0x96, 0x01}))},
+		{"packed run cut", 1, with(base, 20, protowire.BytesType, bytesOf([]byte{1, 0xff}))},
+		{"unpacked element", 1, with(base, 20, protowire.VarintType, []byte{5})},
+		{"message garbage", 1, with(base, 21, protowire.BytesType, sub([]byte{0xff}))},
+		{"nested string not UTF-8", 1, with(base, 21, protowire.BytesType, sub(protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte{0xc0})))},
+		{"nested packed fixed64 cut", 1, with(base, 21, protowire.BytesType, sub(protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), []byte{1, 2, 3})))},
+		{"string not UTF-8", 1, with(base, 22, protowire.BytesType, bytesOf([]byte{0xff}))},
+		{"string as varint (unknown)", 1, with(base, 22, protowire.VarintType, []byte{1})},
+		{"map key not UTF-8", 1, with(base, 23, protowire.BytesType, sub(protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte{0xff})))},
+		{"field number past 2^29-1", 1, with(base, protowire.MaxValidNumber+1, protowire.VarintType, []byte{1})},
+		{"required absent", 2, base},
+		{"required present", 2, with(base, 3, protowire.VarintType, []byte{7})},
+		{"proto2 string not UTF-8", 2, with(with(base, 3, protowire.VarintType, []byte{7}), 4, protowire.BytesType, bytesOf([]byte{0xff}))},
+	} {
+		md := proto3
+		if c.id == 2 {
+			md = proto2
+		}
+		want := spec.OK
+		if proto.Unmarshal(c.body, dynamicpb.NewMessage(md)) != nil {
+			want = spec.ReasonBadEncoding
+		}
+		var rec spec.Record
+		got, _, err := d.Decode(context.Background(), append(append(AppendHeader(nil, c.id), 0), c.body...), &rec)
+		if err != nil || got != want {
+			t.Errorf("%s: %s %v, want %s (proto.Unmarshal's verdict)", c.name, got, err, want)
+		}
+	}
+}

@@ -17,8 +17,42 @@ import (
 
 // pbCheck is what one message type's known fields must hold; nil: nothing beyond the framing.
 type pbCheck struct {
-	fields   map[protowire.Number]pbFieldCheck
+	// fields by number: low numbers (nearly all) in a slice, one lookup by index per record
+	// field; the rest in a map.
+	low      []pbFieldCheck
+	high     map[protowire.Number]pbFieldCheck
 	required []pbRequired // proto2 required fields, at most 64 checked
+}
+
+// lowNumbers is how many field numbers the slice of a check holds.
+const lowNumbers = 64
+
+// lookup is the check of field num, ok false for a field with nothing to check.
+func (c *pbCheck) lookup(num protowire.Number) (pbFieldCheck, bool) {
+	if num < lowNumbers {
+		if int(num) < len(c.low) {
+			fc := c.low[num]
+			return fc, fc.set
+		}
+		return pbFieldCheck{}, false
+	}
+	fc, ok := c.high[num]
+	return fc, ok
+}
+
+// add records the check of field num.
+func (c *pbCheck) add(num protowire.Number, fc pbFieldCheck) {
+	if num < lowNumbers {
+		for len(c.low) <= int(num) {
+			c.low = append(c.low, pbFieldCheck{})
+		}
+		c.low[num] = fc
+		return
+	}
+	if c.high == nil {
+		c.high = map[protowire.Number]pbFieldCheck{}
+	}
+	c.high[num] = fc
 }
 
 // pbRequired is a required field: present when it comes in its own wire type.
@@ -31,11 +65,14 @@ type pbRequired struct {
 // unknown field to protobuf); str a string protobuf validates; msg the check of a message, group
 // or map entry value; packed the element wire type of a repeated number, which may come packed.
 type pbFieldCheck struct {
+	set    bool // the field has something to check
 	wire   protowire.Type
 	str    bool
 	msg    *pbCheck
 	nested bool // msg applies (a message field whose type has nothing to check has msg nil)
-	packed protowire.Type
+	// packable: a repeated number, whose elements of wire type packed may come as one run.
+	packable bool
+	packed   protowire.Type
 }
 
 // pbChecks builds each message type's check once (by full name: recursive types share theirs).
@@ -46,7 +83,7 @@ func (cs pbChecks) of(md protoreflect.MessageDescriptor) *pbCheck {
 	if c, ok := cs[md.FullName()]; ok {
 		return c
 	}
-	c := &pbCheck{fields: map[protowire.Number]pbFieldCheck{}}
+	c := &pbCheck{}
 	cs[md.FullName()] = c // a recursive type meets itself here and checks on
 	needed := false
 	fields := md.Fields()
@@ -61,15 +98,16 @@ func (cs pbChecks) of(md protoreflect.MessageDescriptor) *pbCheck {
 		case enforceUTF8(fd):
 			fc.str = true
 		case fd.IsList() && fc.wire != protowire.BytesType:
-			fc.packed = fc.wire
+			fc.packable, fc.packed = true, fc.wire
 		}
 		if fd.Cardinality() == protoreflect.Required && len(c.required) < 64 {
 			c.required = append(c.required, pbRequired{fd.Number(), fc.wire})
 		}
 		// A message whose own check is nil is still walked for its framing, which
 		// ConsumeFieldValue has checked already: nothing to add.
-		if fc.str || fc.packed != 0 || (fc.nested && fc.msg != nil) {
-			c.fields[fd.Number()] = fc
+		if fc.str || fc.packable || (fc.nested && fc.msg != nil) {
+			fc.set = true
+			c.add(fd.Number(), fc)
 			needed = true
 		}
 	}
@@ -132,11 +170,11 @@ func (c *pbCheck) field(num protowire.Number, typ protowire.Type, val []byte) bo
 	if c == nil {
 		return true
 	}
-	fc, ok := c.fields[num]
+	fc, ok := c.lookup(num)
 	switch {
 	case !ok:
 		return true
-	case fc.packed != 0:
+	case fc.packable:
 		if typ != protowire.BytesType {
 			return true // one element, unpacked (framing checked), or an unknown field
 		}
