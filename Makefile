@@ -36,12 +36,13 @@ test: lint
 test-unit:
 	$(GO) test -short ./...
 
-# The long crash tests: hundreds of SIGKILLs of relay, and of MariaDB itself; the elastic group
+# The long crash tests: hundreds of SIGKILLs of relay, and of MariaDB itself, on JSON topics and on
+# topics of each registry format (whose registry is SIGKILLed and blackholed too); the elastic group
 # membership tests with RELAY_TEST_ELASTIC_LONG=1 (rounds of joins, leaves and SIGKILLs of members,
 # MariaDB SIGKILLed once a round); then the Galera scenarios (test/galera, on the 3-node cluster of
 # scripts/galera.sh) with RELAY_TEST_GALERA_LONG=1: longer runs, more kills and rounds.
 crashtest:
-	RELAY_CRASH_KILLS=$${RELAY_CRASH_KILLS:-200} RELAY_CRASH_KILL_DB=1 scripts/test.sh -v -run 'TestRandomKills' -timeout 60m ./test/crash/
+	RELAY_CRASH_KILLS=$${RELAY_CRASH_KILLS:-200} RELAY_CRASH_KILL_DB=1 scripts/test.sh -v -run 'TestRandomKills|TestRegistryKills' -timeout 90m ./test/crash/
 	RELAY_TEST_ELASTIC_LONG=1 scripts/test.sh -v -run 'TestElastic' -timeout 60m ./test/crash/
 	RELAY_TEST_START_WAIT=60s scripts/test.sh -v -run 'TestStartBeforeDependencies' -timeout 20m ./test/crash/
 	RELAY_TEST_GALERA_LONG=1 scripts/test.sh -v -timeout 90m ./test/galera/
@@ -61,6 +62,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzSpecDecode -fuzztime $${FUZZTIME:-10m} ./internal/spec/
 	$(GO) test -run '^$$' -fuzz FuzzSequences -fuzztime $${FUZZTIME:-10m} ./internal/spec/
 	$(GO) test -run '^$$' -fuzz FuzzAvroDecode -fuzztime $${FUZZTIME:-10m} ./internal/format/
+	$(GO) test -run '^$$' -fuzz FuzzJSONSchemaDecode -fuzztime $${FUZZTIME:-10m} ./internal/format/
+	$(GO) test -run '^$$' -fuzz FuzzProtobufDecode -fuzztime $${FUZZTIME:-10m} ./internal/format/
 
 clean:
 	rm -rf $(BIN)

@@ -13,7 +13,9 @@
 # when BENCH_STEPS names it: it needs Maven and ≈85 MB of Flink jars); group (one instance against one
 # and two consumer-group members, alternating on a 16-partition topic; only when BENCH_STEPS names it,
 # scale BENCH_GROUP_ORDERS=25000000 BENCH_GROUP_PARTITIONS=16 BENCH_GROUP_MODES=xa,held
-# BENCH_GROUP_KINDS=single,member,two).
+# BENCH_GROUP_KINDS=single,member,two); formats (the same orders as json, avro, protobuf and
+# json_schema, relay XA on each, alternating; only when BENCH_STEPS names it, scale
+# BENCH_FORMAT_ORDERS=2000000 BENCH_FORMATS=json,avro,protobuf,json_schema).
 #
 # Scale (defaults): BENCH_ORDERS=4000000 BENCH_REPS=3 BENCH_SKUS=1000 BENCH_WINDOWS=10
 # BENCH_SUBTASKS=2 BENCH_TP_INTERVAL=1s BENCH_TP_CLIENTS=tuned,shipped BENCH_LAT_DURATION=30s
@@ -27,6 +29,12 @@ cd "$(dirname "$0")/.."
 svc_env=$(scripts/services.sh up) # assigned first: a failed start stops the script
 eval "$svc_env"
 export RELAY_TEST_KAFKA RELAY_TEST_MYSQL_DSN
+# The schema registry the formats step reads Avro, Protobuf and JSON Schema through.
+if [[ ",${BENCH_STEPS:-}," == *",formats,"* ]]; then
+  reg_env=$(scripts/registry.sh start)
+  eval "$reg_env"
+  export RELAY_TEST_REGISTRY
+fi
 
 # A private build: bin/relay may be rebuilt by someone else while the benchmark runs.
 export BENCH_BIN=${BENCH_BIN:-$PWD/.cache/bench/bin}

@@ -3,8 +3,9 @@
 # totals, relay committing them exactly once into the tables of a pipeline spec (scripts/demo/
 # pipeline.yaml: a base table, its hourly rollup and a filtered table), then the totals and the
 # metrics side by side. DEMO_SPEC= (empty) runs the default spec (order_stats_minute) instead.
-# DEMO_FORMAT=avro runs the same on an Avro topic: the Schema Registry (scripts/registry.sh) comes
-# up too, loadgen registers its schema there, and the spec reads format avro.
+# DEMO_FORMAT=avro (or protobuf, or json_schema) runs the same on a topic of that registry format:
+# the Schema Registry (scripts/registry.sh) comes up too, loadgen registers its schema there, and
+# the spec reads that format.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib.sh
@@ -18,12 +19,16 @@ eval "$svc_env"
 make -s build
 FORMAT=${DEMO_FORMAT:-json}
 LOADGEN_FORMAT=()
-if [ "$FORMAT" = avro ]; then
-  reg_env=$(scripts/registry.sh start) # assigned first, as above
-  eval "$reg_env"
-  export RELAY_SCHEMA_REGISTRY_URL=$RELAY_TEST_REGISTRY
-  LOADGEN_FORMAT=(--format avro --schema-registry "$RELAY_TEST_REGISTRY")
-fi
+case "$FORMAT" in
+  json) ;;
+  avro | protobuf | json_schema)
+    reg_env=$(scripts/registry.sh start) # assigned first, as above
+    eval "$reg_env"
+    export RELAY_SCHEMA_REGISTRY_URL=$RELAY_TEST_REGISTRY
+    LOADGEN_FORMAT=(--format "$FORMAT" --schema-registry "$RELAY_TEST_REGISTRY")
+    ;;
+  *) echo "demo: DEMO_FORMAT=$FORMAT: json, avro, protobuf or json_schema" >&2; exit 2 ;;
+esac
 JOB=${DEMO_JOB:-demo}
 TOPIC=${DEMO_TOPIC:-orders_demo_${FORMAT}_$(date +%s)}
 ORDERS=${DEMO_ORDERS:-50000}
@@ -32,15 +37,15 @@ SPEC=${DEMO_SPEC-scripts/demo/pipeline.yaml}
 WORK=$(mktemp -d)
 if [ -n "$SPEC" ]; then
   export RELAY_PIPELINE_FILE=$PWD/$SPEC
-  if [ "$FORMAT" = avro ]; then
-    # The same spec, reading Avro: its input block names the format.
-    sed 's/^input:$/input:\n  format: avro/' "$SPEC" >"$WORK/pipeline.yaml"
+  if [ "$FORMAT" != json ]; then
+    # The same spec, reading the registry format: its input block names the format.
+    sed "s/^input:\$/input:\n  format: $FORMAT/" "$SPEC" >"$WORK/pipeline.yaml"
     RELAY_PIPELINE_FILE=$WORK/pipeline.yaml
   fi
   TABLES=$(sed -n 's/^  - table: //p' "$SPEC")
 else
   TABLES=order_stats_minute
-  [ "$FORMAT" = avro ] && export RELAY_INPUT_FORMAT=avro
+  [ "$FORMAT" != json ] && export RELAY_INPUT_FORMAT=$FORMAT
 fi
 export RELAY_JOB_NAME=$JOB RELAY_KAFKA_BROKERS=$RELAY_TEST_KAFKA RELAY_KAFKA_TOPICS=$TOPIC
 export RELAY_MYSQL_DSN="$RELAY_TEST_MYSQL_DSN" RELAY_SUBTASKS=2 RELAY_CHECKPOINT_INTERVAL=500ms RELAY_HTTP_ADDR=$HTTP

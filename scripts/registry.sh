@@ -14,7 +14,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/scripts/lib.sh"
 VERSION=3.3.3
 PORT=${RELAY_SVC_REGISTRY_PORT:-18081}
-STATE="$ROOT/.cache/registry"
+# RELAY_SVC_REGISTRY_STATE moves the state (pid, log, H2 file): a test runs a registry of its own there.
+STATE=${RELAY_SVC_REGISTRY_STATE:-"$ROOT/.cache/registry"}
 DOWNLOADS=/var/tmp/relay-registry
 APP="$DOWNLOADS/apicurio-registry-app-$VERSION"
 TARBALL="apicurio-registry-app-$VERSION-all.tar.gz"

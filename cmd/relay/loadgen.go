@@ -47,7 +47,11 @@ gives the same records.
 fields (dotted paths as nested records; string, long, a bytes decimal of the field's scale,
 timestamp-millis) that it registers under TOPIC-value in the Schema Registry (--schema-registry,
 else schema_registry.url); its bad records are JSON (bad_header) or name a schema id no registry
-has (unknown_schema).
+has (unknown_schema). --format protobuf does the same under a proto3 schema (string, int64,
+google.type.Decimal, google.protobuf.Timestamp; dotted paths as nested messages). --format
+json_schema registers a draft-07 JSON Schema of the spec's fields (nested objects for dotted
+paths) and writes each JSON record after the wire format's header; its bad records are also the
+generator's bad JSON under the registered id.
 
 --escape writes what real producers write, with the same meaning: non-ASCII strings (é, ü, CJK,
 emoji; one key in NFC and one in NFD, distinct), raw or \u-escaped (surrogate pairs, "\/",
@@ -70,6 +74,8 @@ const loadgenExamples = `  relay loadgen --brokers localhost:9092 --topic orders
       --totals expected.json            # a new topic: nothing reads it
   relay loadgen --brokers B --topic orders_avro --create-partitions 4 --format avro \
       --schema-registry http://127.0.0.1:18081/apis/ccompat/v7
+  relay loadgen --brokers B --topic orders_js --create-partitions 4 --format json_schema \
+      --schema-registry http://127.0.0.1:18081/apis/ccompat/v7
   relay loadgen --brokers B --topic T --ledger-dsn 'user:pw@tcp(db:3306)/relay' --escape
 `
 
@@ -91,8 +97,8 @@ func cmdLoadgen(ctx context.Context, args []string) error {
 	fs.IntVar(&o.SKUs, "skus", 100, "distinct values of each field an aggregate groups by (skus, for the default spec)")
 	fs.IntVar(&o.Windows, "windows", 10, "event times spread over this many minutes")
 	fs.BoolVar(&o.Escape, "escape", false, "write non-ASCII and escaped strings, numbers and times in every accepted spelling, any member order and whitespace (same meaning, see above)")
-	fs.StringVar(&o.Format, "format", "", "json or avro (Confluent's wire format; the schema is registered under TOPIC-value); default: the spec's input.format")
-	registry := fs.String("schema-registry", "", "Schema Registry URL for --format avro (default: schema_registry.url of --config / RELAY_SCHEMA_REGISTRY_URL)")
+	fs.StringVar(&o.Format, "format", "", "json, avro, protobuf or json_schema (Confluent's wire format; the schema is registered under TOPIC-value); default: the spec's input.format")
+	registry := fs.String("schema-registry", "", "Schema Registry URL for a registry --format (default: schema_registry.url of --config / RELAY_SCHEMA_REGISTRY_URL)")
 	fs.DurationVar(&o.ProgressEvery, "progress", 5*time.Second, "print progress to stderr this often (0: never)")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "random seed (same seed, same stream)")
 	txn := fs.String("transactional-id", "relay-loadgen", "transactional.id (empty: no transactions)")
@@ -121,7 +127,7 @@ func cmdLoadgen(ctx context.Context, args []string) error {
 	if o.Format == "" {
 		o.Format = o.Plan.InputFormat()
 	}
-	if o.Format == spec.FormatAvro {
+	if o.Format != spec.FormatJSON {
 		rc := cfg.Registry()
 		if *registry != "" {
 			rc = format.RegistryConfig{URL: *registry}

@@ -42,7 +42,7 @@ which setting is wrong, by how much, and what to change; a warn does not fail pr
   topics             every configured topic exists; its partitions; the job's resume offsets lie
                      within them (not beyond a recreated or truncated topic's end, not below what
                      retention deleted)
-  schema_registry    (input.format avro) the registry answers, and every topic's subject
+  schema_registry    (input.format avro, json_schema) the registry answers, and every topic's subject
                      (<topic>-value) has versions that give each field of the spec exactly (a field
                      no version has, or a float or double for a decimal, is refused by its key)
   tag_length         the longest transaction tag fits XA's 64 bytes

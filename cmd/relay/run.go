@@ -232,6 +232,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 			return err
 		}
 	}
+	format.Observe(dec, format.Observer{Resolved: m.SchemasResolved.Inc, Evicted: m.SchemasEvicted.Inc})
 	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Decoder: dec, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
 		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true,
 			Readyz: ops.AdvertisedReadyz(srv.Addr(), host), Cluster: galera.On},

@@ -80,7 +80,7 @@ type Config struct {
 	Subtasks   int         `yaml:"subtasks"`
 	Checkpoint Checkpoint  `yaml:"checkpoint"`
 	Input      Input       `yaml:"input"`
-	// SchemaRegistry is where the writer schemas of a registry format (input.format avro) are.
+	// SchemaRegistry is where the writer schemas of a registry format (input.format avro, json_schema) are.
 	SchemaRegistry SchemaRegistry `yaml:"schema_registry"`
 	// Pipeline is the shape of records and aggregate tables; nil means spec.Default of input.* and
 	// mysql.table (see Plan).

@@ -35,7 +35,9 @@ func TestInputFormatSettings(t *testing.T) {
 		{nil, nil},
 		{[]string{"RELAY_INPUT_FORMAT=json"}, nil},
 		{[]string{"RELAY_INPUT_FORMAT=xml"}, []string{`config input.format (RELAY_INPUT_FORMAT): "xml" is not json, avro, protobuf or json_schema`}},
-		{[]string{"RELAY_INPUT_FORMAT=protobuf", url}, []string{"config input.format (RELAY_INPUT_FORMAT): protobuf records are not read yet (issue 36): json or avro"}},
+		{[]string{"RELAY_INPUT_FORMAT=protobuf", url}, nil},
+		{[]string{"RELAY_INPUT_FORMAT=protobuf"}, []string{
+			"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): is required: input.format protobuf finds writer schemas in a Schema Registry"}},
 		{[]string{url}, []string{"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): is set, but input.format is json, which reads no registry"}},
 		{[]string{"RELAY_INPUT_FORMAT=avro"}, []string{
 			"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): is required: input.format avro finds writer schemas in a Schema Registry"}},
@@ -46,6 +48,9 @@ func TestInputFormatSettings(t *testing.T) {
 		{[]string{"RELAY_INPUT_FORMAT=avro", url, "RELAY_SCHEMA_REGISTRY_TLS_CA_FILE=" + dir + "/none.pem"}, []string{
 			"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): "}},
 		{[]string{"RELAY_INPUT_FORMAT=avro", url, "RELAY_SCHEMA_REGISTRY_USERNAME=u", "RELAY_SCHEMA_REGISTRY_PASSWORD_FILE=" + pw}, nil},
+		{[]string{"RELAY_INPUT_FORMAT=json_schema"}, []string{
+			"config schema_registry.url (RELAY_SCHEMA_REGISTRY_URL): is required: input.format json_schema finds writer schemas in a Schema Registry"}},
+		{[]string{"RELAY_INPUT_FORMAT=json_schema", url}, nil},
 	} {
 		err := validateEnv(t, "", c.env...)
 		var got []string

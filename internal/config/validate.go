@@ -329,9 +329,7 @@ func (c *Config) validateRegistry(p *problems, inputFormat string) {
 func (c *Config) validateInput(p *problems) {
 	in := c.Input
 	switch in.Format {
-	case spec.FormatJSON, spec.FormatAvro:
-	case spec.FormatProtobuf, spec.FormatJSONSchema:
-		p.bad("input.format", "%s records are not read yet (issue 36): json or avro", in.Format)
+	case spec.FormatJSON, spec.FormatAvro, spec.FormatProtobuf, spec.FormatJSONSchema:
 	default:
 		p.bad("input.format", "%q is not json, avro, protobuf or json_schema", in.Format)
 	}

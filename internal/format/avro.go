@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
 	"github.com/hamba/avro/v2"
 
 	"github.com/relay-sh/relay/internal/money"
@@ -26,15 +27,11 @@ import (
 
 // Avro decodes Avro records of one plan.
 type Avro struct {
-	p      *spec.Plan
-	fields []spec.InputField // declared fields, then the event time
-	reg    *Registry
-	r      *avro.Reader
-	// schemas holds the resolved writer schemas by id, at most maxSchemas of them (the registry
-	// client keeps the raw ones): evicted in insertion order, as a stream's ids move forward.
-	schemas    map[int]*avroSchema
-	order      []int
-	maxSchemas int
+	p       *spec.Plan
+	fields  []spec.InputField // declared fields, then the event time
+	reg     *Registry
+	r       *avro.Reader
+	schemas resolved[*avroSchema]
 }
 
 // avroSchema is one writer schema resolved against the spec's fields, or why it cannot be.
@@ -92,21 +89,15 @@ var (
 // NewAvro returns an Avro decoder of p, fetching writer schemas from reg and keeping at most
 // maxSchemas of them resolved (0 means 100).
 func NewAvro(p *spec.Plan, reg *Registry, maxSchemas int) *Avro {
-	if maxSchemas <= 0 {
-		maxSchemas = 100
-	}
 	return &Avro{p: p, fields: p.InputFields(), reg: reg, r: avro.NewReader(nil, 0),
-		schemas: map[int]*avroSchema{}, maxSchemas: maxSchemas}
+		schemas: newResolved[*avroSchema](maxSchemas)}
 }
 
 // Decode decodes one framed Avro record.
 func (a *Avro) Decode(ctx context.Context, payload []byte, rec *spec.Record) (spec.Reason, string, error) {
-	if a.p.TooLarge(payload) {
-		return spec.ReasonTooLarge, "", nil
-	}
-	id, body, err := parseHeader(payload)
-	if err != nil {
-		return spec.ReasonBadHeader, "", nil
+	id, body, r := framed(a.p, payload)
+	if r != spec.OK {
+		return r, "", nil
 	}
 	s, err := a.schema(ctx, id)
 	switch {
@@ -171,9 +162,9 @@ func (a *Avro) field(rec *spec.Record, i int, s *avroSchema) spec.Reason {
 	case leafInt:
 		return a.p.SetInt(rec, i, v.Int())
 	case leafIntDecimal:
-		return a.decimal(rec, i, v.Int(), 0)
+		return decimal(a.p, rec, i, v.Int(), 0)
 	case leafBytesDecimal, leafFixedDecimal:
-		return a.unscaled(rec, i, v.Bytes(), f.scale)
+		return unscaled(a.p, rec, i, v.Bytes(), f.scale)
 	case leafInstant:
 		// UnixMilli floors (its nanoseconds are never negative): a window start only ever floors.
 		return a.p.SetTime(rec, v.Addr().Interface().(*time.Time).UnixMilli())
@@ -193,15 +184,16 @@ var pow10 = func() (p [19]int64) {
 	return p
 }()
 
-// unscaled sets decimal field i to the big-endian two's-complement integer b times 10^-scale, the
-// Avro decimal encoding.
-func (a *Avro) unscaled(rec *spec.Record, i int, b []byte, scale int) spec.Reason {
+// unscaled sets p's decimal field i to the big-endian two's-complement integer b times 10^-scale
+// (the Avro decimal encoding; Confluent's Protobuf decimal, whose scale a record carries, may be
+// negative or huge).
+func unscaled(p *spec.Plan, rec *spec.Record, i int, b []byte, scale int) spec.Reason {
 	if len(b) > 8 {
 		n := new(big.Int).SetBytes(b)
 		if b[0]&0x80 != 0 {
 			n.Sub(n, new(big.Int).Lsh(big.NewInt(1), uint(len(b))*8))
 		}
-		return a.p.SetDecimal(rec, i, new(big.Rat).SetFrac(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(scale)), nil)))
+		return bigDecimal(p, rec, i, n, scale, len(b))
 	}
 	var n int64
 	if len(b) > 0 && b[0]&0x80 != 0 {
@@ -210,26 +202,45 @@ func (a *Avro) unscaled(rec *spec.Record, i int, b []byte, scale int) spec.Reaso
 	for _, c := range b {
 		n = n<<8 | int64(c)
 	}
-	return a.decimal(rec, i, n, scale)
+	return decimal(p, rec, i, n, scale)
 }
 
-// decimal sets decimal field i to n times 10^-scale, exactly: in int64 arithmetic when the units fit,
+// decimal sets p's decimal field i to n times 10^-scale, exactly: in int64 arithmetic when the units fit,
 // else through big.Rat, whose verdict (amount_range, for a value this large) is the same.
-func (a *Avro) decimal(rec *spec.Record, i int, n int64, scale int) spec.Reason {
+func decimal(p *spec.Plan, rec *spec.Record, i int, n int64, scale int) spec.Reason {
 	switch {
 	case scale > money.Scale && scale-money.Scale < len(pow10):
 		d := pow10[scale-money.Scale]
 		if n%d != 0 {
 			return spec.ReasonAmountPrecision
 		}
-		return a.p.SetUnits(rec, i, n/d)
-	case scale <= money.Scale:
+		return p.SetUnits(rec, i, n/d)
+	case scale <= money.Scale && money.Scale-scale < len(pow10):
 		m := pow10[money.Scale-scale]
 		if u := n * m; u/m == n {
-			return a.p.SetUnits(rec, i, u)
+			return p.SetUnits(rec, i, u)
 		}
 	}
-	return a.p.SetDecimal(rec, i, new(big.Rat).SetFrac(big.NewInt(n), new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(scale)), nil)))
+	return bigDecimal(p, rec, i, big.NewInt(n), scale, 8)
+}
+
+// bigDecimal sets p's decimal field i to n times 10^-scale, n at most size bytes long. A scale so
+// large or so negative that no amount could come of a non-zero n is decided without computing
+// 10^scale (a record's scale must not cost a big power): past 3 digits a byte and 30 more, n's
+// value is below 10^-30 (amount_precision: a non-zero digit below money.Scale); below -30, at
+// least 10^30 (amount_range).
+func bigDecimal(p *spec.Plan, rec *spec.Record, i int, n *big.Int, scale, size int) spec.Reason {
+	switch {
+	case n.Sign() == 0:
+		return p.SetUnits(rec, i, 0)
+	case scale > 3*size+30:
+		return spec.ReasonAmountPrecision
+	case scale < -30:
+		return spec.ReasonAmountRange
+	case scale < 0:
+		return p.SetDecimal(rec, i, new(big.Rat).SetInt(new(big.Int).Mul(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(-scale)), nil))))
+	}
+	return p.SetDecimal(rec, i, new(big.Rat).SetFrac(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(scale)), nil)))
 }
 
 var errBadSchema = errors.New("not an Avro record schema")
@@ -237,7 +248,7 @@ var errBadSchema = errors.New("not an Avro record schema")
 // schema returns the resolved writer schema of id, fetching and resolving it on first use. A
 // schema that cannot be resolved is kept too, with its error, so its records cost no new work.
 func (a *Avro) schema(ctx context.Context, id int) (*avroSchema, error) {
-	if s := a.schemas[id]; s != nil {
+	if s, ok := a.schemas.get(id); ok {
 		return s, nil
 	}
 	info, err := a.reg.Schema(ctx, id)
@@ -252,12 +263,7 @@ func (a *Avro) schema(ctx context.Context, id int) (*avroSchema, error) {
 	} else if s, err = a.resolve(parsed); err != nil {
 		s = &avroSchema{bad: fmt.Errorf("schema id %d: %w", id, err)}
 	}
-	if len(a.order) >= a.maxSchemas {
-		delete(a.schemas, a.order[0])
-		a.order = a.order[1:]
-	}
-	a.schemas[id] = s
-	a.order = append(a.order, id)
+	a.schemas.put(id, s)
 	return s, nil
 }
 
@@ -455,72 +461,22 @@ func describe(s avro.Schema) string {
 	return d
 }
 
-// CheckTopics runs d's start-up check for each topic: for a registry format, CheckSubject of the
-// topic's subject under Confluent's TopicNameStrategy (<topic>-value); JSON has nothing to check.
-func CheckTopics(ctx context.Context, d Decoder, topics []string) error {
-	a, ok := d.(*Avro)
-	if !ok {
-		return nil
-	}
-	for _, t := range topics {
-		if err := a.CheckSubject(ctx, t+"-value"); err != nil {
-			return fmt.Errorf("topic %s: %w", t, err)
-		}
-	}
-	return nil
-}
-
-// Errors of CheckSubject.
-var (
-	// ErrSpecUnreadable: the subject's schemas cannot give the spec a field.
-	ErrSpecUnreadable = errors.New("the spec cannot be read from the subject's schemas")
-	// ErrNoSubject: the registry has no schema under the subject yet (no producer registered one:
-	// a start waits for it, as for a topic not created yet).
-	ErrNoSubject = errors.New("the registry has no schema under the subject")
-)
-
-// CheckSubject resolves the spec against every version registered under subject (the topic's
-// <topic>-value under Confluent's TopicNameStrategy), as relay must at start: a field no version
-// has, or a field some version gives a type that cannot hold it exactly (a float or double for a
-// decimal), is refused, naming the spec's key, so that such a spec never starts rather than
-// dead-letter a topic. The error wraps ErrSpecUnreadable, ErrNoSubject, or ErrUnavailable (or
-// ctx's error) when the registry could not be asked.
+// CheckSubject resolves the spec against every version registered under subject, as relay must at
+// start (checkSubject).
 func (a *Avro) CheckSubject(ctx context.Context, subject string) error {
-	versions, err := a.reg.Versions(ctx, subject)
-	if err != nil {
-		return err
-	}
-	if len(versions) == 0 {
-		return fmt.Errorf("%w: %s", ErrNoSubject, subject)
-	}
-	var problems []error
-	has := make([]bool, len(a.fields)) // some version has the field, of whatever type
-	for _, v := range versions {
+	return checkSubject(ctx, a.reg, a.fields, subject, func(v schemaregistry.SchemaMetadata) ([]verdict, error) {
 		parsed, err := avro.Parse(v.Schema)
 		if err != nil || (v.SchemaType != "" && v.SchemaType != "AVRO") {
-			problems = append(problems, fmt.Errorf("%s version %d (id %d) is not an Avro schema relay reads: %v", subject, v.Version, v.ID, err))
-			continue
+			return nil, fmt.Errorf("not an Avro schema relay reads: %v", err)
 		}
 		s, err := a.resolve(parsed)
 		if err != nil {
-			problems = append(problems, fmt.Errorf("%s version %d (id %d): %w", subject, v.Version, v.ID, err))
-			continue
+			return nil, err
 		}
+		out := make([]verdict, len(s.fields))
 		for i, f := range s.fields {
-			has[i] = has[i] || f.reason != spec.ReasonMissingField
-			if f.reason == spec.ReasonWrongType {
-				problems = append(problems, fmt.Errorf("%s: %s version %d (id %d) has %s at %s, which cannot hold %s exactly",
-					a.fields[i].Key, subject, v.Version, v.ID, f.found, strings.Join(a.fields[i].Path, "."), a.fields[i].Kind))
-			}
+			out[i] = verdict{reason: f.reason, found: f.found}
 		}
-	}
-	for i, ok := range has {
-		if !ok {
-			problems = append(problems, fmt.Errorf("%s: no version of %s has %s", a.fields[i].Key, subject, strings.Join(a.fields[i].Path, ".")))
-		}
-	}
-	if len(problems) > 0 {
-		return fmt.Errorf("%w: %w", ErrSpecUnreadable, errors.Join(problems...))
-	}
-	return nil
+		return out, nil
+	})
 }

@@ -114,8 +114,15 @@ func orderRec(id, sku, amount string, ts int64, region any) map[string]any {
 }
 
 func newAvro(t *testing.T, url string) (*Avro, *Registry, *spec.Plan) {
+	p, reg := testPlanAndRegistry(t, orderSpec, url)
+	return NewAvro(p, reg, 0), reg, p
+}
+
+// testPlanAndRegistry is the plan of specText and a client of the registry at url that takes an
+// id as unknown after two asks 10 ms apart.
+func testPlanAndRegistry(t *testing.T, specText, url string) (*spec.Plan, *Registry) {
 	t.Helper()
-	p, err := spec.Parse([]byte(orderSpec), testLimits)
+	p, err := spec.Parse([]byte(specText), testLimits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +130,7 @@ func newAvro(t *testing.T, url string) (*Avro, *Registry, *spec.Plan) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewAvro(p, reg, 0), reg, p
+	return p, reg
 }
 
 // want is a decoded record as the test states it: the strings, the amount in money units, the

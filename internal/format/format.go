@@ -1,6 +1,6 @@
 // Package format turns a Kafka record's value into a spec.Record, one implementation per input
-// format: JSON (the spec's own decoder) and Avro in a Schema Registry's wire format; Protobuf and
-// JSON Schema are to follow (docs/FORMATS.md).
+// format: JSON (the spec's own decoder), and Avro, Protobuf and JSON Schema in a Schema Registry's
+// wire format (docs/FORMATS.md).
 //
 // Invariant: every format fills a record with the same values and the same reasons the JSON path
 // gives the same fields (spec.Plan's Set methods hold them to one set of rules), so the fold, the
@@ -26,19 +26,24 @@ type Decoder interface {
 	Decode(ctx context.Context, payload []byte, rec *spec.Record) (spec.Reason, string, error)
 }
 
-// New returns the decoder of p's input format: JSON, or Avro with writer schemas from reg (which
-// JSON asks nothing of: nil will do).
+// New returns the decoder of p's input format: JSON, or Avro, Protobuf or JSON Schema with writer
+// schemas from reg (which JSON asks nothing of: nil will do).
 func New(p *spec.Plan, reg *Registry) (Decoder, error) {
-	switch f := p.InputFormat(); f {
+	f := p.InputFormat()
+	if f != spec.FormatJSON && reg == nil {
+		return nil, fmt.Errorf("input format %s needs a schema registry", f)
+	}
+	switch f {
 	case spec.FormatJSON:
 		return NewJSON(p), nil
 	case spec.FormatAvro:
-		if reg == nil {
-			return nil, fmt.Errorf("input format %s needs a schema registry", f)
-		}
 		return NewAvro(p, reg, 0), nil
+	case spec.FormatProtobuf:
+		return NewProtobuf(p, reg, 0), nil
+	case spec.FormatJSONSchema:
+		return NewJSONSchema(p, reg, 0), nil
 	default:
-		return nil, fmt.Errorf("input format %s is not read yet (issue 36)", f)
+		return nil, fmt.Errorf("input format %s is not read", f)
 	}
 }
 

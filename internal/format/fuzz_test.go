@@ -24,10 +24,11 @@ func FuzzAvroDecode(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		if a.schemas[id], err = a.resolve(schema); err != nil {
+		s, err := a.resolve(schema)
+		if err != nil {
 			f.Fatal(err)
 		}
-		a.order = append(a.order, id)
+		a.schemas.put(id, s)
 	}
 	for id, text := range sequenceSchemas {
 		schema := avro.MustParse(text)

@@ -149,12 +149,13 @@ func (r *Registry) Schema(ctx context.Context, id int) (schemaregistry.SchemaInf
 	}
 }
 
-// Versions returns every version registered under subject, oldest first; none when the registry
-// does not know the subject. The error wraps ErrUnavailable (or is ctx's error).
+// Versions returns every version registered under subject, oldest first. The error wraps
+// ErrNoSubject when the registry has none, ErrUnavailable (or is ctx's error) when it could not be
+// asked.
 func (r *Registry) Versions(ctx context.Context, subject string) ([]schemaregistry.SchemaMetadata, error) {
 	nums, err := r.client.GetAllVersions(subject)
-	if re := (*rest.Error)(nil); errors.As(err, &re) && re.Code == codeSubjectNotFound {
-		return nil, nil
+	if re := (*rest.Error)(nil); (errors.As(err, &re) && re.Code == codeSubjectNotFound) || (err == nil && len(nums) == 0) {
+		return nil, fmt.Errorf("%w: %s", ErrNoSubject, subject)
 	} else if err != nil {
 		return nil, fmt.Errorf("%w: versions of %s: %w", ErrUnavailable, subject, err)
 	}
@@ -170,4 +171,33 @@ func (r *Registry) Versions(ctx context.Context, subject string) ([]schemaregist
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// references adds to sources the text of each schema refs name, under the name the reference
+// gives, and of the schemas those reference in turn (each once). The error wraps ErrUnavailable
+// unless the registry said it has no such schema.
+func (r *Registry) references(ctx context.Context, refs []schemaregistry.Reference, sources map[string]string) error {
+	for _, ref := range refs {
+		if _, ok := sources[ref.Name]; ok {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		m, err := r.client.GetSchemaMetadata(ref.Subject, ref.Version)
+		var re *rest.Error
+		if errors.As(err, &re) && re.Code/100 == 404 {
+			// The registry has no such subject or version: the schema cannot be compiled, now
+			// or later (40401 subject, 40402 version not found).
+			return fmt.Errorf("%s version %d (referenced as %s): %w", ref.Subject, ref.Version, ref.Name, err)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %s version %d (referenced as %s): %w", ErrUnavailable, ref.Subject, ref.Version, ref.Name, err)
+		}
+		sources[ref.Name] = m.Schema
+		if err := r.references(ctx, m.References, sources); err != nil {
+			return err
+		}
+	}
+	return nil
 }

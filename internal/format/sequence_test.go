@@ -162,6 +162,25 @@ func (d *drawn) expect(limits spec.Limits) {
 	d.wantTS = d.ts
 }
 
+// check decodes record n, framed from d, with dec and requires d's verdict and, when OK, its values;
+// it returns the verdict.
+func (d *drawn) check(t *testing.T, n int, dec Decoder, framed []byte, rec *spec.Record) spec.Reason {
+	t.Helper()
+	reason, field, err := dec.Decode(context.Background(), framed, rec)
+	if err != nil || reason != d.wantReason || field != d.wantField {
+		t.Fatalf("record %d (v%d: %s)\n%q\n: %s %q %v, want %s %q", n, d.version+1, d, framed, reason, field, err, d.wantReason, d.wantField)
+	}
+	if reason != spec.OK {
+		return reason
+	}
+	got := fmt.Sprintf("%s|%s|%d|%s|%d|%d", rec.Vals[0].Bytes, rec.Vals[1].Bytes, rec.Vals[2].Int, rec.Vals[3].Bytes, rec.Vals[4].Int, rec.TS)
+	want := fmt.Sprintf("%s|%s|%d|%s|%d|%d", d.orderID, d.sku, d.wantUnits, d.wantRegion, d.wantQty, d.wantTS)
+	if got != want {
+		t.Fatalf("record %d (v%d): %q\ndecoded %q, want %q", n, d.version+1, framed, got, want)
+	}
+	return reason
+}
+
 // Random sequences of records, encoded by linkedin/goavro (not the library relay decodes with)
 // under a writer schema that changes mid-sequence, with old writers still writing: relay's verdict
 // and values are what the generator's own values say, record by record.
@@ -227,19 +246,7 @@ func TestAvroRandomSequences(t *testing.T) {
 		if err != nil {
 			t.Fatalf("record %d: goavro: %v", n, err)
 		}
-		reason, field, err := a.Decode(context.Background(), framed, &rec)
-		if err != nil || reason != d.wantReason || field != d.wantField {
-			t.Fatalf("record %d (v%d: %s): %s %q %v, want %s %q", n, d.version+1, d, reason, field, err, d.wantReason, d.wantField)
-		}
-		seen[reason]++
-		if reason != spec.OK {
-			continue
-		}
-		got := fmt.Sprintf("%s|%s|%d|%s|%d|%d", rec.Vals[0].Bytes, rec.Vals[1].Bytes, rec.Vals[2].Int, rec.Vals[3].Bytes, rec.Vals[4].Int, rec.TS)
-		want := fmt.Sprintf("%s|%s|%d|%s|%d|%d", d.orderID, d.sku, d.wantUnits, d.wantRegion, d.wantQty, d.wantTS)
-		if got != want {
-			t.Fatalf("record %d (v%d): decoded %q, want %q", n, d.version+1, got, want)
-		}
+		seen[d.check(t, n, a, framed, &rec)]++
 	}
 	// The draws reach every verdict, or the sequence proves less than it says.
 	t.Logf("verdicts: %v", seen)

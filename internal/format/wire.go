@@ -8,6 +8,8 @@ package format
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/relay-sh/relay/internal/spec"
 )
 
 // headerLen is the magic byte and the schema id.
@@ -27,6 +29,19 @@ func parseHeader(b []byte) (id int, payload []byte, err error) {
 		return 0, nil, errHeader
 	}
 	return int(u), b[headerLen:], nil
+}
+
+// framed is the schema id and the payload after the header of a record of p in the wire format,
+// or the reason its bytes alone decide: too_large (the whole value), bad_header.
+func framed(p *spec.Plan, b []byte) (id int, payload []byte, r spec.Reason) {
+	if p.TooLarge(b) {
+		return 0, nil, spec.ReasonTooLarge
+	}
+	id, payload, err := parseHeader(b)
+	if err != nil {
+		return 0, nil, spec.ReasonBadHeader
+	}
+	return id, payload, spec.OK
 }
 
 // AppendHeader appends the wire format's header of a value written under schema id (a producer's

@@ -110,6 +110,8 @@ type Loadgen struct {
 	SKUs, Windows int
 	Seed          int
 	Batch         int // 0: 10 000
+	// Format and Registry: a registry format's records (--format, --schema-registry); "": JSON.
+	Format, Registry string
 }
 
 // Args renders the command line against brokers (for a report too, with brokers elided).
@@ -123,6 +125,9 @@ func (o Loadgen) Args(brokers string) []string {
 		"--seed", strconv.Itoa(o.Seed)}
 	if o.Rate > 0 {
 		args = append(args, "--rate", strconv.FormatFloat(o.Rate, 'f', 0, 64))
+	}
+	if o.Format != "" {
+		args = append(args, "--format", o.Format, "--schema-registry", o.Registry)
 	}
 	return args
 }

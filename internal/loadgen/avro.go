@@ -30,10 +30,24 @@ const UnknownSchemaID = 1<<31 - 1
 type avroWriter struct {
 	plan   *spec.Plan
 	fields []spec.InputField
+	// versions are the writer schemas registered, the first loadgen's own (evolve adds the
+	// second); records take them in turn.
+	versions []avroVersion
+	n        int
+	reg      *format.Registry
+	subject  string
+	bad      badFramer
+}
+
+// avroVersion is one registered writer schema and the header of its records.
+type avroVersion struct {
 	schema avro.Schema
 	header []byte
-	bad    int // bad records written: they alternate between bad_header and unknown_schema
 }
+
+// noteField is the field evolve's second writer schema adds (with a default, as BACKWARD allows):
+// no spec reads it, so records of either schema carry the same values.
+const noteField = "loadgen_note"
 
 // AvroSchema is the Avro schema loadgen writes p's records under: a record of p's fields in
 // declaration order, the event time last, a dotted path as nested records (named after their
@@ -105,39 +119,52 @@ func newAvroWriter(p *spec.Plan, reg *format.Registry, topic string) (*avroWrite
 	if err != nil {
 		return nil, err
 	}
+	w := &avroWriter{plan: p, fields: p.InputFields(), reg: reg, subject: topic + "-value"}
+	return w, w.register(text)
+}
+
+// register registers text under the writer's subject and adds it to the versions records take.
+func (w *avroWriter) register(text string) error {
 	schema, err := avro.Parse(text)
 	if err != nil {
-		return nil, fmt.Errorf("loadgen: Avro schema: %w", err)
+		return fmt.Errorf("loadgen: Avro schema: %w", err)
 	}
-	id, err := reg.Client().Register(topic+"-value", schemaregistry.SchemaInfo{Schema: text}, false)
+	id, err := w.reg.Client().Register(w.subject, schemaregistry.SchemaInfo{Schema: text}, false)
 	if err != nil {
-		return nil, fmt.Errorf("loadgen: register the Avro schema under %s-value: %w", topic, err)
+		return fmt.Errorf("loadgen: register the Avro schema under %s: %w", w.subject, err)
 	}
-	return &avroWriter{plan: p, fields: p.InputFields(), schema: schema, header: format.AppendHeader(nil, id)}, nil
+	w.versions = append(w.versions, avroVersion{schema, format.AppendHeader(nil, id)})
+	return nil
+}
+
+// evolve registers a second writer schema, the first with noteField added, and writes every
+// other record under it from now on.
+func (w *avroWriter) evolve() error {
+	text, err := AvroSchema(w.plan)
+	if err != nil {
+		return err
+	}
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(text), &doc); err != nil {
+		return err
+	}
+	doc["fields"] = append(doc["fields"].([]any), map[string]any{"name": noteField, "type": "string", "default": ""})
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	return w.register(string(b))
 }
 
 // write turns the generator's record into what is produced: a good record's Avro encoding (its
 // JSON twin kept to fold), a bad one's bytes with the reason they alone decide.
 func (w *avroWriter) write(r pendingRec) (pendingRec, error) {
 	if r.bad != nil {
-		out := pendingRec{payload: r.payload, bad: r.bad}
-		switch {
-		case w.plan.TooLarge(r.payload):
-			out.verdict = spec.ReasonTooLarge.String()
-		case w.bad%2 == 0:
-			out.verdict = spec.ReasonBadHeader.String() // JSON where Avro was expected: a producer misconfigured
-		default:
-			out.payload = append(format.AppendHeader(nil, UnknownSchemaID), r.payload...)
-			out.verdict = spec.ReasonUnknownSchema.String()
-		}
-		w.bad++
-		return out, nil
+		return w.bad.frame(w.plan, r, nil), nil
 	}
-	var obj map[string]any
-	dec := json.NewDecoder(bytes.NewReader(r.payload))
-	dec.UseNumber()
-	if err := dec.Decode(&obj); err != nil {
-		return r, fmt.Errorf("loadgen: a generated record is no JSON object: %w", err)
+	obj, err := jsonObject(r.payload)
+	if err != nil {
+		return r, err
 	}
 	rec := make(map[string]any, len(w.fields))
 	for _, f := range w.fields {
@@ -158,11 +185,51 @@ func (w *avroWriter) write(r pendingRec) (pendingRec, error) {
 		}
 		out[last] = v
 	}
-	body, err := avro.Marshal(w.schema, rec)
+	i := w.n % len(w.versions)
+	w.n++
+	if i > 0 {
+		rec[noteField] = "v2"
+	}
+	v := w.versions[i]
+	body, err := avro.Marshal(v.schema, rec)
 	if err != nil {
 		return r, fmt.Errorf("loadgen: Avro encoding of %s: %w", r.payload, err)
 	}
-	return pendingRec{payload: append(append([]byte(nil), w.header...), body...), twin: r.payload}, nil
+	return pendingRec{payload: append(append([]byte(nil), v.header...), body...), twin: r.payload}, nil
+}
+
+// badFramer writes the generator's bad records for a registry format.
+type badFramer struct {
+	n int // bad records written: they alternate between bad_header and unknown_schema
+}
+
+// frame is bad record r as produced in a registry format, with the reason its bytes alone decide:
+// too_large; its JSON as it is (bad_header: a producer misconfigured); or framed under an id no
+// registry has (unknown_schema), after indexes (Protobuf's message-index list) when not nil.
+func (b *badFramer) frame(p *spec.Plan, r pendingRec, indexes []byte) pendingRec {
+	out := pendingRec{payload: r.payload, bad: r.bad}
+	switch {
+	case p.TooLarge(r.payload):
+		out.verdict = spec.ReasonTooLarge.String()
+	case b.n%2 == 0:
+		out.verdict = spec.ReasonBadHeader.String()
+	default:
+		out.payload = append(append(format.AppendHeader(nil, UnknownSchemaID), indexes...), r.payload...)
+		out.verdict = spec.ReasonUnknownSchema.String()
+	}
+	b.n++
+	return out
+}
+
+// jsonObject is a generated good record's JSON object, its numbers as json.Number.
+func jsonObject(payload []byte) (map[string]any, error) {
+	var obj map[string]any
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	if err := dec.Decode(&obj); err != nil {
+		return nil, fmt.Errorf("loadgen: a generated record is no JSON object: %w", err)
+	}
+	return obj, nil
 }
 
 // avroValue is a JSON value of field f as the Avro schema's type holds it, exactly.

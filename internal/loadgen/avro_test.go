@@ -21,14 +21,17 @@ import (
 // a random scale, either event time format): each field compared by its path; bad records are
 // JSON (bad_header) or name an unknown id (unknown_schema), or too_large, and a good record's
 // payload is never one of those.
-func TestAvroRecordsCarryTheirTwins(t *testing.T) {
+func TestAvroRecordsCarryTheirTwins(t *testing.T) { forTwinPlans(t, checkTwins) }
+
+// forTwinPlans runs check for the default spec and four random ones, each a subtest.
+func forTwinPlans(t *testing.T, check func(*testing.T, *spec.Plan)) {
 	plans := []*spec.Plan{DefaultPlan()}
 	for seed := range 4 {
 		p, _, _ := randomSpec(t, seed)
 		plans = append(plans, p)
 	}
 	for i, p := range plans {
-		t.Run(fmt.Sprint(i), func(t *testing.T) { checkTwins(t, p) })
+		t.Run(fmt.Sprint(i), func(t *testing.T) { check(t, p) })
 	}
 }
 
@@ -45,7 +48,7 @@ func checkTwins(t *testing.T, p *spec.Plan) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &avroWriter{plan: p, fields: p.InputFields(), schema: schema, header: format.AppendHeader(nil, 42)}
+	w := &avroWriter{plan: p, fields: p.InputFields(), versions: []avroVersion{{schema, format.AppendHeader(nil, 42)}}}
 	g := NewGenerator(Options{Seed: 36, BadRate: 0.05, Plan: p})
 	verdicts := map[string]int{}
 	for range 3000 {

@@ -2,10 +2,11 @@
 //
 // Invariant: Totals is the spec's own fold (spec.Plan.Fold, the pipeline's) of exactly the records
 // of Kafka transactions that committed (an aborted transaction's records must never reach MySQL),
-// decoded by the spec's decoder (an Avro record through the JSON record it was made from, avro.go),
-// so it holds what every aggregate table must; each bad record is remembered with the reason that
-// decoder gives it (or its bytes alone decide). A good record the generator made that the
-// decoder refuses is an error, never a silent miscount. Totals also keeps the committed payloads
+// decoded by the spec's decoder (an Avro, Protobuf or JSON Schema record through the JSON record
+// it was made from: avro.go, protobuf.go, jsonschema.go), so it holds what every aggregate table
+// must; each bad record is remembered with the reason that decoder gives it (or its bytes alone
+// decide). A good record the generator made that the decoder refuses is an error, never a silent
+// miscount. Totals also keeps the committed payloads
 // themselves (bounded), so a check that shares no code with relay can decode them on its own.
 package loadgen
 
@@ -50,10 +51,15 @@ type Options struct {
 	// ASCII letters), escaped member names, numbers and times in every spelling the spec accepts,
 	// members in any order, any whitespace. Off, the records are the plain ones.
 	Escape bool
-	// Format is the records' encoding: "" or json, or avro (Confluent's wire format, the schema
-	// registered in Registry under <Topic>-value; Escape is JSON's and refused with it).
+	// Format is the records' encoding: "" or json, or avro, protobuf or json_schema (Confluent's
+	// wire format, the schema registered in Registry under <Topic>-value; Escape is JSON's and
+	// refused with them).
 	Format   string
 	Registry *format.Registry
+	// EvolveAfter, in a registry format, registers a second writer schema once that many records
+	// were sent (the first with a field added that no spec reads, as BACKWARD compatibility
+	// allows) and writes every other record under it: a fleet of producers mid-upgrade.
+	EvolveAfter int
 	// Progress, if set, gets a line every ProgressEvery (default 5 s) while Run produces: records
 	// sent, committed and aborted, the rate and the time left.
 	Progress      io.Writer
@@ -160,7 +166,7 @@ func (t *Totals) planLocked() *spec.Plan {
 type pendingRec struct {
 	payload []byte // what is produced
 	bad     *Bad   // a bad kind, with the reason the default spec gives it; nil for a good record
-	// twin is the JSON record an encoded payload (Avro) carries the values of: what Totals
+	// twin is the JSON record an encoded payload (Avro, JSON Schema) carries the values of: what Totals
 	// decodes and folds; nil when the payload is JSON itself.
 	twin []byte
 	// verdict is the reason a payload's bytes alone decide (too_large, bad_header,

@@ -31,18 +31,9 @@ func Run(ctx context.Context, o Options, totals *Totals) error {
 	if err := totals.use(g.plan); err != nil {
 		return err
 	}
-	var aw *avroWriter
-	switch o.Format {
-	case "", spec.FormatJSON:
-	case spec.FormatAvro:
-		if o.Escape || o.Registry == nil {
-			return errors.New("loadgen: avro records need a schema registry, and are not escaped (escaping is JSON's)")
-		}
-		if aw, err = newAvroWriter(g.plan, o.Registry, o.Topic); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("loadgen: format %q: json or avro", o.Format)
+	enc, err := newEncoder(o, g.plan)
+	if err != nil {
+		return err
 	}
 	batch := max(o.Batch, 1)
 	start := time.Now()
@@ -56,13 +47,19 @@ func Run(ctx context.Context, o Options, totals *Totals) error {
 		go prog.report(o.Progress, every, o.Orders, stop, done)
 		defer func() { close(stop); <-done }()
 	}
-	reopened := 0
+	reopened, evolved := 0, false
 	for sent := 0; sent < o.Orders; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if enc != nil && o.EvolveAfter > 0 && sent >= o.EvolveAfter && !evolved {
+			if err := enc.evolve(); err != nil {
+				return err
+			}
+			evolved = true
+		}
 		n := min(batch, o.Orders-sent)
-		recs, committed, err := sendBatch(ctx, p, o, g, aw, n, &prog.sent, func(i int) error { return pace(ctx, start, o.Rate, sent+i) })
+		recs, committed, err := sendBatch(ctx, p, o, g, enc, n, &prog.sent, func(i int) error { return pace(ctx, start, o.Rate, sent+i) })
 		var ke kafka.Error
 		if err != nil && o.TxnID != "" && errors.As(err, &ke) && ke.IsFatal() && reopened < reopens {
 			// Seen on a broker whose transaction coordinator had just loaded: EndTxn answered
@@ -132,14 +129,45 @@ func newProducer(ctx context.Context, o Options) (*kafka.Producer, error) {
 	return p, nil
 }
 
+// encoder writes the generator's records in a registry format.
+type encoder interface {
+	write(r pendingRec) (pendingRec, error)
+	// evolve registers a second writer schema (the first and a field no spec reads) and writes
+	// every other record under it from then on.
+	evolve() error
+}
+
+// newEncoder is the encoder of o.Format, nil for JSON (the generator's own records).
+func newEncoder(o Options, p *spec.Plan) (encoder, error) {
+	switch o.Format {
+	case "", spec.FormatJSON:
+		return nil, nil
+	case spec.FormatAvro, spec.FormatProtobuf, spec.FormatJSONSchema:
+		if o.Escape || o.Registry == nil {
+			return nil, fmt.Errorf("loadgen: %s records need a schema registry, and are not escaped (escaping is JSON's)", o.Format)
+		}
+		switch o.Format {
+		case spec.FormatAvro:
+			return newAvroWriter(p, o.Registry, o.Topic)
+		case spec.FormatProtobuf:
+			return newProtoWriter(p, o.Registry, o.Topic)
+		default:
+			return newJSONSchemaWriter(p, o.Registry, o.Topic)
+		}
+	default:
+		return nil, fmt.Errorf("loadgen: format %q: json, avro, protobuf or json_schema", o.Format)
+	}
+}
+
 // sendBatch produces n generated orders, in one transaction when o.TxnID is set, and says whether
 // they were committed (delivered, without transactions). On error the returned records are the
 // ones generated so far, none of them committed. Without transactions each record waits for
 // paceRecord(i) first, so a rate spreads over the batch: flushing a batch takes up to 100 ms, and
 // paced only between batches the load came in bursts (asked for 20 k/s, got 5.6 k/s).
 // A transaction is sent whole: its records become readable together anyway. sent counts each
-// record handed to the producer (for progress lines). aw, if not nil, writes each record as Avro.
-func sendBatch(ctx context.Context, p *kafka.Producer, o Options, g *Generator, aw *avroWriter, n int, sent *atomic.Int64, paceRecord func(i int) error) ([]pendingRec, bool, error) {
+// record handed to the producer (for progress lines). enc, if not nil, writes each record in its
+// registry format.
+func sendBatch(ctx context.Context, p *kafka.Producer, o Options, g *Generator, enc encoder, n int, sent *atomic.Int64, paceRecord func(i int) error) ([]pendingRec, bool, error) {
 	recs := make([]pendingRec, 0, n)
 	if o.TxnID != "" {
 		if err := p.BeginTransaction(); err != nil {
@@ -152,9 +180,9 @@ func sendBatch(ctx context.Context, p *kafka.Producer, o Options, g *Generator, 
 			break // cancelled: what was produced is flushed and counted; Run stops at its ctx check
 		}
 		v, r := g.Next()
-		if aw != nil {
+		if enc != nil {
 			var err error
-			if r, err = aw.write(r); err != nil {
+			if r, err = enc.write(r); err != nil {
 				return recs, false, err
 			}
 			v = r.payload

@@ -62,6 +62,8 @@ type Metrics struct {
 	// the poll waits for it now.
 	RegistryUnavailable prometheus.Counter
 	RegistryWaiting     prometheus.Gauge
+	SchemasResolved     prometheus.Counter
+	SchemasEvicted      prometheus.Counter
 	// StartupWaits counts the start-up's attempts that found a dependency not serving yet.
 	StartupWaits *prometheus.CounterVec
 }
@@ -131,7 +133,11 @@ func New(job string) *Metrics {
 		FencedDecisions: f.counter("relay_fenced_decisions_total",
 			"Checkpoints whose decision was refused because this process no longer held what it decided: a partition another member took (its owner epoch moved), or its fence and lease. Nothing of them was committed."),
 		RegistryUnavailable: f.counter("relay_schema_registry_unavailable_total",
-			"Asks for a record's writer schema that found the schema registry unreachable, slow or failing (input.format avro). The record waits and is asked for again, backing off up to 5s: it is never dead-lettered for it."),
+			"Asks for a record's writer schema that found the schema registry unreachable, slow or failing (a registry input.format: avro, protobuf, json_schema). The record waits and is asked for again, backing off up to 5s: it is never dead-lettered for it."),
+		SchemasResolved: f.counter("relay_schemas_resolved_total",
+			"Writer schema ids the consume loop's decoder fetched and resolved against the spec (a registry input.format): once per id a process meets, and again only after an eviction. A steady rate means more schema ids in use than the decoder keeps (100)."),
+		SchemasEvicted: f.counter("relay_schemas_evicted_total",
+			"Resolved writer schemas the decoder dropped to stay within its bound (100 ids, oldest first); one is resolved again when a record of it comes."),
 		RegistryWaiting: f.gauge("relay_schema_registry_waiting",
 			"1 while the consume loop holds a record whose writer schema the registry cannot give (nothing after it is read meanwhile), else 0."),
 		StartupWaits: f.counterVec("relay_startup_waits_total",

@@ -1,4 +1,5 @@
-// Waiting out the schema registry while the poll decodes (a registry format: input.format avro).
+// Waiting out the schema registry while the poll decodes (a registry format: input.format avro or
+// json_schema).
 //
 // Invariant: a record whose writer schema the registry could not give (format.ErrUnavailable: down,
 // slow, 5xx) is decoded again, after a jittered back-off bounded by registryPolicy.Max, for as long

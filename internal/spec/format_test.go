@@ -22,10 +22,11 @@ func parseFormat(t *testing.T, format string) (*Plan, error) {
 	return Parse([]byte(strings.Replace(formatSpec, "%s", format, 1)), testLimits)
 }
 
-// input.format picks the format; its reasons are the plan's; Protobuf and JSON Schema are named
-// and refused as not read yet.
+// input.format picks the format; its reasons are the plan's (JSON Schema's are JSON's and the wire
+// format's).
 func TestInputFormat(t *testing.T) {
-	for _, c := range []struct{ format, want string }{{`""`, FormatJSON}, {"json", FormatJSON}, {"avro", FormatAvro}} {
+	for _, c := range []struct{ format, want string }{{`""`, FormatJSON}, {"json", FormatJSON}, {"avro", FormatAvro},
+		{"protobuf", FormatProtobuf}, {"json_schema", FormatJSONSchema}} {
 		p, err := parseFormat(t, c.format)
 		if err != nil {
 			t.Fatalf("format %s: %v", c.format, err)
@@ -36,13 +37,11 @@ func TestInputFormat(t *testing.T) {
 		wire := slices.Contains(p.Reasons(), ReasonBadHeader) && slices.Contains(p.Reasons(), ReasonUnknownSchema) &&
 			slices.Contains(p.Reasons(), ReasonBadEncoding)
 		json := slices.Contains(p.Reasons(), Reason(order.ReasonNotJSON))
-		if wire != (c.want == FormatAvro) || json != (c.want == FormatJSON) {
+		if wire != (c.want != FormatJSON) || json != (c.want == FormatJSON || c.want == FormatJSONSchema) {
 			t.Errorf("format %s: reasons %v", c.format, p.Reasons())
 		}
 	}
 	for _, c := range []struct{ format, want string }{
-		{"protobuf", "pipeline.input.format: protobuf records are not read yet (issue 36): json or avro"},
-		{"json_schema", "pipeline.input.format: json_schema records are not read yet"},
 		{"xml", `pipeline.input.format: "xml" is not json, avro, protobuf or json_schema`},
 		{"AVRO", `pipeline.input.format: "AVRO" is not`},
 	} {
@@ -71,6 +70,17 @@ func TestFormatIsMeaning(t *testing.T) {
 	}
 	if got, want := changesOf(t, avro, json), "t changed | pipeline.input.format: avro -> json"; got != want {
 		t.Errorf("avro to json: %s, want %s", got, want)
+	}
+	// JSON Schema records hold the same JSON text, but the framing is another meaning all the same.
+	jsonSchema, err := parseFormat(t, "json_schema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := changesOf(t, json, jsonSchema), "t changed | pipeline.input.format: json -> json_schema"; got != want {
+		t.Errorf("json to json_schema: %s, want %s", got, want)
+	}
+	if got, want := changesOf(t, jsonSchema, avro), "t changed | pipeline.input.format: json_schema -> avro"; got != want {
+		t.Errorf("json_schema to avro: %s, want %s", got, want)
 	}
 	s := Default(order.DefaultFields(), order.DefaultLimits(), "order_stats_minute", time.Minute)
 	before, err := Compile(s)

@@ -17,7 +17,7 @@ import (
 
 // Plan is a validated Spec. It is immutable and safe to share between goroutines.
 type Plan struct {
-	format string  // FormatJSON or FormatAvro
+	format string  // FormatJSON, FormatAvro or FormatJSONSchema
 	fields []field // input fields in check order, then the event time
 	aggs   []rollup
 	limits Limits
@@ -120,10 +120,8 @@ func Compile(s Spec) (*Plan, error) {
 	switch s.Input.Format {
 	case "", FormatJSON:
 		p.format = FormatJSON
-	case FormatAvro:
-		p.format = FormatAvro
-	case FormatProtobuf, FormatJSONSchema:
-		return nil, bad("input.format", "%s records are not read yet (issue 36): json or avro", s.Input.Format)
+	case FormatAvro, FormatProtobuf, FormatJSONSchema:
+		p.format = s.Input.Format
 	default:
 		return nil, bad("input.format", "%q is not json, avro, protobuf or json_schema", s.Input.Format)
 	}
@@ -342,7 +340,7 @@ func (p *Plan) compileAggregate(at string, a Aggregate, byName map[string]int) (
 	return ca, nil
 }
 
-// InputFormat is how the plan's records are encoded: FormatJSON or FormatAvro.
+// InputFormat is how the plan's records are encoded: FormatJSON, FormatAvro or FormatJSONSchema.
 func (p *Plan) InputFormat() string { return p.format }
 
 // Reasons lists every reason this plan's decoder can return, in numeric order: the metric labels
@@ -352,9 +350,11 @@ func (p *Plan) Reasons() []Reason {
 	for _, r := range []Reason{ReasonTooLarge, ReasonMissingField, ReasonWrongType} {
 		seen[r] = true
 	}
-	if p.format == FormatJSON {
+	// JSON Schema records are JSON after the registry's header: both sets of reasons.
+	if p.format == FormatJSON || p.format == FormatJSONSchema {
 		seen[Reason(order.ReasonNotJSON)], seen[Reason(order.ReasonNotObject)] = true, true
-	} else {
+	}
+	if p.format != FormatJSON {
 		seen[ReasonBadHeader], seen[ReasonUnknownSchema], seen[ReasonBadEncoding] = true, true, true
 	}
 	for _, f := range p.fields {

@@ -33,6 +33,10 @@ const (
 	ReasonWrongType    = Reason(order.ReasonWrongType)
 	// A decimal with a non-zero digit below money.Scale.
 	ReasonAmountPrecision = Reason(order.ReasonAmountPrecision)
+	// A decimal past the amount limit.
+	ReasonAmountRange = Reason(order.ReasonAmountRange)
+	// An epoch_ms event time past int64 (a Protobuf uint64), as the JSON decoder says of one.
+	ReasonBadTS = Reason(order.ReasonBadTS)
 )
 
 var ownNames = [...]string{"too_long", "bad_text", "bad_int", "bad_header", "unknown_schema", "bad_encoding"}

@@ -33,7 +33,8 @@ type Spec struct {
 // Input is what a record must hold. Every declared field is required: a record missing one is bad
 // input whose reason names it.
 type Input struct {
-	// Format is how a record's value is encoded: FormatJSON (also when empty) or FormatAvro.
+	// Format is how a record's value is encoded: FormatJSON (also when empty), FormatAvro or
+	// FormatJSONSchema.
 	Format    string    `yaml:"format"`
 	Fields    Fields    `yaml:"fields"`
 	EventTime EventTime `yaml:"event_time"`
@@ -104,8 +105,8 @@ type Filter struct {
 	In    []string `yaml:"in"`
 }
 
-// Input formats. Avro records come in a Schema Registry's wire format (internal/format); Protobuf
-// and JSON Schema are named so that a spec asking for them is told they are not read yet.
+// Input formats. Avro, Protobuf and JSON Schema records come in a Schema Registry's wire format
+// (internal/format).
 const (
 	FormatJSON       = "json"
 	FormatAvro       = "avro"

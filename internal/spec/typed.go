@@ -83,6 +83,22 @@ func (p *Plan) SetUnits(rec *Record, i int, units int64) Reason {
 	return OK
 }
 
+// SetDecimalText sets decimal field i from its decimal text (a Protobuf string or
+// google.type.Decimal), as the JSON decoder reads a decimal in a JSON string.
+func (p *Plan) SetDecimalText(rec *Record, i int, b []byte) Reason {
+	u, err := money.Parse(b)
+	switch err {
+	case nil:
+		return p.SetUnits(rec, i, u)
+	case money.ErrPrecision:
+		return Reason(order.ReasonAmountPrecision)
+	case money.ErrRange:
+		return Reason(order.ReasonAmountRange)
+	default:
+		return Reason(order.ReasonBadAmount)
+	}
+}
+
 // SetTime sets the event time to ms (epoch milliseconds), within the limits.
 func (p *Plan) SetTime(rec *Record, ms int64) Reason {
 	if ms < p.limits.MinTS || ms >= p.limits.MaxTS {

@@ -30,7 +30,7 @@ const (
 	MySQL  = "mysql"
 	Galera = "galera"
 	Kafka  = "kafka"
-	// Registry is the schema registry, asked for the subjects' schemas (input.format avro).
+	// Registry is the schema registry, asked for the subjects' schemas (input.format avro, json_schema).
 	Registry = "schema_registry"
 )
 

@@ -27,6 +27,8 @@ type FaultProxy struct {
 	mu     sync.Mutex
 	links  map[*Link]bool
 	closed bool
+	// holdUntil blackholes the links accepted before it too (BlackholeHost).
+	holdUntil time.Time
 }
 
 // Link is one proxied connection: the client's side and the server's side.
@@ -106,6 +108,7 @@ func (p *FaultProxy) accept() {
 			return
 		}
 		p.links[l] = true
+		l.holdUntil = p.holdUntil
 		p.mu.Unlock()
 		var wg sync.WaitGroup
 		wg.Add(2)
@@ -208,6 +211,15 @@ func (p *FaultProxy) BlackholeAll(d time.Duration) int {
 		l.Blackhole(d)
 	}
 	return len(ls)
+}
+
+// BlackholeHost makes the target a vanished host for d: every open link is blackholed, and so is
+// every link accepted meanwhile (a client's connect succeeds, then nothing answers), until d ends.
+func (p *FaultProxy) BlackholeHost(d time.Duration) {
+	p.mu.Lock()
+	p.holdUntil = time.Now().Add(d)
+	p.mu.Unlock()
+	p.BlackholeAll(d)
 }
 
 // Close stops accepting and resets every link.

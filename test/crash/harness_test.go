@@ -56,9 +56,10 @@ type env struct {
 	// oracle is the spec the test runs, as test/oracle reads it; nil is the default spec.
 	oracle  *oracle.Spec
 	skipBad bool // bad_input_policy=skip: bad records are counted, never dead-lettered
-	// registry is the Schema Registry an Avro topic's writer schemas are in ("" for JSON): the
-	// oracle reads the records through it (oracle.FoldAvro).
-	registry string
+	// format is the topic's registry format ("" for JSON) and registry the Schema Registry its
+	// writer schemas are in: the oracle reads the records through it (oracle.FoldAvro,
+	// FoldProtobuf).
+	format, registry string
 }
 
 func newEnv(t *testing.T, partitions int, extra ...string) *env {
@@ -255,9 +256,14 @@ func (e *env) attachedBranch(ctx context.Context, table string, id int64) (*xa.B
 // must land. The records are escaped (loadgen.Options.Escape): every crash test feeds relay
 // non-ASCII and \u-escaped strings, escaped member names and every spelling of numbers and times,
 // which the plain records never had (issue 23: escaped strings were counted under another
-// record's key). A test that needs the plain records calls loadgen.Run itself.
+// record's key). A test that needs the plain records calls loadgen.Run itself. In a registry
+// format (e.format) the records are written in it, under a schema loadgen registers.
 func (e *env) produce(ctx context.Context, totals *loadgen.Totals, o loadgen.Options) error {
 	o.Brokers, o.Topic, o.Escape = e.brokers, e.topic, true
+	if e.format != "" {
+		o.Format, o.Escape = e.format, false
+		o.Registry = newRegistry(e.t, e.registry)
+	}
 	if o.TxnID == "" {
 		o.TxnID = "lg-" + e.topic + fmt.Sprint(o.Seed)
 	}

@@ -54,7 +54,7 @@ func (e *env) expected(totals *loadgen.Totals) expectation {
 }
 
 // expectedOf folds payloads, the records Kafka committed, with the oracle: as JSON, or through
-// the env's registry as Avro.
+// the env's registry in its format.
 func (e *env) expectedOf(payloads [][]byte) expectation {
 	e.t.Helper()
 	s := e.oracle
@@ -62,13 +62,21 @@ func (e *env) expectedOf(payloads [][]byte) expectation {
 		s = oracle.Default()
 	}
 	x := expectation{spec: s, records: len(payloads)}
-	if e.registry == "" {
+	var err error
+	switch e.format {
+	case "":
 		x.result = s.Fold(payloads)
-	} else {
-		var err error
-		if x.result, err = s.FoldAvro(oracle.NewAvroReader(e.registry), payloads); err != nil {
-			e.t.Fatal(err)
-		}
+	case "avro":
+		x.result, err = s.FoldAvro(oracle.NewAvroReader(e.registry), payloads)
+	case "protobuf":
+		x.result, err = s.FoldProtobuf(oracle.NewProtobufReader(e.registry), payloads)
+	case "json_schema":
+		x.result, err = s.FoldJSONSchema(oracle.NewJSONSchemaReader(e.registry), payloads)
+	default:
+		err = fmt.Errorf("the oracle reads no %s", e.format)
+	}
+	if err != nil {
+		e.t.Fatal(err)
 	}
 	for _, b := range x.result.Bad {
 		if e.skipBad {

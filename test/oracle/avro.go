@@ -13,12 +13,9 @@
 package oracle
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/big"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -29,8 +26,7 @@ import (
 
 // AvroReader reads framed Avro records against the writer schemas of one registry.
 type AvroReader struct {
-	url    string
-	client *http.Client
+	reg registry
 	// schemas are the writer schemas by id: nil for an id the registry answered 404 for.
 	schemas map[uint32]*writer
 }
@@ -44,7 +40,7 @@ type writer struct {
 
 // NewAvroReader reads against the Confluent API at url (e.g. Apicurio's .../apis/ccompat/v7).
 func NewAvroReader(url string) *AvroReader {
-	return &AvroReader{url: strings.TrimRight(url, "/"), client: &http.Client{Timeout: 30 * time.Second}, schemas: map[uint32]*writer{}}
+	return &AvroReader{reg: newRegistry(url), schemas: map[uint32]*writer{}}
 }
 
 // multiUnion marks a value no field type holds whatever its value: one of a union with more than
@@ -54,51 +50,33 @@ type multiUnion struct{}
 
 // FoldAvro folds Avro records as Fold folds JSON ones. An error is the registry's, not a record's.
 func (s *Spec) FoldAvro(r *AvroReader, payloads [][]byte) (*Result, error) {
-	twins := make([][]byte, len(payloads))
-	verdicts := make([]string, len(payloads))
-	for i, p := range payloads {
-		var err error
-		if twins[i], verdicts[i], err = r.twin(s, p); err != nil {
-			return nil, err
-		}
-	}
-	return s.fold(len(payloads), func(i int) (map[string]value, time.Time, string, string) {
-		if verdicts[i] != "" {
-			return nil, time.Time{}, verdicts[i], ""
-		}
-		return s.decodeObject(twins[i])
-	}), nil
+	return s.foldFramed(payloads, func(id uint32, body []byte) ([]byte, string, error) { return r.twin(s, id, body) })
 }
 
-// twin is p's JSON twin, or the verdict its bytes alone decide.
-func (r *AvroReader) twin(s *Spec, p []byte) ([]byte, string, error) {
-	if len(p) > s.Limits.MaxPayloadBytes {
-		return nil, "too_large", nil
-	}
-	if len(p) < 5 || p[0] != 0 || p[1]&0x80 != 0 {
-		return nil, "bad_header", nil
-	}
-	w, err := r.writer(binary.BigEndian.Uint32(p[1:5]))
+// twin is the JSON twin of a record of schema id, or the verdict its bytes alone decide.
+func (r *AvroReader) twin(s *Spec, id uint32, body []byte) ([]byte, string, error) {
+	w, err := r.writer(id)
 	if err != nil {
 		return nil, "", err
 	}
 	if w == nil {
 		return nil, "unknown_schema", nil
 	}
-	native, rest, err := w.codec.NativeFromBinary(p[5:])
+	native, rest, err := w.codec.NativeFromBinary(body)
 	if err != nil || len(rest) > 0 {
 		return nil, "bad_encoding", nil
 	}
-	top := w.plain(w.root, native)
+	b, err := s.twinOf(w.plain(w.root, native))
+	return b, "", err
+}
+
+// twinOf is the JSON twin of plain record top: each spec field placed along its path.
+func (s *Spec) twinOf(top map[string]any) ([]byte, error) {
 	twin := map[string]any{}
 	for _, f := range append(append([]Field(nil), s.Fields...), s.EventTime) {
 		place(twin, top, f)
 	}
-	b, err := json.Marshal(twin)
-	if err != nil {
-		return nil, "", err
-	}
-	return b, "", nil
+	return json.Marshal(twin)
 }
 
 // place puts field f of the plain record top into twin, along its path: a missing value nowhere
@@ -116,6 +94,12 @@ func place(twin, top map[string]any, f Field) {
 				node[k] = json.RawMessage(raw)
 			}
 			return
+		}
+		if _, absent := v.(absentField); absent {
+			return // a Protobuf message that is not set: missing
+		}
+		if w, isWellKnown := v.(wellKnown); isWellKnown {
+			v = w.fields // a path through a Timestamp, a decimal, a wrapper
 		}
 		next, isRecord := v.(map[string]any)
 		if !isRecord {
@@ -136,27 +120,13 @@ func (r *AvroReader) writer(id uint32) (*writer, error) {
 	if w, ok := r.schemas[id]; ok {
 		return w, nil
 	}
-	resp, err := r.client.Get(fmt.Sprintf("%s/schemas/ids/%d", r.url, id))
+	got, found, err := r.reg.schema(id)
 	if err != nil {
-		return nil, fmt.Errorf("oracle: schema %d: %w", id, err)
+		return nil, err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("oracle: schema %d: %w", id, err)
-	}
-	if resp.StatusCode == http.StatusNotFound {
+	if !found {
 		r.schemas[id] = nil
 		return nil, nil
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("oracle: schema %d: %s: %s", id, resp.Status, body)
-	}
-	var got struct {
-		Schema string `json:"schema"`
-	}
-	if err := json.Unmarshal(body, &got); err != nil {
-		return nil, fmt.Errorf("oracle: schema %d: %w", id, err)
 	}
 	codec, err := goavro.NewCodec(got.Schema)
 	if err != nil {
@@ -284,11 +254,50 @@ func jsonOf(typ string, v any) (string, bool) {
 		}
 		b, _ := json.Marshal(x)
 		return string(b), true
+	case absentField:
+		if holds(typ, x.fd) {
+			return "", false
+		}
+		return wrong(typ), true
+	case wellKnown:
+		return jsonOf(typ, x.value)
+	case enumName:
+		if typ != "string" {
+			return wrong(typ), true
+		}
+		return jsonOf(typ, string(x))
+	case epochMillis:
+		if typ != "epoch_ms" {
+			return wrong(typ), true
+		}
+		return x.ms.String(), true
+	case unscaledDecimal:
+		if typ != "decimal" {
+			return wrong(typ), true
+		}
+		return unscaledText(x), true
+	case protoString:
+		if typ == "decimal" {
+			b, _ := json.Marshal(string(x)) // decimal text, as in a JSON string
+			return string(b), true
+		}
+		return jsonOf(typ, string(x))
+	case decimalText:
+		if typ != "decimal" {
+			return wrong(typ), true
+		}
+		b, _ := json.Marshal(string(x))
+		return string(b), true
 	case int64:
 		if typ == "string" || typ == "rfc3339" {
 			return wrong(typ), true
 		}
 		return strconv.FormatInt(x, 10), true
+	case uint64:
+		if typ == "string" || typ == "rfc3339" {
+			return wrong(typ), true
+		}
+		return strconv.FormatUint(x, 10), true
 	case *big.Rat:
 		if typ != "decimal" {
 			return wrong(typ), true

@@ -38,6 +38,7 @@ type Results struct {
 	Profile    *ProfileResult    `json:"profile,omitempty"`
 	Flink      *FlinkResult      `json:"flink,omitempty"`
 	Group      *GroupResult      `json:"group,omitempty"`
+	Formats    *FormatsResult    `json:"formats,omitempty"`
 }
 
 // Step records the provenance of one step's results.
@@ -53,8 +54,9 @@ type Step struct {
 var allSteps = []string{"micro", "throughput", "latency", "recovery", "rss", "profile"}
 
 // extraSteps run only when BENCH_STEPS names them (flink needs Maven and ≈85 MB of jars; group
-// produces a topic of its own and runs nine configurations per mode).
-var extraSteps = []string{"flink", "group"}
+// produces a topic of its own and runs nine configurations per mode; formats produces a topic per
+// input format and needs the schema registry).
+var extraSteps = []string{"flink", "group", "formats"}
 
 // reportOnly re-renders docs/BENCHMARKS.md from last-run.json (BENCH_STEPS=report).
 const reportOnly = "report"
@@ -161,6 +163,7 @@ func run() error {
 		}
 		return
 	})
+	step("formats", func() (err error) { res.Formats, err = runFormats(e); return })
 	if len(errs) == 0 && len(want) == 0 {
 		return errors.New("no step ran")
 	}

@@ -147,6 +147,9 @@ func render(res *Results) string {
 	if fl := res.Flink; fl != nil {
 		renderFlink(w, fl)
 	}
+	if f := res.Formats; f != nil {
+		renderFormats(w, f)
+	}
 	if g := res.Group; g != nil {
 		renderGroup(w, g)
 	}

@@ -332,7 +332,7 @@ func runBaseline(e *kit.Env, topic, client, kind string, rep int) (TPRun, error)
 	return run, nil
 }
 
-func runRelayThroughput(e *kit.Env, r *TPResult, topic string, end map[int32]int64, client, kind string, rep int) (TPRun, string, error) {
+func runRelayThroughput(e *kit.Env, r *TPResult, topic string, end map[int32]int64, client, kind string, rep int, extra ...string) (TPRun, string, error) {
 	run := TPRun{Client: client, Kind: kind, Rep: rep, Records: r.Orders}
 	job, dsn, db, err := e.CreateJob()
 	if err != nil {
@@ -347,6 +347,7 @@ func runRelayThroughput(e *kit.Env, r *TPResult, topic string, end map[int32]int
 	if p := clientProps[client]; p != "" {
 		o.Extra = append(o.Extra, "RELAY_KAFKA_PROPERTIES="+p)
 	}
+	o.Extra = append(o.Extra, extra...)
 	cpu := e.StartCPU(nil)
 	p, err := e.StartRelay(o, fmt.Sprintf("tp-%s-%s-%d.log", client, strings.ReplaceAll(kind, "+", "-"), rep))
 	if err != nil {

@@ -1,7 +1,8 @@
-// Avro topics end to end (issue 36), against real Kafka, MariaDB and Apicurio Registry.
+// Registry formats end to end (issue 36), against real Kafka, MariaDB and Apicurio Registry.
 //
 // Invariant: what these tests require of MySQL is the oracle's fold of the records Kafka committed,
-// read through the registry with linkedin/goavro (test/oracle/avro.go), never relay's hamba path;
+// read through the registry with linkedin/goavro (test/oracle/avro.go) or protoparse and dynamicpb
+// (test/oracle/protobuf.go), never relay's decoders;
 // the loadgen runs also check MySQL against loadgen's own totals (the JSON twins, spec.Plan.Fold).
 
 package crash
@@ -48,12 +49,12 @@ func (e *env) committedOnce(p *proc) {
 	}, "a committed checkpoint")
 }
 
-// avroEnv is an env whose relay reads the topic as Avro through registryURL (the oracle reads
-// the registry itself, directly).
-func avroEnv(t *testing.T, partitions int, registryURL string, extra ...string) *env {
+// formatEnv is an env whose relay reads the topic in a registry format through registryURL (the
+// oracle reads the registry itself, directly).
+func formatEnv(t *testing.T, format string, partitions int, registryURL string, extra ...string) *env {
 	direct := testenv.Registry(t)
-	e := newEnv(t, partitions, append([]string{"RELAY_INPUT_FORMAT=avro", "RELAY_SCHEMA_REGISTRY_URL=" + registryURL}, extra...)...)
-	e.registry = direct
+	e := newEnv(t, partitions, append([]string{"RELAY_INPUT_FORMAT=" + format, "RELAY_SCHEMA_REGISTRY_URL=" + registryURL}, extra...)...)
+	e.format, e.registry = format, direct
 	return e
 }
 
@@ -66,27 +67,27 @@ func newRegistry(t *testing.T, url string) *format.Registry {
 	return reg
 }
 
-// produceAvro runs loadgen with --format avro into e's topic.
-func (e *env) produceAvro(ctx context.Context, totals *loadgen.Totals, o loadgen.Options) error {
-	o.Brokers, o.Topic, o.Format = e.brokers, e.topic, "avro"
-	o.Registry = newRegistry(e.t, e.registry)
-	if o.TxnID == "" {
-		o.TxnID = "lg-" + e.topic + fmt.Sprint(o.Seed)
+// A topic in each registry format (loadgen's records: aborted transactions, bad_header,
+// unknown_schema and too_large records among them) read by relay with RELAY_INPUT_FORMAT, SIGKILLed
+// once mid-run: the tables equal the oracle's fold (goavro, or protoparse and dynamicpb) and
+// loadgen's totals, each bad record is dead-lettered once under its reason, and relay verify's
+// recount (relay's decoder, through the registry) agrees.
+func TestRegistryFormatsExact(t *testing.T) {
+	for _, f := range []string{"avro", "protobuf", "json_schema"} {
+		t.Run(f, func(t *testing.T) {
+			t.Parallel() // each its own job and topic
+			registryExact(t, f)
+		})
 	}
-	return loadgen.Run(ctx, o, totals)
 }
 
-// An Avro topic (loadgen's records: aborted transactions, bad_header, unknown_schema and too_large
-// records among them) read by relay with RELAY_INPUT_FORMAT=avro, SIGKILLed once mid-run: the
-// tables equal the oracle's goavro fold and loadgen's totals, each bad record is dead-lettered once
-// under its reason, and relay verify's recount (relay's decoder, through the registry) agrees.
-func TestAvroExact(t *testing.T) {
-	e := avroEnv(t, 4, testenv.Registry(t))
+func registryExact(t *testing.T, format string) {
+	e := formatEnv(t, format, 4, testenv.Registry(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	totals := loadgen.NewTotals()
 	seed := testenv.Seed(t, "RELAY_TEST_SEED", 0)
-	if err := e.produceAvro(ctx, totals, loadgen.Options{Orders: 20000, Batch: 400, AbortRate: 0.1, BadRate: 0.002, Seed: seed}); err != nil {
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 20000, Batch: 400, AbortRate: 0.1, BadRate: 0.002, Seed: seed}); err != nil {
 		t.Fatal(err)
 	}
 	p := e.start()
@@ -101,7 +102,7 @@ func TestAvroExact(t *testing.T) {
 	// relay verify recounts the topic through the registry with relay's decoder: consistent.
 	stdout, stderr, code := e.cli(nil, "verify")
 	if code != 0 || !strings.Contains(stdout, "no differences") || !strings.Contains(stdout, fmt.Sprintf("(%d good, %d bad)", good, len(totals.Bad))) {
-		t.Fatalf("verify after an Avro run: exit %d\n%s%s", code, stdout, stderr)
+		t.Fatalf("verify after a %s run: exit %d\n%s%s", format, code, stdout, stderr)
 	}
 	x := e.expected(totals)
 	t.Logf("%d records committed to Kafka, %d good, %d bad; %d rows in order_stats_minute", x.records, good, len(x.bad), len(x.result.Tables[0].Rows))
@@ -242,7 +243,7 @@ func sendAll(t *testing.T, brokers, topic string, payloads [][]byte) {
 func TestAvroSchemaEvolution(t *testing.T) {
 	// The spec names its format itself (RELAY_INPUT_FORMAT is the default spec's).
 	e := newEnv(t, 3, "RELAY_SCHEMA_REGISTRY_URL="+testenv.Registry(t))
-	e.registry = testenv.Registry(t)
+	e.format, e.registry = "avro", testenv.Registry(t)
 	specPath := filepath.Join(t.TempDir(), "spec.yaml")
 	if err := os.WriteFile(specPath, []byte(evolutionSpec), 0o600); err != nil {
 		t.Fatal(err)
@@ -306,12 +307,12 @@ func TestAvroRegistryOutage(t *testing.T) {
 	}
 	addr := testenv.FreeAddr(t)
 	proxy := testenv.NewFaultProxyAt(t, addr, u.Host)
-	e := avroEnv(t, 2, "http://"+addr+u.Path)
+	e := formatEnv(t, "avro", 2, "http://"+addr+u.Path)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	totals := loadgen.NewTotals()
 	seed := testenv.Seed(t, "RELAY_TEST_SEED", 0)
-	if err := e.produceAvro(ctx, totals, loadgen.Options{Orders: 3000, Batch: 300, Seed: seed}); err != nil {
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 3000, Batch: 300, Seed: seed}); err != nil {
 		t.Fatal(err)
 	}
 	p := e.start()
@@ -382,8 +383,30 @@ func TestAvroRegistryOutage(t *testing.T) {
 // At start relay waits for a subject no producer registered yet (/readyz says so, nothing is
 // read), and refuses, naming the spec's key, a subject whose versions lack a field the spec
 // needs: no topic is read that would be dead-lettered whole. relay preflight fails the same way.
-func TestAvroStartCheck(t *testing.T) {
-	e := avroEnv(t, 1, testenv.Registry(t))
+// Each registry format's subject is checked so, with a schema of that format without sku.
+func TestRegistryStartCheck(t *testing.T) {
+	for _, c := range []struct {
+		format string
+		noSKU  schemaregistry.SchemaInfo
+	}{
+		{"avro", schemaregistry.SchemaInfo{Schema: `{"type":"record","name":"Order","fields":[
+	  {"name":"order_id","type":"string"},
+	  {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":38,"scale":4}},
+	  {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}}]}`}},
+		{"protobuf", schemaregistry.SchemaInfo{SchemaType: "PROTOBUF", Schema: `syntax = "proto3";
+import "google/protobuf/timestamp.proto";
+message Order { string order_id = 1; string amount = 2; google.protobuf.Timestamp ts = 3; }
+`}},
+		{"json_schema", schemaregistry.SchemaInfo{SchemaType: "JSON", Schema: `{"type": "object", "properties": {
+	  "order_id": {"type": "string"}, "amount": {"type": ["number", "string"]}, "ts": {"type": "integer"}}}`}},
+	} {
+		t.Run(c.format, func(t *testing.T) { testStartCheck(t, c.format, c.noSKU) })
+	}
+}
+
+// testStartCheck is TestRegistryStartCheck in registry format f, noSKU a schema of f without sku.
+func testStartCheck(t *testing.T, f string, noSKU schemaregistry.SchemaInfo) {
+	e := formatEnv(t, f, 1, testenv.Registry(t))
 	client := newRegistry(t, e.registry).Client()
 	p := e.start()
 	testenv.Eventually(t, 60*time.Second, func() bool {
@@ -391,11 +414,9 @@ func TestAvroStartCheck(t *testing.T) {
 		_, body := get(t, httpAddr(t, p), "/readyz")
 		return strings.Contains(body, "waiting for schema_registry") && strings.Contains(body, e.topic+"-value")
 	}, "/readyz saying relay waits for the topic's subject")
-	// A schema without sku: the default spec's input.sku_field cannot be read from it.
-	registerWriter(t, client, e.topic+"-value", `{"type":"record","name":"Order","fields":[
-	  {"name":"order_id","type":"string"},
-	  {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":38,"scale":4}},
-	  {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}}]}`)
+	if _, err := client.Register(e.topic+"-value", noSKU, false); err != nil {
+		t.Fatalf("register under %s-value: %v", e.topic, err)
+	}
 	refusal := "input.sku_field: no version of " + e.topic + "-value has sku"
 	err := p.wait(t, 60*time.Second)
 	if err == nil || !strings.Contains(tail(p.Log, 5), refusal) {

@@ -1,0 +1,65 @@
+// The resolved writer schemas a decoder keeps, by id. Invariant: at most max of them are kept,
+// the oldest evicted first (a stream's ids move forward, so the oldest is the least likely to be
+// asked for again), and an evicted schema costs only its resolution again (the registry client
+// keeps the raw schema), never a wrong verdict.
+
+package format
+
+// resolved holds one decoder's resolved schemas by id. Not safe for concurrent use, as decoders
+// are not.
+type resolved[T any] struct {
+	byID  map[int]T
+	order []int
+	max   int
+	obs   Observer
+}
+
+// Observer is told what a decoder does with writer schemas (relay's metrics: a steady rate of
+// resolutions means more ids in use than a decoder keeps). A nil func is not called.
+type Observer struct {
+	Resolved func() // a writer schema fetched and resolved against the spec: a miss
+	Evicted  func() // a resolved schema dropped to keep the bound
+}
+
+// Observe makes d report to o, if d is a registry format's decoder (JSON has no schemas).
+func Observe(d Decoder, o Observer) {
+	if x, ok := d.(interface{ observe(Observer) }); ok {
+		x.observe(o)
+	}
+}
+
+func (a *Avro) observe(o Observer)       { a.schemas.obs = o }
+func (d *Protobuf) observe(o Observer)   { d.schemas.obs = o }
+func (j *JSONSchema) observe(o Observer) { j.ids.obs = o }
+
+// defaultResolved is how many resolved schemas a decoder keeps when its caller says 0.
+const defaultResolved = 100
+
+func newResolved[T any](max int) resolved[T] {
+	if max <= 0 {
+		max = defaultResolved
+	}
+	return resolved[T]{byID: map[int]T{}, max: max}
+}
+
+func (r *resolved[T]) get(id int) (T, bool) {
+	s, ok := r.byID[id]
+	return s, ok
+}
+
+func (r *resolved[T]) put(id int, s T) {
+	if _, ok := r.byID[id]; !ok {
+		if len(r.order) >= r.max {
+			delete(r.byID, r.order[0])
+			r.order = r.order[1:]
+			if r.obs.Evicted != nil {
+				r.obs.Evicted()
+			}
+		}
+		r.order = append(r.order, id)
+		if r.obs.Resolved != nil {
+			r.obs.Resolved()
+		}
+	}
+	r.byID[id] = s
+}
