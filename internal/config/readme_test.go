@@ -66,7 +66,12 @@ func TestReadmeAsWritten(t *testing.T) {
 		if err := os.WriteFile(file, []byte(m[1]), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c, err := Load("", append(base, "RELAY_PIPELINE_FILE="+file))
+		env := append(append([]string(nil), base...), "RELAY_PIPELINE_FILE="+file)
+		if regexp.MustCompile(`(?m)^  format: (avro|protobuf|json_schema)$`).MatchString(m[1]) {
+			// A registry format's example is run against a registry, as README says.
+			env = append(env, "RELAY_SCHEMA_REGISTRY_URL=http://registry:8081")
+		}
+		c, err := Load("", env)
 		if err == nil {
 			err = c.Validate()
 		}
