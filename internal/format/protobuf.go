@@ -186,17 +186,11 @@ func (d *Protobuf) walk(pl *pbPlan, node int, b []byte) bool {
 	entries, check := pl.nodes[node], pl.checks[node]
 	var required uint64
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
+		num, typ, val, rest, ok := nextField(b)
+		if !ok {
 			return false
 		}
-		b = b[n:]
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return false
-		}
-		val := b[:n]
-		b = b[n:]
+		b = rest
 		if m, ok := pl.members[node][num]; ok && m.wire == typ && d.oneof[m.oneof] != num {
 			if prev := d.oneof[m.oneof]; prev != 0 {
 				d.clearMember(pl, node, prev)

@@ -137,32 +137,29 @@ func (c *pbCheck) valid(b []byte) bool {
 	}
 	var seen uint64 // required fields present, by their index in c.required
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return false
-		}
-		if !c.field(num, typ, b[:n]) {
+		num, typ, val, rest, ok := nextField(b)
+		if !ok || !c.field(num, typ, val) {
 			return false
 		}
 		seen |= c.present(num, typ)
-		b = b[n:]
+		b = rest
 	}
 	return c.complete(seen)
 }
 
-// consumeTag is protowire.ConsumeTag refusing, as proto.Unmarshal does, a field number past
-// protowire.MaxValidNumber (the wire's varint holds larger ones).
-func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+// nextField splits message b's first field off: its number, wire type and value (the value's own
+// framing checked, a group's whole), and the rest; ok is false for bytes protobuf refuses, a field
+// number past protowire.MaxValidNumber included (the wire's varint holds larger ones).
+func nextField(b []byte) (num protowire.Number, typ protowire.Type, val, rest []byte, ok bool) {
 	num, typ, n := protowire.ConsumeTag(b)
-	if n >= 0 && num > protowire.MaxValidNumber {
-		return 0, 0, -1
+	if n < 0 || num > protowire.MaxValidNumber {
+		return 0, 0, nil, nil, false
 	}
-	return num, typ, n
+	b = b[n:]
+	if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+		return 0, 0, nil, nil, false
+	}
+	return num, typ, b[:n], b[n:], true
 }
 
 // field says whether field num's value val (of wire type typ, framing checked) holds what c asks.
