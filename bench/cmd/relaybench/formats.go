@@ -77,7 +77,16 @@ func runFormats(e *kit.Env) (*FormatsResult, error) {
 		}
 		r.Loadgen[f] = "bin/relay " + strings.Join(quoteEmpty(lg.Args("…")), " ")
 		kit.Logf("producing %d orders into %s (%s)", r.Orders, topic, f)
-		end, _, err := e.Produce(lg, "fmt-loadgen-"+f+".log")
+		// A topic created a moment ago may not have its leaders yet: loadgen's check that no job
+		// reads it then fails, and is asked again.
+		var end map[int32]int64
+		for attempt := 1; ; attempt++ {
+			if end, _, err = e.Produce(lg, "fmt-loadgen-"+f+".log"); err == nil || attempt == 5 {
+				break
+			}
+			kit.Logf("loadgen %s (attempt %d): %v", f, attempt, err)
+			time.Sleep(2 * time.Second)
+		}
 		if err != nil {
 			return nil, err
 		}
