@@ -176,8 +176,21 @@ func pbExpect(t testing.TB, md protoreflect.MessageDescriptor, body []byte, limi
 	if fd.Message().FullName() == "google.type.Decimal" {
 		text := am.Get(fd.Message().Fields().ByNumber(1)).String()
 		// A JSON number's grammar (leading zeros allowed), as a decimal in a JSON string is read.
-		if amount, ok = new(big.Rat).SetString(text); !ok || !decimalText.MatchString(text) {
+		m := decimalText.FindStringSubmatch(text)
+		if m == nil {
 			return spec.Reason(order.ReasonBadAmount), "amount", ""
+		}
+		if amount, ok = new(big.Rat).SetString(text); !ok {
+			// An exponent too large for big.Rat decides alone: zero digits are 0, any other
+			// value is past the amount limit or has a digit below 10^-4.
+			switch {
+			case strings.Trim(m[1], "-0.") == "":
+				amount = new(big.Rat)
+			case !strings.HasPrefix(m[3], "-"):
+				return spec.Reason(order.ReasonAmountRange), "amount", ""
+			default:
+				return spec.ReasonAmountPrecision, "amount", ""
+			}
 		}
 	} else {
 		b := am.Get(fd.Message().Fields().ByNumber(1)).Bytes()
@@ -244,7 +257,7 @@ func pbExpect(t testing.TB, md protoreflect.MessageDescriptor, body []byte, limi
 	return spec.OK, "", strings.Join(vals, "|")
 }
 
-var decimalText = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+var decimalText = regexp.MustCompile(`^(-?[0-9]+(\.[0-9]+)?)(?:[eE]([+-]?[0-9]+))?$`)
 
 // pbGot is a decoded record's values, as pbExpect states them.
 func pbGot(rec *spec.Record) string {
