@@ -185,17 +185,20 @@ func (d *Protobuf) walk(pl *pbPlan, node int, b []byte) bool {
 	d.seen[node] = true
 	entries, check := pl.nodes[node], pl.checks[node]
 	var required uint64
+	members := pl.members[node]
 	for len(b) > 0 {
-		num, typ, val, rest, ok := nextField(b)
+		num, typ, v, val, rest, ok := nextField(b)
 		if !ok {
 			return false
 		}
 		b = rest
-		if m, ok := pl.members[node][num]; ok && m.wire == typ && d.oneof[m.oneof] != num {
-			if prev := d.oneof[m.oneof]; prev != 0 {
-				d.clearMember(pl, node, prev)
+		if members != nil {
+			if m, ok := members[num]; ok && m.wire == typ && d.oneof[m.oneof] != num {
+				if prev := d.oneof[m.oneof]; prev != 0 {
+					d.clearMember(pl, node, prev)
+				}
+				d.oneof[m.oneof] = num
 			}
-			d.oneof[m.oneof] = num
 		}
 		walked := false
 		for k := range entries {
@@ -203,30 +206,20 @@ func (d *Protobuf) walk(pl *pbPlan, node int, b []byte) bool {
 			if e.num != num || e.wire != typ {
 				continue
 			}
-			var v uint64
-			switch typ {
-			case protowire.VarintType:
-				v, _ = protowire.ConsumeVarint(val)
-			case protowire.Fixed32Type:
-				x, _ := protowire.ConsumeFixed32(val)
-				v = uint64(x)
-			case protowire.Fixed64Type:
-				v, _ = protowire.ConsumeFixed64(val)
-			case protowire.BytesType:
-				bs, _ := protowire.ConsumeBytes(val)
-				if e.child > 0 {
-					if !d.walk(pl, e.child, bs) {
-						return false
-					}
-					walked = true
-					continue
+			if e.child > 0 {
+				if !d.walk(pl, e.child, val) {
+					return false
 				}
-				d.slots[e.field].b = bs
+				walked = true
+				continue
 			}
 			s := &d.slots[e.field]
-			if e.part == 1 {
+			switch {
+			case typ == protowire.BytesType:
+				s.b, s.set = val, true
+			case e.part == 1:
 				s.m = v
-			} else {
+			default:
 				s.n, s.set = v, true
 			}
 		}
@@ -281,7 +274,7 @@ func (d *Protobuf) field(rec *spec.Record, i int, f *pbField) spec.Reason {
 	}
 	switch f.leaf {
 	case pbString:
-		return d.p.SetString(rec, i, string(s.b)) // the Set copies; the conversion does not escape
+		return d.p.SetBytes(rec, i, s.b)
 	case pbEnum:
 		v := f.enum.Values().ByNumber(protoreflect.EnumNumber(int32(s.n)))
 		if v == nil {

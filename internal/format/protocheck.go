@@ -9,6 +9,7 @@
 package format
 
 import (
+	"encoding/binary"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -20,24 +21,22 @@ type pbCheck struct {
 	// fields by number: low numbers (nearly all) in a slice, one lookup by index per record
 	// field; the rest in a map.
 	low      []pbFieldCheck
-	high     map[protowire.Number]pbFieldCheck
+	high     map[protowire.Number]*pbFieldCheck
 	required []pbRequired // proto2 required fields, at most 64 checked
 }
 
 // lowNumbers is how many field numbers the slice of a check holds.
 const lowNumbers = 64
 
-// lookup is the check of field num, ok false for a field with nothing to check.
-func (c *pbCheck) lookup(num protowire.Number) (pbFieldCheck, bool) {
+// lookup is the check of field num, nil for a field with nothing to check.
+func (c *pbCheck) lookup(num protowire.Number) *pbFieldCheck {
 	if num < lowNumbers {
-		if int(num) < len(c.low) {
-			fc := c.low[num]
-			return fc, fc.set
+		if int(num) < len(c.low) && c.low[num].set {
+			return &c.low[num]
 		}
-		return pbFieldCheck{}, false
+		return nil
 	}
-	fc, ok := c.high[num]
-	return fc, ok
+	return c.high[num]
 }
 
 // add records the check of field num.
@@ -50,9 +49,9 @@ func (c *pbCheck) add(num protowire.Number, fc pbFieldCheck) {
 		return
 	}
 	if c.high == nil {
-		c.high = map[protowire.Number]pbFieldCheck{}
+		c.high = map[protowire.Number]*pbFieldCheck{}
 	}
-	c.high[num] = fc
+	c.high[num] = &fc
 }
 
 // pbRequired is a required field: present when it comes in its own wire type.
@@ -137,7 +136,7 @@ func (c *pbCheck) valid(b []byte) bool {
 	}
 	var seen uint64 // required fields present, by their index in c.required
 	for len(b) > 0 {
-		num, typ, val, rest, ok := nextField(b)
+		num, typ, _, val, rest, ok := nextField(b)
 		if !ok || !c.field(num, typ, val) {
 			return false
 		}
@@ -147,36 +146,79 @@ func (c *pbCheck) valid(b []byte) bool {
 	return c.complete(seen)
 }
 
-// nextField splits message b's first field off: its number, wire type and value (the value's own
-// framing checked, a group's whole), and the rest; ok is false for bytes protobuf refuses, a field
-// number past protowire.MaxValidNumber included (the wire's varint holds larger ones).
-func nextField(b []byte) (num protowire.Number, typ protowire.Type, val, rest []byte, ok bool) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 || num > protowire.MaxValidNumber {
-		return 0, 0, nil, nil, false
+// nextField splits message b's first field off: its number, wire type and value, and the rest;
+// ok is false for bytes protobuf refuses, a field number past protowire.MaxValidNumber included
+// (the wire's varint holds larger ones). A varint or fixed value is v; a length-delimited one is
+// val, its bytes without the length; a group is val, its fields without the end tag, checked to
+// be well-formed all the way down. The one-byte tags and lengths nearly every record is made of
+// are read inline; anything longer goes through protowire, which decides what is well-formed.
+func nextField(b []byte) (num protowire.Number, typ protowire.Type, v uint64, val, rest []byte, ok bool) {
+	var tag uint64
+	n := 1
+	if b[0] < 0x80 {
+		tag = uint64(b[0])
+	} else if tag, n = protowire.ConsumeVarint(b); n < 0 {
+		return 0, 0, 0, nil, nil, false
+	}
+	num, typ = protowire.DecodeTag(tag)
+	if num < protowire.MinValidNumber || num > protowire.MaxValidNumber {
+		return 0, 0, 0, nil, nil, false
 	}
 	b = b[n:]
-	if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-		return 0, 0, nil, nil, false
+	switch typ {
+	case protowire.VarintType:
+		if len(b) > 0 && b[0] < 0x80 {
+			return num, typ, uint64(b[0]), nil, b[1:], true
+		}
+		if v, n = protowire.ConsumeVarint(b); n < 0 {
+			return 0, 0, 0, nil, nil, false
+		}
+		return num, typ, v, nil, b[n:], true
+	case protowire.Fixed32Type:
+		if len(b) < 4 {
+			return 0, 0, 0, nil, nil, false
+		}
+		return num, typ, uint64(binary.LittleEndian.Uint32(b)), nil, b[4:], true
+	case protowire.Fixed64Type:
+		if len(b) < 8 {
+			return 0, 0, 0, nil, nil, false
+		}
+		return num, typ, binary.LittleEndian.Uint64(b), nil, b[8:], true
+	case protowire.BytesType:
+		var l uint64
+		if len(b) > 0 && b[0] < 0x80 {
+			l, n = uint64(b[0]), 1
+		} else if l, n = protowire.ConsumeVarint(b); n < 0 {
+			return 0, 0, 0, nil, nil, false
+		}
+		if l > uint64(len(b)-n) {
+			return 0, 0, 0, nil, nil, false
+		}
+		return num, typ, 0, b[n : n+int(l)], b[n+int(l):], true
+	case protowire.StartGroupType:
+		if val, n = protowire.ConsumeGroup(num, b); n < 0 {
+			return 0, 0, 0, nil, nil, false
+		}
+		return num, typ, 0, val, b[n:], true
 	}
-	return num, typ, b[:n], b[n:], true
+	return 0, 0, 0, nil, nil, false // an end group without its start, or a reserved wire type
 }
 
-// field says whether field num's value val (of wire type typ, framing checked) holds what c asks.
+// field says whether field num's value (of wire type typ, framing checked; val as nextField gives
+// it) holds what c asks.
 func (c *pbCheck) field(num protowire.Number, typ protowire.Type, val []byte) bool {
 	if c == nil {
 		return true
 	}
-	fc, ok := c.lookup(num)
+	fc := c.lookup(num)
 	switch {
-	case !ok:
+	case fc == nil:
 		return true
 	case fc.packable:
 		if typ != protowire.BytesType {
 			return true // one element, unpacked (framing checked), or an unknown field
 		}
-		run, _ := protowire.ConsumeBytes(val)
-		for len(run) > 0 {
+		for run := val; len(run) > 0; {
 			var n int
 			switch fc.packed {
 			case protowire.VarintType:
@@ -195,14 +237,9 @@ func (c *pbCheck) field(num protowire.Number, typ protowire.Type, val []byte) bo
 	case fc.wire != typ:
 		return true // an unknown field to protobuf
 	case fc.str:
-		s, _ := protowire.ConsumeBytes(val)
-		return utf8.Valid(s)
-	case typ == protowire.StartGroupType:
-		g, _ := protowire.ConsumeGroup(num, val)
-		return fc.msg.valid(g)
-	default:
-		m, _ := protowire.ConsumeBytes(val)
-		return fc.msg.valid(m)
+		return utf8.Valid(val)
+	default: // a message, or a group's fields
+		return fc.msg.valid(val)
 	}
 }
 

@@ -9,6 +9,7 @@ package spec
 import (
 	"math/big"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/relay-sh/relay/internal/money"
 	"github.com/relay-sh/relay/internal/order"
@@ -24,20 +25,26 @@ func (p *Plan) Reset(rec *Record) {
 	rec.buf = rec.buf[:0]
 }
 
-// SetString sets string field i (InputFields' index) to s, copied into rec's own buffer, so it
-// outlives the decoder's memory as the JSON path's strings do.
+// SetString sets string field i (InputFields' index) to s, as SetBytes does.
 func (p *Plan) SetString(rec *Record, i int, s string) Reason {
+	// A view of s's bytes, not a copy: SetBytes only reads them.
+	return p.SetBytes(rec, i, unsafe.Slice(unsafe.StringData(s), len(s)))
+}
+
+// SetBytes sets string field i (InputFields' index) to the text b, copied into rec's own buffer,
+// so it outlives the decoder's memory as the JSON path's strings do.
+func (p *Plan) SetBytes(rec *Record, i int, b []byte) Reason {
 	f := &p.fields[i]
 	switch {
-	case len(s) == 0:
+	case len(b) == 0:
 		return Reason(order.ReasonEmptyField)
-	case !utf8.ValidString(s):
+	case !utf8.Valid(b):
 		return f.invalid
-	case len(s) > f.max:
+	case len(b) > f.max:
 		return f.tooLong
 	}
 	from := len(rec.buf)
-	rec.buf = append(rec.buf, s...)
+	rec.buf = append(rec.buf, b...)
 	// Capped, so that nothing appended to this field's bytes can reach the next one's.
 	rec.Vals[i].Bytes = rec.buf[from:len(rec.buf):len(rec.buf)]
 	return OK
