@@ -41,6 +41,7 @@ type Protobuf struct {
 	slots []pbSlot
 	seen  []bool
 	oneof []protowire.Number
+	text  []byte // a google.type.Decimal's text, rewritten
 }
 
 // pbSchema is one writer schema compiled, and its message types resolved as records name them.
@@ -111,7 +112,8 @@ const (
 	pbEnum                      // an enum's value name
 	pbInt                       // an integer kind as an int
 	pbIntDecimal                // an integer kind where the spec wants a decimal
-	pbTextDecimal               // a string, or google.type.Decimal's value, holding decimal text
+	pbTextDecimal               // a string holding decimal text, as a JSON string holds it
+	pbDecimalValue              // google.type.Decimal: its value's text, in its own grammar
 	pbUnscaled                  // confluent.type.Decimal: big-endian two's-complement unscaled bytes and a scale
 	pbEpoch                     // an integer kind as epoch milliseconds
 	pbTimestamp                 // google.protobuf.Timestamp
@@ -285,6 +287,9 @@ func (d *Protobuf) field(rec *spec.Record, i int, f *pbField) spec.Reason {
 		return d.p.SetTimeText(rec, s.b)
 	case pbTextDecimal:
 		return d.p.SetDecimalText(rec, i, s.b)
+	case pbDecimalValue:
+		d.text = decimalValue(s.b, d.text[:0])
+		return d.p.SetDecimalText(rec, i, d.text)
 	case pbUnscaled:
 		return unscaled(d.p, rec, i, s.b, int(int32(s.m)))
 	case pbTimestamp:
@@ -312,6 +317,63 @@ func (d *Protobuf) field(rec *spec.Record, i int, f *pbField) spec.Reason {
 		}
 		return d.p.SetTime(rec, n)
 	}
+}
+
+// decimalValue is google.type.Decimal's text b in the grammar SetDecimalText reads (a JSON
+// number's), appended to buf. decimal.proto's grammar is wider: a sign '+', an empty integer part
+// (".5") and an empty fraction ("5.", "5.e3"), which become "0.5", "5" and "5e3" here; text outside
+// decimal.proto's grammar is handed on as it came, and SetDecimalText refuses it, as a JSON
+// number's grammar is inside decimal.proto's.
+func decimalValue(b, buf []byte) []byte {
+	in := b
+	if len(b) > 0 && (b[0] == '+' || b[0] == '-') {
+		if b[0] == '-' {
+			buf = append(buf, '-')
+		}
+		b = b[1:]
+	}
+	digits := func() []byte {
+		n := 0
+		for n < len(b) && b[n] >= '0' && b[n] <= '9' {
+			n++
+		}
+		d := b[:n]
+		b = b[n:]
+		return d
+	}
+	integer := digits()
+	var fraction []byte
+	if len(b) > 0 && b[0] == '.' {
+		b = b[1:]
+		fraction = digits()
+	}
+	if len(integer)+len(fraction) == 0 {
+		return in
+	}
+	if len(integer) == 0 {
+		integer = []byte{'0'}
+	}
+	buf = append(buf, integer...)
+	if len(fraction) > 0 {
+		buf = append(append(buf, '.'), fraction...)
+	}
+	if len(b) > 0 && (b[0] == 'e' || b[0] == 'E') {
+		buf = append(buf, 'e')
+		b = b[1:]
+		if len(b) > 0 && (b[0] == '+' || b[0] == '-') {
+			buf = append(buf, b[0])
+			b = b[1:]
+		}
+		exponent := digits()
+		if len(exponent) == 0 {
+			return in
+		}
+		buf = append(buf, exponent...)
+	}
+	if len(b) > 0 {
+		return in
+	}
+	return buf
 }
 
 // timestampMillis is a Timestamp's seconds and nanos as epoch milliseconds, floored (nanos are in
@@ -506,7 +568,7 @@ func (pl *pbPlan) placeMessage(node int, fd protoreflect.FieldDescriptor, i int,
 	case name == "google.protobuf.Timestamp" && kind == spec.KindEpochMS:
 		f.leaf = pbTimestamp
 	case name == "google.type.Decimal" && kind == spec.KindDecimal:
-		f.leaf = pbTextDecimal
+		f.leaf = pbDecimalValue
 	case name == "confluent.type.Decimal" && kind == spec.KindDecimal:
 		f.leaf = pbUnscaled
 	case name == "google.protobuf.StringValue":
@@ -672,7 +734,10 @@ func compileProto(ctx context.Context, reg *Registry, info schemaregistry.Schema
 		return nil, fmt.Errorf("%w: the registry says %q", errNotProtobuf, info.SchemaType)
 	}
 	sources := map[string]string{schemaFile: info.Schema}
-	if err := reg.references(ctx, info.References, sources); err != nil {
+	if err := reg.references(ctx, info.References, map[string]bool{}, func(name string, m schemaregistry.SchemaMetadata) error {
+		sources[name] = m.Schema
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	// A referenced schema wins over a built-in one of the same path, as in Confluent's serde.

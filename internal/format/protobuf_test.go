@@ -175,18 +175,19 @@ func pbExpect(t testing.TB, md protoreflect.MessageDescriptor, body []byte, limi
 	var amount *big.Rat
 	if fd.Message().FullName() == "google.type.Decimal" {
 		text := am.Get(fd.Message().Fields().ByNumber(1)).String()
-		// A JSON number's grammar (leading zeros allowed), as a decimal in a JSON string is read.
+		// decimal.proto's grammar: a sign, digits on at least one side of an optional point,
+		// an exponent.
 		m := decimalText.FindStringSubmatch(text)
-		if m == nil {
+		if m == nil || m[2]+m[3] == "" {
 			return spec.Reason(order.ReasonBadAmount), "amount", ""
 		}
-		if amount, ok = new(big.Rat).SetString(text); !ok {
+		if amount, ok = new(big.Rat).SetString(strings.TrimPrefix(text, "+")); !ok {
 			// An exponent too large for big.Rat decides alone: zero digits are 0, any other
 			// value is past the amount limit or has a digit below 10^-4.
 			switch {
-			case strings.Trim(m[1], "-0.") == "":
+			case strings.Trim(m[2]+m[3], "0") == "":
 				amount = new(big.Rat)
-			case !strings.HasPrefix(m[3], "-"):
+			case !strings.HasPrefix(m[4], "-"):
 				return spec.Reason(order.ReasonAmountRange), "amount", ""
 			default:
 				return spec.ReasonAmountPrecision, "amount", ""
@@ -257,7 +258,7 @@ func pbExpect(t testing.TB, md protoreflect.MessageDescriptor, body []byte, limi
 	return spec.OK, "", strings.Join(vals, "|")
 }
 
-var decimalText = regexp.MustCompile(`^(-?[0-9]+(\.[0-9]+)?)(?:[eE]([+-]?[0-9]+))?$`)
+var decimalText = regexp.MustCompile(`^([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?$`)
 
 // pbGot is a decoded record's values, as pbExpect states them.
 func pbGot(rec *spec.Record) string {
@@ -283,7 +284,10 @@ func pbDraw(t testing.TB, r *rand.Rand, md protoreflect.MessageDescriptor, v int
 		dm := dynamicpb.NewMessage(fd.Message())
 		text := new(big.Rat).SetFrac(un, big.NewInt(1e6)).FloatString(6)
 		if r.IntN(10) == 0 {
-			text = []string{"1e3", "", "abc", "-0.00001", "12.3400", " 1"}[r.IntN(6)]
+			// JSON's grammar, decimal.proto's wider one, and neither's.
+			texts := []string{"1e3", "", "abc", "-0.00001", "12.3400", " 1", "+1.5", ".25", "-.5", "7.", "5.e2", "1E+2",
+				"+-1", "-+1", ".", "+", "-.", "1e", "1.5e+", "0012.50", "+.0", "1..2", "1e2.5", "++1"}
+			text = texts[r.IntN(len(texts))]
 		}
 		dm.Set(fd.Message().Fields().ByNumber(1), protoreflect.ValueOfString(text))
 		m.Set(fd, protoreflect.ValueOfMessage(dm))

@@ -161,6 +161,29 @@ func (w *protoWriter) write(r pendingRec) (pendingRec, error) {
 	return pendingRec{payload: out, twin: r.payload}, nil
 }
 
+// decimalProtoForm writes about half of the decimals (by the parity of the text's bytes) in a form
+// decimal.proto's grammar allows and a JSON number's does not: an integer with a point and no
+// digit after it ("12."), a fraction with no digit before the point (".5"), or else a '+' sign.
+func decimalProtoForm(text string) string {
+	h := 0
+	for _, c := range []byte(text) {
+		h += int(c)
+	}
+	unsigned := strings.TrimPrefix(text, "-")
+	sign := text[:len(text)-len(unsigned)]
+	switch {
+	case h%2 == 0:
+		return text
+	case strings.Trim(unsigned, "0123456789") == "":
+		return text + "."
+	case strings.HasPrefix(unsigned, "0."):
+		return sign + unsigned[1:]
+	case sign == "":
+		return "+" + text
+	}
+	return text
+}
+
 // appendMessage appends the fields of message n taken from JSON object obj.
 func appendMessage(b []byte, n *protoNode, obj map[string]any) ([]byte, error) {
 	for i, k := range n.keys {
@@ -193,7 +216,7 @@ func appendMessage(b []byte, n *protoNode, obj map[string]any) ([]byte, error) {
 			if _, ok := new(big.Rat).SetString(text); !ok {
 				return nil, fmt.Errorf("%s: %q is not a decimal", f.Name, text)
 			}
-			inner := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), text)
+			inner := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), decimalProtoForm(text))
 			b = protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), inner)
 		case spec.KindEpochMS:
 			ms, err := strconv.ParseInt(text, 10, 64)

@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"math/big"
+	"regexp"
 	"strings"
 
 	"github.com/bufbuild/protocompile"
@@ -49,6 +50,28 @@ func NewProtobufReader(url string) *ProtobufReader {
 
 // decimalText is a google.type.Decimal's value: decimal text a decimal field takes, and no other.
 type decimalText string
+
+// decimalProto is decimal.proto's grammar of a google.type.Decimal's value: a sign (+ or -),
+// digits, a point and digits (the digits of one side may be left out, not of both), an exponent.
+var decimalProto = regexp.MustCompile(`^([-+]?)(\d*)(\.(\d*))?([eE][-+]?\d+)?$`)
+
+// asJSONNumber is a google.type.Decimal's text as a JSON number writes the same value ("+.5" is
+// "0.5", "5." is "5"), or the text as it came when it is not in decimal.proto's grammar (no JSON
+// number is, so the JSON rules refuse it as they refuse any text that is no number).
+func asJSONNumber(s string) string {
+	m := decimalProto.FindStringSubmatch(s)
+	if m == nil || m[2] == "" && m[4] == "" {
+		return s
+	}
+	sign, integer, fraction := strings.TrimPrefix(m[1], "+"), m[2], m[4]
+	if integer == "" {
+		integer = "0"
+	}
+	if fraction != "" {
+		fraction = "." + fraction
+	}
+	return sign + integer + fraction + m[5]
+}
 
 // protoString is a Protobuf string: a string, an rfc3339 time, or a decimal's text.
 type protoString string
@@ -186,7 +209,7 @@ func wellKnownValue(m protoreflect.Message) (any, bool) {
 		ms := new(big.Int).Mul(big.NewInt(get("seconds").Int()), big.NewInt(1000))
 		return epochMillis{ms.Add(ms, new(big.Int).Div(big.NewInt(get("nanos").Int()), big.NewInt(1e6)))}, true
 	case name == "google.type.Decimal":
-		return decimalText(get("value").String()), true
+		return decimalText(asJSONNumber(get("value").String())), true
 	case name == "confluent.type.Decimal":
 		b := get("value").Bytes()
 		n := new(big.Int).SetBytes(b)
