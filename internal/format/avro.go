@@ -256,15 +256,41 @@ func (a *Avro) schema(ctx context.Context, id int) (*avroSchema, error) {
 		return nil, err
 	}
 	var s *avroSchema
-	if info.SchemaType != "" && info.SchemaType != "AVRO" {
-		s = &avroSchema{bad: fmt.Errorf("%w: schema id %d is %s", errBadSchema, id, info.SchemaType)}
-	} else if parsed, err := avro.Parse(info.Schema); err != nil {
-		s = &avroSchema{bad: fmt.Errorf("%w: schema id %d: %w", errBadSchema, id, err)}
+	if parsed, err := parseAvro(ctx, a.reg, info); errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+		return nil, err // a reference the registry could not give: ask again later
+	} else if err != nil {
+		s = &avroSchema{bad: fmt.Errorf("schema id %d: %w", id, err)}
 	} else if s, err = a.resolve(parsed); err != nil {
 		s = &avroSchema{bad: fmt.Errorf("schema id %d: %w", id, err)}
 	}
 	a.schemas.put(id, s)
 	return s, nil
+}
+
+// parseAvro parses a registry's Avro schema after the schemas it references (fetched by subject
+// and version, each before those that reference it), as Confluent's avrov2 serde does, into a
+// cache of named types of its own: hamba's default cache is global, where a name one writer schema
+// defines would stand for it in another that names it without defining it. The error wraps
+// ErrUnavailable when a reference could not be fetched, else errBadSchema.
+func parseAvro(ctx context.Context, reg *Registry, info schemaregistry.SchemaInfo) (avro.Schema, error) {
+	if info.SchemaType != "" && info.SchemaType != "AVRO" {
+		return nil, fmt.Errorf("%w: the registry says %s", errBadSchema, info.SchemaType)
+	}
+	cache := &avro.SchemaCache{}
+	err := reg.references(ctx, info.References, map[string]bool{}, func(name string, m schemaregistry.SchemaMetadata) error {
+		if _, err := avro.ParseWithCache(m.Schema, "", cache); err != nil {
+			return fmt.Errorf("%w: %s version %d (referenced as %s): %w", errBadSchema, m.Subject, m.Version, name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	parsed, err := avro.ParseWithCache(info.Schema, "", cache)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadSchema, err)
+	}
+	return parsed, nil
 }
 
 // resolve builds the struct records of a writer schema are decoded into, and each spec field's
@@ -465,9 +491,9 @@ func describe(s avro.Schema) string {
 // start (checkSubject).
 func (a *Avro) CheckSubject(ctx context.Context, subject string) error {
 	return checkSubject(ctx, a.reg, a.fields, subject, func(v schemaregistry.SchemaMetadata) ([]verdict, error) {
-		parsed, err := avro.Parse(v.Schema)
-		if err != nil || (v.SchemaType != "" && v.SchemaType != "AVRO") {
-			return nil, fmt.Errorf("not an Avro schema relay reads: %v", err)
+		parsed, err := parseAvro(ctx, a.reg, v.SchemaInfo)
+		if err != nil {
+			return nil, err
 		}
 		s, err := a.resolve(parsed)
 		if err != nil {

@@ -411,3 +411,54 @@ func deadAddr(t *testing.T) string {
 	ln.Close()
 	return addr
 }
+
+// TestAvroReferences reads records whose writer schema names a type another subject defines (a
+// schema reference, as Confluent's serializers register one), in both ways relay fetches writer
+// schemas: by a record's id, and every version of the subject at start.
+func TestAvroReferences(t *testing.T) {
+	url := testenv.Registry(t)
+	a, reg, _ := newAvro(t, url)
+	topic := "relay_format_ref_" + harness.Suffix()
+	// The Customer a record names is defined in a subject of its own, and that one names a
+	// Region defined in a third: references are followed all the way down.
+	const region = `{"type": "record", "name": "Region", "namespace": "geo", "fields": [{"name": "code", "type": "string"}]}`
+	const customer = `{"type": "record", "name": "Customer", "namespace": "shop", "fields": [{"name": "region", "type": "string"}, {"name": "home", "type": "geo.Region"}]}`
+	order := strings.Replace(orderV1, `{"type": "record", "name": "Customer", "fields": [
+    {"name": "region", "type": "string"}]}`, `"shop.Customer"`, 1)
+	if order == orderV1 {
+		t.Fatal("orderV1 has no Customer to reference")
+	}
+	c := reg.Client()
+	if _, err := c.Register(topic+"-region", schemaregistry.SchemaInfo{Schema: region}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Register(topic+"-customer", schemaregistry.SchemaInfo{Schema: customer,
+		References: []schemaregistry.Reference{{Name: "geo.Region", Subject: topic + "-region", Version: 1}}}, false); err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.Register(topic+"-value", schemaregistry.SchemaInfo{Schema: order,
+		References: []schemaregistry.Reference{{Name: "shop.Customer", Subject: topic + "-customer", Version: 1}}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := avrov2.NewSerializerConfig()
+	conf.AutoRegisterSchemas, conf.UseSchemaID = false, id
+	ser, err := avrov2.NewSerializer(c, serde.ValueSerde, conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ts = 1764000000123
+	rec := orderRec("o-1", "sku-A", "12.34", ts, nil)
+	rec["customer"] = map[string]any{"shop.Customer": map[string]any{"region": "eu", "home": map[string]any{"code": "FR"}}}
+	framed := registered{id: id, ser: ser}.serialize(t, topic, rec)
+	var got spec.Record
+	if r, field, err := a.Decode(context.Background(), framed, &got); err != nil || r != spec.OK {
+		t.Fatalf("decode: %s %q %v", r, field, err)
+	}
+	if g, w := gotOf(&got), (want{"o-1", "sku-A", "eu", 123400, ts}); g != w {
+		t.Fatalf("decoded %+v, want %+v", g, w)
+	}
+	if err := a.CheckSubject(context.Background(), topic+"-value"); err != nil {
+		t.Fatalf("CheckSubject: %v", err)
+	}
+}

@@ -82,6 +82,9 @@ func checkVersions(fields []spec.InputField, subject string, versions []schemare
 	for _, v := range versions {
 		at := fmt.Sprintf("%s version %d (id %d)", subject, v.Version, v.ID)
 		verdicts, err := resolve(v)
+		if errors.Is(err, ErrUnavailable) {
+			return err // a reference the registry could not give now: the start waits and asks again
+		}
 		if err != nil {
 			problems = append(problems, fmt.Errorf("%s: %w", at, err))
 			continue

@@ -173,18 +173,22 @@ func (r *Registry) Versions(ctx context.Context, subject string) ([]schemaregist
 	return out, nil
 }
 
-// references adds to sources the text of each schema refs name, under the name the reference
-// gives, and of the schemas those reference in turn (each once). The error wraps ErrUnavailable
-// unless the registry said it has no such schema.
-func (r *Registry) references(ctx context.Context, refs []schemaregistry.Reference, sources map[string]string) error {
+// references hands visit each schema refs name, and each schema those reference in turn, once
+// each (seen holds the names visited), a schema after those it references: the order a parser of
+// named types needs them in. A reference is fetched even if its version has since been deleted,
+// as Confluent's serdes fetch it: records written under it still need it. The error wraps
+// ErrUnavailable unless the registry said it has no such schema, or is visit's.
+func (r *Registry) references(ctx context.Context, refs []schemaregistry.Reference, seen map[string]bool,
+	visit func(name string, m schemaregistry.SchemaMetadata) error) error {
 	for _, ref := range refs {
-		if _, ok := sources[ref.Name]; ok {
+		if seen[ref.Name] {
 			continue
 		}
+		seen[ref.Name] = true
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		m, err := r.client.GetSchemaMetadata(ref.Subject, ref.Version)
+		m, err := r.client.GetSchemaMetadataIncludeDeleted(ref.Subject, ref.Version, true)
 		var re *rest.Error
 		if errors.As(err, &re) && re.Code/100 == 404 {
 			// The registry has no such subject or version: the schema cannot be compiled, now
@@ -194,8 +198,10 @@ func (r *Registry) references(ctx context.Context, refs []schemaregistry.Referen
 		if err != nil {
 			return fmt.Errorf("%w: %s version %d (referenced as %s): %w", ErrUnavailable, ref.Subject, ref.Version, ref.Name, err)
 		}
-		sources[ref.Name] = m.Schema
-		if err := r.references(ctx, m.References, sources); err != nil {
+		if err := r.references(ctx, m.References, seen, visit); err != nil {
+			return err
+		}
+		if err := visit(ref.Name, m); err != nil {
 			return err
 		}
 	}
