@@ -17,9 +17,11 @@ import (
 	"reflect"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
 	"github.com/hamba/avro/v2"
+	"github.com/modern-go/reflect2"
 
 	"github.com/relay-sh/relay/internal/money"
 	"github.com/relay-sh/relay/internal/spec"
@@ -38,9 +40,12 @@ type Avro struct {
 type avroSchema struct {
 	schema avro.Schema
 	// into is a pointer to the struct each record is decoded into (reused: every field of it is
-	// a writer field, so each record overwrites all of them), root that struct.
+	// a writer field, so each record overwrites all of them), ptr the same pointer as hamba's
+	// decoders and field take it; dec is hamba's decoder of the schema into that struct, looked
+	// up once here rather than in hamba's cache per record (Reader.ReadVal's way).
 	into   any
-	root   reflect.Value
+	ptr    unsafe.Pointer
+	dec    avro.ValDecoder
 	fields []avroField // by InputFields index
 	// bad: the registry's schema is not an Avro record schema hamba reads; no record of it can be
 	// decoded, and asking again would not change that.
@@ -57,12 +62,15 @@ type avroField struct {
 	steps  []avroStep // struct fields from the root down to the value
 	leaf   leafKind
 	scale  int // decimal: the writer's scale
+	size   int // fixed decimal: its bytes
 }
 
-// avroStep is one struct field on a path; ptr marks a union with null, whose nil is missing_field.
+// avroStep is one struct field on a path: its index and its offset in its struct; ptr marks a
+// union with null, whose nil is missing_field.
 type avroStep struct {
-	index int
-	ptr   bool
+	index  int
+	offset uintptr
+	ptr    bool
 }
 
 // leafKind is how a value is read from its struct field.
@@ -131,7 +139,7 @@ func (a *Avro) read(s *avroSchema, body []byte) (ok bool) {
 	}()
 	a.r.Error = nil
 	a.r.Reset(body)
-	a.r.ReadVal(s.schema, s.into)
+	s.dec.Decode(s.ptr, a.r)
 	if a.r.Error != nil {
 		return false
 	}
@@ -140,38 +148,41 @@ func (a *Avro) read(s *avroSchema, body []byte) (ok bool) {
 	return a.r.Error != nil
 }
 
-// field reads field i of the record decoded into s.root and hands its value to the plan.
+// field reads field i of the record decoded into s's struct and hands its value to the plan. The
+// struct is read through the offsets resolve took from its reflect type, as hamba's decoders
+// write it: each value has the Go type leafType gave its struct field.
 func (a *Avro) field(rec *spec.Record, i int, s *avroSchema) spec.Reason {
 	f := &s.fields[i]
 	if f.reason != spec.OK {
 		return f.reason
 	}
-	v := s.root
+	v := s.ptr
 	for _, st := range f.steps {
-		v = v.Field(st.index)
+		v = unsafe.Add(v, st.offset)
 		if st.ptr {
-			if v.IsNil() {
+			if v = *(*unsafe.Pointer)(v); v == nil {
 				return spec.ReasonMissingField
 			}
-			v = v.Elem()
 		}
 	}
 	switch f.leaf {
 	case leafString:
-		return a.p.SetString(rec, i, v.String())
+		return a.p.SetString(rec, i, *(*string)(v))
 	case leafInt:
-		return a.p.SetInt(rec, i, v.Int())
+		return a.p.SetInt(rec, i, int64(*(*int)(v)))
 	case leafIntDecimal:
-		return decimal(a.p, rec, i, v.Int(), 0)
-	case leafBytesDecimal, leafFixedDecimal:
-		return unscaled(a.p, rec, i, v.Bytes(), f.scale)
+		return decimal(a.p, rec, i, int64(*(*int)(v)), 0)
+	case leafBytesDecimal:
+		return unscaled(a.p, rec, i, *(*[]byte)(v), f.scale)
+	case leafFixedDecimal:
+		return unscaled(a.p, rec, i, unsafe.Slice((*byte)(v), f.size), f.scale)
 	case leafInstant:
 		// UnixMilli floors (its nanoseconds are never negative): a window start only ever floors.
-		return a.p.SetTime(rec, v.Addr().Interface().(*time.Time).UnixMilli())
+		return a.p.SetTime(rec, (*time.Time)(v).UnixMilli())
 	case leafEpoch:
-		return a.p.SetTime(rec, v.Int())
+		return a.p.SetTime(rec, int64(*(*int)(v)))
 	default: // leafText
-		return a.p.SetTimeText(rec, []byte(v.String()))
+		return a.p.SetTimeText(rec, []byte(*(*string)(v)))
 	}
 }
 
@@ -306,8 +317,21 @@ func (a *Avro) resolve(schema avro.Schema) (*avroSchema, error) {
 		wants[i] = wanted{i, f.Path}
 	}
 	t := a.build(root, wants, nil, s.fields)
-	s.root = reflect.New(t).Elem()
-	s.into = s.root.Addr().Interface()
+	into := reflect.New(t)
+	s.into, s.ptr = into.Interface(), into.UnsafePointer()
+	s.dec = avro.DefaultConfig.DecoderOf(schema, reflect2.TypeOf(s.into))
+	for i := range s.fields {
+		// The offsets of each field's steps, known now that the struct types are.
+		typ := t
+		for k := range s.fields[i].steps {
+			st := &s.fields[i].steps[k]
+			sf := typ.Field(st.index)
+			st.offset, typ = sf.Offset, sf.Type
+			if st.ptr {
+				typ = typ.Elem()
+			}
+		}
+	}
 	return s, nil
 }
 
@@ -382,6 +406,9 @@ func (a *Avro) build(rec *avro.RecordSchema, wants []wanted, prefix []avroStep, 
 			if typ, f.leaf, f.scale, ok = a.leafType(w.i, s); !ok {
 				refuse(leaves, spec.ReasonWrongType, s)
 				continue
+			}
+			if f.leaf == leafFixedDecimal {
+				f.size = typ.Len()
 			}
 			out[w.i] = f
 		}

@@ -108,16 +108,16 @@ type pbField struct {
 type pbLeaf uint8
 
 const (
-	pbString      pbLeaf = iota // string
-	pbEnum                      // an enum's value name
-	pbInt                       // an integer kind as an int
-	pbIntDecimal                // an integer kind where the spec wants a decimal
-	pbTextDecimal               // a string holding decimal text, as a JSON string holds it
-	pbDecimalValue              // google.type.Decimal: its value's text, in its own grammar
-	pbUnscaled                  // confluent.type.Decimal: big-endian two's-complement unscaled bytes and a scale
-	pbEpoch                     // an integer kind as epoch milliseconds
-	pbTimestamp                 // google.protobuf.Timestamp
-	pbText                      // a string holding an RFC 3339 time
+	pbString       pbLeaf = iota // string
+	pbEnum                       // an enum's value name
+	pbInt                        // an integer kind as an int
+	pbIntDecimal                 // an integer kind where the spec wants a decimal
+	pbTextDecimal                // a string holding decimal text, as a JSON string holds it
+	pbDecimalValue               // google.type.Decimal: its value's text, in its own grammar
+	pbUnscaled                   // confluent.type.Decimal: big-endian two's-complement unscaled bytes and a scale
+	pbEpoch                      // an integer kind as epoch milliseconds
+	pbTimestamp                  // google.protobuf.Timestamp
+	pbText                       // a string holding an RFC 3339 time
 )
 
 // pbSlot is one spec field's value as the walk read it: n (a varint or fixed value, or bytes in b)
