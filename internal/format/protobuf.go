@@ -14,6 +14,7 @@
 package format
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -102,6 +103,7 @@ type pbField struct {
 	// field, its parent's for a scalar of implicit presence); -1: when a value was read.
 	node int
 	enum protoreflect.EnumDescriptor
+	utf8 bool // a string the walk checks is UTF-8 (enforceUTF8)
 }
 
 // pbLeaf is how a spec field's value is made from its slot.
@@ -276,6 +278,9 @@ func (d *Protobuf) field(rec *spec.Record, i int, f *pbField) spec.Reason {
 	}
 	switch f.leaf {
 	case pbString:
+		if f.utf8 {
+			return d.p.SetUTF8(rec, i, s.b) // the walk checked each value read, as protobuf does
+		}
 		return d.p.SetBytes(rec, i, s.b)
 	case pbEnum:
 		v := f.enum.Values().ByNumber(protoreflect.EnumNumber(int32(s.n)))
@@ -325,6 +330,9 @@ func (d *Protobuf) field(rec *spec.Record, i int, f *pbField) spec.Reason {
 // decimal.proto's grammar is handed on as it came, and SetDecimalText refuses it, as a JSON
 // number's grammar is inside decimal.proto's.
 func decimalValue(b, buf []byte) []byte {
+	if jsonNumberForm(b) {
+		return b
+	}
 	in := b
 	if len(b) > 0 && (b[0] == '+' || b[0] == '-') {
 		if b[0] == '-' {
@@ -374,6 +382,16 @@ func decimalValue(b, buf []byte) []byte {
 		return in
 	}
 	return buf
+}
+
+// jsonNumberForm says whether decimal text b has none of what decimalValue rewrites: no '+'
+// first, and a point only between digits (what a writer nearly always sends).
+func jsonNumberForm(b []byte) bool {
+	if len(b) == 0 || b[0] == '+' {
+		return false
+	}
+	k := bytes.IndexByte(b, '.')
+	return k < 0 || k > 0 && b[k-1] >= '0' && b[k-1] <= '9' && k+1 < len(b) && b[k+1] >= '0' && b[k+1] <= '9'
 }
 
 // timestampMillis is a Timestamp's seconds and nanos as epoch milliseconds, floored (nanos are in
@@ -529,7 +547,7 @@ func (pl *pbPlan) place(md protoreflect.MessageDescriptor, path []string, i int,
 	integer := integerKinds[fd.Kind()]
 	switch {
 	case kind == spec.KindString && fd.Kind() == protoreflect.StringKind:
-		f.leaf = pbString
+		f.leaf, f.utf8 = pbString, enforceUTF8(fd)
 	case kind == spec.KindString && fd.Kind() == protoreflect.EnumKind:
 		f.leaf, f.enum = pbEnum, fd.Enum()
 		if fd.Enum().IsClosed() {

@@ -34,12 +34,19 @@ func (p *Plan) SetString(rec *Record, i int, s string) Reason {
 // SetBytes sets string field i (InputFields' index) to the text b, copied into rec's own buffer,
 // so it outlives the decoder's memory as the JSON path's strings do.
 func (p *Plan) SetBytes(rec *Record, i int, b []byte) Reason {
+	if len(b) > 0 && !utf8.Valid(b) {
+		return p.fields[i].invalid
+	}
+	return p.SetUTF8(rec, i, b)
+}
+
+// SetUTF8 is SetBytes of b known to be UTF-8: a decoder whose format refuses anything else has
+// checked it already (a proto3 string), and it is not checked twice.
+func (p *Plan) SetUTF8(rec *Record, i int, b []byte) Reason {
 	f := &p.fields[i]
 	switch {
 	case len(b) == 0:
 		return Reason(order.ReasonEmptyField)
-	case !utf8.Valid(b):
-		return f.invalid
 	case len(b) > f.max:
 		return f.tooLong
 	}
