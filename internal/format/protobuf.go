@@ -330,10 +330,19 @@ func (d *Protobuf) field(rec *spec.Record, i int, f *pbField) spec.Reason {
 // decimal.proto's grammar is handed on as it came, and SetDecimalText refuses it, as a JSON
 // number's grammar is inside decimal.proto's.
 func decimalValue(b, buf []byte) []byte {
+	// The forms a slice of b serves are read in place: a JSON number's, with a '+' before it, or
+	// with its only point last ("5.").
+	in := b
+	if len(b) > 1 && b[0] == '+' && b[1] != '+' && b[1] != '-' {
+		b = b[1:]
+	}
 	if jsonNumberForm(b) {
 		return b
 	}
-	in := b
+	if n := len(b); n > 1 && b[n-1] == '.' && bytes.IndexByte(b, '.') == n-1 && jsonNumberForm(b[:n-1]) {
+		return b[:n-1]
+	}
+	b = in
 	if len(b) > 0 && (b[0] == '+' || b[0] == '-') {
 		if b[0] == '-' {
 			buf = append(buf, '-')
