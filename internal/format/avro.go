@@ -259,23 +259,20 @@ var errBadSchema = errors.New("not an Avro record schema")
 // schema returns the resolved writer schema of id, fetching and resolving it on first use. A
 // schema that cannot be resolved is kept too, with its error, so its records cost no new work.
 func (a *Avro) schema(ctx context.Context, id int) (*avroSchema, error) {
-	if s, ok := a.schemas.get(id); ok {
+	return a.schemas.of(ctx, a.reg, id, func(info schemaregistry.SchemaInfo) (*avroSchema, error) {
+		parsed, err := parseAvro(ctx, a.reg, info)
+		if noVerdict(ctx, err) {
+			return nil, err
+		}
+		var s *avroSchema
+		if err == nil {
+			s, err = a.resolve(parsed)
+		}
+		if err != nil {
+			s = &avroSchema{bad: fmt.Errorf("schema id %d: %w", id, err)}
+		}
 		return s, nil
-	}
-	info, err := a.reg.Schema(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	var s *avroSchema
-	if parsed, err := parseAvro(ctx, a.reg, info); errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
-		return nil, err // a reference the registry could not give: ask again later
-	} else if err != nil {
-		s = &avroSchema{bad: fmt.Errorf("schema id %d: %w", id, err)}
-	} else if s, err = a.resolve(parsed); err != nil {
-		s = &avroSchema{bad: fmt.Errorf("schema id %d: %w", id, err)}
-	}
-	a.schemas.put(id, s)
-	return s, nil
+	})
 }
 
 // parseAvro parses a registry's Avro schema after the schemas it references (fetched by subject

@@ -47,22 +47,18 @@ func (j *JSONSchema) Decode(ctx context.Context, payload []byte, rec *spec.Recor
 	if r != spec.OK {
 		return r, "", nil
 	}
-	r, known := j.ids.get(id)
-	if !known {
-		info, err := j.reg.Schema(ctx, id)
-		switch {
-		case errors.Is(err, ErrUnknownSchema):
-			return spec.ReasonUnknownSchema, "", nil
-		case err != nil:
-			return 0, "", err
-		case info.SchemaType == schemaTypeJSON:
-			r = spec.OK
-		default:
-			r = spec.ReasonBadEncoding // an Avro or Protobuf id: no JSON text follows its header
+	r, err := j.ids.of(ctx, j.reg, id, func(info schemaregistry.SchemaInfo) (spec.Reason, error) {
+		if info.SchemaType != schemaTypeJSON {
+			return spec.ReasonBadEncoding, nil // an Avro or Protobuf id: no JSON text follows its header
 		}
-		j.ids.put(id, r)
-	}
-	if r != spec.OK {
+		return spec.OK, nil
+	})
+	switch {
+	case errors.Is(err, ErrUnknownSchema):
+		return spec.ReasonUnknownSchema, "", nil
+	case err != nil:
+		return 0, "", err
+	case r != spec.OK:
 		return r, "", nil
 	}
 	r, field := j.d.Decode(text, rec)

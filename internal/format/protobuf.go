@@ -449,21 +449,17 @@ var errNotProtobuf = errors.New("not a Protobuf schema relay compiles")
 
 // schema returns the compiled writer schema of id, fetching and compiling it on first use.
 func (d *Protobuf) schema(ctx context.Context, id int) (*pbSchema, error) {
-	if s, ok := d.schemas.get(id); ok {
+	return d.schemas.of(ctx, d.reg, id, func(info schemaregistry.SchemaInfo) (*pbSchema, error) {
+		file, err := compileProto(ctx, d.reg, info)
+		if noVerdict(ctx, err) {
+			return nil, err
+		}
+		s := &pbSchema{file: file}
+		if err != nil {
+			s.bad = fmt.Errorf("schema id %d: %w", id, err)
+		}
 		return s, nil
-	}
-	info, err := d.reg.Schema(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	s := &pbSchema{}
-	if s.file, err = compileProto(ctx, d.reg, info); errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
-		return nil, err // a reference the registry could not give: ask again later
-	} else if err != nil {
-		s.bad = fmt.Errorf("schema id %d: %w", id, err)
-	}
-	d.schemas.put(id, s)
-	return s, nil
+	})
 }
 
 // plan returns the plan of the message type indexes name in s, resolving it on first use; nil

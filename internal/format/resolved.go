@@ -1,9 +1,18 @@
-// The resolved writer schemas a decoder keeps, by id. Invariant: at most max of them are kept,
-// the oldest evicted first (a stream's ids move forward, so the oldest is the least likely to be
-// asked for again), and an evicted schema costs only its resolution again (the registry client
-// keeps the raw schema), never a wrong verdict.
+// The resolved writer schemas a decoder keeps, by id, each fetched and built once (resolved.of,
+// the one way every registry format gets them). Invariant: at most max of them are kept, the
+// oldest evicted first (a stream's ids move forward, so the oldest is the least likely to be
+// asked for again); an evicted schema costs only its resolution again (the registry client keeps
+// the raw schema), never a wrong verdict; and what the registry could not give now is never kept
+// as a verdict.
 
 package format
+
+import (
+	"context"
+	"errors"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
+)
 
 // resolved holds one decoder's resolved schemas by id. Not safe for concurrent use, as decoders
 // are not.
@@ -40,6 +49,31 @@ func newResolved[T any](max int) resolved[T] {
 		max = defaultResolved
 	}
 	return resolved[T]{byID: map[int]T{}, max: max}
+}
+
+// of is what writer schema id resolves to, fetched from reg and built on first use. build keeps
+// its verdict on a schema that cannot be read in the T it returns, and returns an error only when
+// there is no verdict yet (noVerdict): then nothing is kept, and the next record asks again.
+func (r *resolved[T]) of(ctx context.Context, reg *Registry, id int, build func(schemaregistry.SchemaInfo) (T, error)) (T, error) {
+	if s, ok := r.get(id); ok {
+		return s, nil
+	}
+	info, err := reg.Schema(ctx, id)
+	if err == nil {
+		var s T
+		if s, err = build(info); err == nil {
+			r.put(id, s)
+			return s, nil
+		}
+	}
+	var zero T
+	return zero, err
+}
+
+// noVerdict says whether err, from building a writer schema, says nothing of the schema: a
+// reference the registry could not give now (ErrUnavailable), or the context ended meanwhile.
+func noVerdict(ctx context.Context, err error) bool {
+	return err != nil && (errors.Is(err, ErrUnavailable) || ctx.Err() != nil)
 }
 
 func (r *resolved[T]) get(id int) (T, bool) {
