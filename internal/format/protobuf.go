@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"math"
 	"math/big"
-	"strings"
 
 	"github.com/bufbuild/protocompile"
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
@@ -549,18 +548,26 @@ func (pl *pbPlan) place(md protoreflect.MessageDescriptor, path []string, i int,
 	if fd.HasPresence() {
 		f.node = -1
 	}
+	if !f.scalar(fd, kind) {
+		return wrong
+	}
+	pl.nodes[node] = append(pl.nodes[node], pbEntry{num: fd.Number(), wire: wireType(fd.Kind()), field: i})
+	return f
+}
+
+// scalar sets how f, a spec field of kind, is read from fd, a scalar field (or a wrapper's value);
+// false when fd's type cannot hold it exactly.
+func (f *pbField) scalar(fd protoreflect.FieldDescriptor, kind string) bool {
 	integer := integerKinds[fd.Kind()]
 	switch {
 	case kind == spec.KindString && fd.Kind() == protoreflect.StringKind:
 		f.leaf, f.utf8 = pbString, enforceUTF8(fd)
 	case kind == spec.KindString && fd.Kind() == protoreflect.EnumKind:
+		// proto2's closed enums: proto.Unmarshal keeps a number the enum does not name as an
+		// unknown field, so the field is as if absent; relay would read the number and have to
+		// guess. Only open enums are read.
 		f.leaf, f.enum = pbEnum, fd.Enum()
-		if fd.Enum().IsClosed() {
-			// proto2's closed enums: proto.Unmarshal keeps a number the enum does not name as
-			// an unknown field, so the field is as if absent; relay reads the number and
-			// refuses it (wrong_type) instead of guessing. Only open enums are read.
-			return wrong
-		}
+		return !fd.Enum().IsClosed()
 	case kind == spec.KindInt && integer:
 		f.leaf = pbInt
 	case kind == spec.KindDecimal && integer:
@@ -572,20 +579,23 @@ func (pl *pbPlan) place(md protoreflect.MessageDescriptor, path []string, i int,
 	case kind == spec.KindRFC3339 && fd.Kind() == protoreflect.StringKind:
 		f.leaf = pbText
 	default:
-		return wrong
+		return false
 	}
-	pl.nodes[node] = append(pl.nodes[node], pbEntry{num: fd.Number(), wire: wireType(fd.Kind()), field: i})
-	return f
+	return true
+}
+
+// wrappers are the well-known messages that wrap a value a spec field can take (the others wrap
+// a bool, bytes or a floating-point number): each read as its value field, present when it is.
+var wrappers = map[protoreflect.FullName]bool{
+	"google.protobuf.StringValue": true, "google.protobuf.Int32Value": true, "google.protobuf.Int64Value": true,
+	"google.protobuf.UInt32Value": true, "google.protobuf.UInt64Value": true,
 }
 
 // placeMessage resolves spec field i at fd, a message-valued field: a well-known message that
 // holds a value (a Timestamp, a decimal, a wrapper), present when the message is.
 func (pl *pbPlan) placeMessage(node int, fd protoreflect.FieldDescriptor, i int, kind string, wrong pbField) pbField {
 	inner := fd.Message()
-	valueKind := protoreflect.Kind(0)
-	if v := inner.Fields().ByNumber(1); v != nil {
-		valueKind = v.Kind()
-	}
+	value := inner.Fields().ByNumber(1)
 	var f pbField
 	switch name := inner.FullName(); {
 	case name == "google.protobuf.Timestamp" && kind == spec.KindEpochMS:
@@ -594,35 +604,13 @@ func (pl *pbPlan) placeMessage(node int, fd protoreflect.FieldDescriptor, i int,
 		f.leaf = pbDecimalValue
 	case name == "confluent.type.Decimal" && kind == spec.KindDecimal:
 		f.leaf = pbUnscaled
-	case name == "google.protobuf.StringValue":
-		switch kind {
-		case spec.KindString:
-			f.leaf = pbString
-		case spec.KindDecimal:
-			f.leaf = pbTextDecimal
-		case spec.KindRFC3339:
-			f.leaf = pbText
-		default:
-			return wrong
-		}
-	case strings.HasPrefix(string(name), "google.protobuf.") && strings.HasSuffix(string(name), "Value") && integerKinds[valueKind]:
-		switch kind {
-		case spec.KindInt:
-			f.leaf = pbInt
-		case spec.KindDecimal:
-			f.leaf = pbIntDecimal
-		case spec.KindEpochMS:
-			f.leaf = pbEpoch
-		default:
-			return wrong
-		}
+	case wrappers[name] && f.scalar(value, kind):
 	default:
 		return wrong
 	}
 	f.node = pl.child(node, fd.Number(), inner)
-	f.kind = valueKind
-	v := inner.Fields().ByNumber(1)
-	pl.nodes[f.node] = append(pl.nodes[f.node], pbEntry{num: 1, wire: wireType(v.Kind()), field: i})
+	f.kind = value.Kind()
+	pl.nodes[f.node] = append(pl.nodes[f.node], pbEntry{num: 1, wire: wireType(value.Kind()), field: i})
 	switch f.leaf {
 	case pbTimestamp:
 		pl.nodes[f.node] = append(pl.nodes[f.node], pbEntry{num: 2, wire: protowire.VarintType, field: i, part: 1})

@@ -714,3 +714,107 @@ message R { optional string order_id = 1; optional int64 ts = 2; required int32 
 		}
 	}
 }
+
+// TestProtobufWrappers reads spec fields from the well-known wrappers: a string from StringValue, a
+// decimal from StringValue's text and from an integer wrapper, an int from Int32Value and
+// UInt64Value, an epoch time from Int64Value; an absent wrapper is missing_field (a wrapper is a
+// message: it has presence), a wrapped zero is a value; a wrapper of a type that cannot hold the
+// field (DoubleValue for a decimal, BoolValue for an int) is wrong_type for every record.
+func TestProtobufWrappers(t *testing.T) {
+	const schema = `syntax = "proto3";
+import "google/protobuf/wrappers.proto";
+message Order {
+  google.protobuf.StringValue order_id = 1;
+  google.protobuf.StringValue sku = 2;
+  google.protobuf.StringValue amount = 3;
+  google.protobuf.UInt64Value qty = 4;
+  google.protobuf.Int64Value ts = 5;
+  google.protobuf.Int32Value small = 6;
+  google.protobuf.DoubleValue price = 7;
+  google.protobuf.BoolValue flag = 8;
+}`
+	const specText = `input:
+  format: protobuf
+  fields:
+    order_id: string(16)
+    sku: string(16)
+    amount: decimal(4)
+    qty: int
+    small: int
+  event_time: {field: ts, format: epoch_ms}
+aggregates:
+  - {table: t, window: 1m, dimensions: [{column: sku, field: sku}], measures: [{column: s, kind: sum, field: amount}]}
+`
+	md := pbMessageOf(t, schema)
+	p, err := spec.Parse([]byte(specText), testLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewProtobuf(p, nil, 0)
+	d.schemas.put(1, &pbSchema{file: md.ParentFile()})
+	f := md.Fields()
+	wrap := func(name string, v protoreflect.Value) func(*dynamicpb.Message) {
+		return func(m *dynamicpb.Message) {
+			w := dynamicpb.NewMessage(f.ByName(protoreflect.Name(name)).Message())
+			w.Set(w.Descriptor().Fields().ByNumber(1), v)
+			m.Set(f.ByName(protoreflect.Name(name)), protoreflect.ValueOfMessage(w))
+		}
+	}
+	full := []func(*dynamicpb.Message){
+		wrap("order_id", protoreflect.ValueOfString("o-1")), wrap("sku", protoreflect.ValueOfString("SKU-é")),
+		wrap("amount", protoreflect.ValueOfString("12.5")), wrap("qty", protoreflect.ValueOfUint64(7)),
+		wrap("ts", protoreflect.ValueOfInt64(1764000000123)), wrap("small", protoreflect.ValueOfInt32(-3)),
+	}
+	record := func(sets ...func(*dynamicpb.Message)) []byte {
+		m := dynamicpb.NewMessage(md)
+		for _, s := range sets {
+			s(m)
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(append(AppendHeader(nil, 1), 0), b...)
+	}
+	decode := func(b []byte) (spec.Reason, string, *spec.Record) {
+		var rec spec.Record
+		r, field, err := d.Decode(context.Background(), b, &rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, field, &rec
+	}
+	r, field, rec := decode(record(full...))
+	if r != spec.OK {
+		t.Fatalf("every wrapper set: %s %q", r, field)
+	}
+	if got := fmt.Sprintf("%s|%s|%d|%d|%d|%d", rec.Vals[0].Bytes, rec.Vals[1].Bytes, rec.Vals[2].Int, rec.Vals[3].Int, rec.Vals[4].Int, rec.TS); got != "o-1|SKU-é|125000|7|-3|1764000000123" {
+		t.Errorf("decoded %s", got)
+	}
+	// A wrapped zero is a value (the wrapper is there), an absent wrapper is not.
+	zero := append(append([]func(*dynamicpb.Message){}, full...), wrap("small", protoreflect.ValueOfInt32(0)))
+	if r, field, rec := decode(record(zero...)); r != spec.OK || rec.Vals[4].Int != 0 {
+		t.Errorf("small wrapping 0: %s %q", r, field)
+	}
+	if r, field, _ := decode(record(append(append([]func(*dynamicpb.Message){}, full[:3]...), full[4:]...)...)); r != spec.ReasonMissingField || field != "qty" {
+		t.Errorf("no qty wrapper: %s %q, want missing_field qty", r, field)
+	}
+	// A UInt64Value past int64 is bad_int, as a JSON integer past it.
+	big := append(append([]func(*dynamicpb.Message){}, full...), wrap("qty", protoreflect.ValueOfUint64(1<<63)))
+	if r, field, _ := decode(record(big...)); r != spec.ReasonBadInt || field != "qty" {
+		t.Errorf("qty 2^63: %s %q, want bad_int qty", r, field)
+	}
+	for _, c := range []struct{ field, kind, found string }{
+		{"price", "decimal(4)", "message google.protobuf.DoubleValue"},
+		{"flag", "int", "message google.protobuf.BoolValue"},
+	} {
+		p, err := spec.Parse([]byte(strings.Replace(specText, "    small: int\n", "    small: int\n    "+c.field+": "+c.kind+"\n", 1)), testLimits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl := NewProtobuf(p, nil, 0).resolve(md)
+		if got := pl.fields[5]; got.reason != spec.ReasonWrongType || got.found != c.found {
+			t.Errorf("%s as %s: %s %q, want wrong_type %q", c.field, c.kind, got.reason, got.found, c.found)
+		}
+	}
+}
