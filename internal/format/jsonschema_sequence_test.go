@@ -98,6 +98,7 @@ func TestJSONSchemaRandomSequences(t *testing.T) {
 	var ids []int
 	const records = 1500
 	var rec spec.Record
+	var mem arena
 	seen := map[spec.Reason]int{}
 	for n := range records {
 		if n%(records/len(jsonSequenceSchemas)) == 0 && len(ids) < len(jsonSequenceSchemas) {
@@ -168,7 +169,7 @@ func TestJSONSchemaRandomSequences(t *testing.T) {
 		case 3:
 			framed, d.wantReason, d.wantField = framed[:len(framed)-1], spec.Reason(order.ReasonNotJSON), ""
 		}
-		seen[d.check(t, n, j, framed, &rec)]++
+		seen[d.check(t, n, j, &mem, framed, &rec)]++
 	}
 	t.Logf("verdicts: %v", seen)
 	for _, r := range []spec.Reason{spec.OK, spec.Reason(order.ReasonEmptyField), spec.ReasonTooLong, spec.ReasonBadText, spec.ReasonAmountPrecision,

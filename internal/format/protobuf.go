@@ -292,8 +292,11 @@ func (d *Protobuf) field(rec *spec.Record, i int, f *pbField) spec.Reason {
 	case pbTextDecimal:
 		return d.p.SetDecimalText(rec, i, s.b)
 	case pbDecimalValue:
-		d.text = decimalValue(s.b, d.text[:0])
-		return d.p.SetDecimalText(rec, i, d.text)
+		text, rewritten := decimalValue(s.b, d.text[:0])
+		if rewritten {
+			d.text = text // kept for the next record's rewrite; text that is the record's own is not
+		}
+		return d.p.SetDecimalText(rec, i, text)
 	case pbUnscaled:
 		return unscaled(d.p, rec, i, s.b, int(int32(s.m)))
 	case pbTimestamp:
@@ -324,11 +327,13 @@ func (d *Protobuf) field(rec *spec.Record, i int, f *pbField) spec.Reason {
 }
 
 // decimalValue is google.type.Decimal's text b in the grammar SetDecimalText reads (a JSON
-// number's), appended to buf. decimal.proto's grammar is wider: a sign '+', an empty integer part
+// number's): b itself, or a slice of it, where that serves; else the text rewritten into buf
+// (rewritten true). A slice of b must never become the next record's buf: b is the record's
+// memory, which the consumer's batch shares with the records after it. decimal.proto's grammar is wider: a sign '+', an empty integer part
 // (".5") and an empty fraction ("5.", "5.e3"), which become "0.5", "5" and "5e3" here; text outside
 // decimal.proto's grammar is handed on as it came, and SetDecimalText refuses it, as a JSON
 // number's grammar is inside decimal.proto's.
-func decimalValue(b, buf []byte) []byte {
+func decimalValue(b, buf []byte) (_ []byte, rewritten bool) {
 	// The forms a slice of b serves are read in place: a JSON number's, with a '+' before it, or
 	// with its only point last ("5.").
 	in := b
@@ -336,10 +341,10 @@ func decimalValue(b, buf []byte) []byte {
 		b = b[1:]
 	}
 	if jsonNumberForm(b) {
-		return b
+		return b, false
 	}
 	if n := len(b); n > 1 && b[n-1] == '.' && bytes.IndexByte(b, '.') == n-1 && jsonNumberForm(b[:n-1]) {
-		return b[:n-1]
+		return b[:n-1], false
 	}
 	b = in
 	if len(b) > 0 && (b[0] == '+' || b[0] == '-') {
@@ -364,7 +369,7 @@ func decimalValue(b, buf []byte) []byte {
 		fraction = digits()
 	}
 	if len(integer)+len(fraction) == 0 {
-		return in
+		return in, false
 	}
 	if len(integer) == 0 {
 		integer = []byte{'0'}
@@ -382,14 +387,14 @@ func decimalValue(b, buf []byte) []byte {
 		}
 		exponent := digits()
 		if len(exponent) == 0 {
-			return in
+			return in, false
 		}
 		buf = append(buf, exponent...)
 	}
 	if len(b) > 0 {
-		return in
+		return in, false
 	}
-	return buf
+	return buf, true
 }
 
 // jsonNumberForm says whether decimal text b has none of what decimalValue rewrites: no '+'

@@ -410,6 +410,7 @@ func TestProtobufRandomSequences(t *testing.T) {
 	var mds []protoreflect.MessageDescriptor
 	const records = 3000
 	var rec spec.Record
+	var mem arena
 	seen := map[spec.Reason]int{}
 	for n := range records {
 		if n%(records/len(pbSchemas)) == 0 && len(ids) < len(pbSchemas) {
@@ -424,7 +425,8 @@ func TestProtobufRandomSequences(t *testing.T) {
 		framed := append(AppendHeader(nil, ids[v]), 0) // message indexes [0]
 		framed = append(framed, body...)
 		wantReason, wantField, wantVals := pbExpect(t, mds[v], body, testLimits)
-		reason, field, err := d.Decode(context.Background(), framed, &rec)
+		reason, field, err := d.Decode(context.Background(), mem.add(framed), &rec)
+		mem.checked(t, n)
 		if err != nil || reason != wantReason || field != wantField {
 			t.Fatalf("record %d (v%d, %x): %s %q %v, want %s %q", n, v+1, body, reason, field, err, wantReason, wantField)
 		}
@@ -636,11 +638,15 @@ func FuzzProtobufDecode(f *testing.F) {
 		f.Add(byte(v), pbDraw(f, r, mds[v%len(mds)], v%len(mds), testLimits))
 	}
 	var rec spec.Record
+	// One arena across the inputs: the decoder is one too, and a record's memory it kept would be
+	// written at a later input.
+	var mem arena
 	f.Fuzz(func(t *testing.T, version byte, body []byte) {
 		v := int(version) % len(mds)
 		framed := append(append(AppendHeader(nil, v), 0), body...)
 		wantReason, wantField, wantVals := pbExpect(t, mds[v], body, testLimits)
-		reason, field, err := d.Decode(context.Background(), framed, &rec)
+		reason, field, err := d.Decode(context.Background(), mem.add(framed), &rec)
+		mem.checked(t, 0)
 		if err != nil || reason != wantReason || field != wantField {
 			t.Fatalf("v%d %x: %s %q %v, want %s %q", v+1, body, reason, field, err, wantReason, wantField)
 		}

@@ -1,6 +1,7 @@
 package format
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -162,11 +163,40 @@ func (d *drawn) expect(limits spec.Limits) {
 	d.wantTS = d.ts
 }
 
-// check decodes record n, framed from d, with dec and requires d's verdict and, when OK, its values;
-// it returns the verdict.
-func (d *drawn) check(t *testing.T, n int, dec Decoder, framed []byte, rec *spec.Record) spec.Reason {
+// arena lays a sequence's records back to back in one buffer, as the consumer's batch does: each
+// record is a slice whose capacity runs on over the records after it. A decoder that writes through
+// a record, or keeps a record's bytes as its scratch memory and writes into them at a later record
+// (a memory-reuse bug that shows only across records sharing one buffer), changes the buffer,
+// which checked compares with its copy after every decode.
+type arena struct{ buf, pristine []byte }
+
+// add copies payload into the arena (a new one when it is full: records already handed out keep
+// their memory) and returns the record as the decoder must see it.
+func (a *arena) add(payload []byte) []byte {
+	if len(a.buf)+len(payload) > cap(a.buf) {
+		a.buf, a.pristine = make([]byte, 0, max(1<<16, len(payload))), nil
+	}
+	from := len(a.buf)
+	a.buf = append(a.buf, payload...)
+	a.pristine = append(a.pristine, payload...)
+	return a.buf[from:len(a.buf)]
+}
+
+// checked fails t if a decode wrote into the arena.
+func (a *arena) checked(t testing.TB, n int) {
 	t.Helper()
+	if !bytes.Equal(a.buf, a.pristine) {
+		t.Fatalf("record %d: the decoder wrote into the memory of a record it was given", n)
+	}
+}
+
+// check decodes record n, framed from d, with dec and requires d's verdict and, when OK, its values;
+// it returns the verdict. The record is read from mem, an arena shared with the sequence's others.
+func (d *drawn) check(t *testing.T, n int, dec Decoder, mem *arena, framed []byte, rec *spec.Record) spec.Reason {
+	t.Helper()
+	framed = mem.add(framed)
 	reason, field, err := dec.Decode(context.Background(), framed, rec)
+	mem.checked(t, n)
 	if err != nil || reason != d.wantReason || field != d.wantField {
 		t.Fatalf("record %d (v%d: %s)\n%q\n: %s %q %v, want %s %q", n, d.version+1, d, framed, reason, field, err, d.wantReason, d.wantField)
 	}
@@ -202,6 +232,7 @@ func TestAvroRandomSequences(t *testing.T) {
 	var codecs []*goavro.Codec
 	const records = 600
 	var rec spec.Record
+	var mem arena
 	seen := map[spec.Reason]int{}
 	for n := range records {
 		if n%(records/len(sequenceSchemas)) == 0 && len(ids) < len(sequenceSchemas) {
@@ -246,7 +277,7 @@ func TestAvroRandomSequences(t *testing.T) {
 		if err != nil {
 			t.Fatalf("record %d: goavro: %v", n, err)
 		}
-		seen[d.check(t, n, a, framed, &rec)]++
+		seen[d.check(t, n, a, &mem, framed, &rec)]++
 	}
 	// The draws reach every verdict, or the sequence proves less than it says.
 	t.Logf("verdicts: %v", seen)

@@ -60,6 +60,8 @@ type env struct {
 	// writer schemas are in: the oracle reads the records through it (oracle.FoldAvro,
 	// FoldProtobuf).
 	format, registry string
+	// flags are command-line flags every run gets (a spec file: --config=...).
+	flags []string
 }
 
 func newEnv(t *testing.T, partitions int, extra ...string) *env {
@@ -111,7 +113,8 @@ type proc struct{ *harness.Relay }
 
 // start runs relay run; extra holds RELAY_* variables and, starting with "--", command-line flags.
 func (e *env) start(extra ...string) *proc {
-	var flags, extraEnv []string
+	flags := append([]string(nil), e.flags...)
+	var extraEnv []string
 	for _, x := range extra {
 		if strings.HasPrefix(x, "--") {
 			flags = append(flags, x)

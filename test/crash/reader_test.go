@@ -295,9 +295,14 @@ func (e *env) readerSnapshot(ctx context.Context, conn *sql.Conn, subtasks int, 
 
 // salesSpecConfig writes a configuration file holding testenv.SalesSpec and returns its path and
 // the spec's plan.
-func salesSpecConfig(t *testing.T) (string, *spec.Plan) {
+func salesSpecConfig(t *testing.T) (string, *spec.Plan) { return specConfig(t, testenv.SalesSpec) }
+
+// specConfig writes a relay configuration file of text and returns its path and the plan of its
+// pipeline.
+func specConfig(t *testing.T, text string) (string, *spec.Plan) {
+	t.Helper()
 	cfgPath := filepath.Join(t.TempDir(), "relay.yaml")
-	if err := os.WriteFile(cfgPath, []byte(testenv.SalesSpec), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load(cfgPath, nil)

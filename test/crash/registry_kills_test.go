@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/relay-sh/relay/internal/crashpoint"
 	"github.com/relay-sh/relay/internal/loadgen"
+	"github.com/relay-sh/relay/internal/spec"
 	"github.com/relay-sh/relay/internal/testenv"
 )
 
@@ -35,6 +37,9 @@ type ownRegistry struct {
 	url   string
 	state string
 	env   []string
+	// mu makes one restart at a time: the CI tier's runs share the registry, and two restarts at
+	// once would kill each other's new process or find its port taken.
+	mu sync.Mutex
 }
 
 // startOwnRegistry starts a registry of the test's own, stopped when the test ends.
@@ -69,6 +74,8 @@ func (r *ownRegistry) run(t *testing.T, verb string) {
 // restart SIGKILLs the registry and starts it again; it says how long it was away.
 func (r *ownRegistry) restart(t *testing.T) time.Duration {
 	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	b, err := os.ReadFile(r.state + "/registry.pid")
 	if err != nil {
 		t.Fatal(err)
@@ -92,36 +99,54 @@ func (r *ownRegistry) restart(t *testing.T) time.Duration {
 // ask for each, so every fault lands on one that needs the registry. Exact totals, only loadgen's
 // bad records dead-lettered, and relay never exits by itself for the registry.
 //
-// By default each format runs once, in one mode (XA, held, XA in turn), with 5 kills, the three at
-// once: the CI tier.
-// RELAY_CRASH_KILLS=N (make crashtest) runs every format in both modes with N/4 kills each, and
-// RELAY_CRASH_KILL_DB=1 also SIGKILLs MariaDB every fifth run.
+// Two specs: the default one, and the sales spec (three aggregates, a filter, five fields of the
+// record: testenv.SalesSpec) naming its format in its own input block.
+//
+// By default each format runs once, with 5 kills, the three at once: the CI tier (Avro in XA with
+// the sales spec, Protobuf held with the append sink, JSON Schema in XA).
+// RELAY_CRASH_KILLS=N (make crashtest) runs every format in XA with each spec and held with the
+// append sink, N/4 kills each, and RELAY_CRASH_KILL_DB=1 also SIGKILLs MariaDB every fifth run.
 func TestRegistryKills(t *testing.T) {
 	kills, long := 5, false
 	if v, err := strconv.Atoi(os.Getenv("RELAY_CRASH_KILLS")); err == nil && v > 0 {
 		kills, long = max(v/4, 5), true
 	}
 	reg := startOwnRegistry(t)
-	modes := []struct {
+	runs := []struct {
 		name  string
+		sales bool
 		extra []string
 	}{
-		{"xa", []string{"RELAY_CHECKPOINT_BUFFER_KEYS=200"}},
-		{"held-append", []string{"RELAY_MODE=held", "RELAY_MYSQL_DETAIL_TABLE=order_details"}},
+		{"xa", false, []string{"RELAY_CHECKPOINT_BUFFER_KEYS=200"}},
+		{"held-append", false, []string{"RELAY_MODE=held", "RELAY_MYSQL_DETAIL_TABLE=order_details"}},
+		{"xa-sales", true, []string{"RELAY_CHECKPOINT_BUFFER_KEYS=200"}},
 	}
-	for i, format := range []string{"avro", "protobuf", "json_schema"} {
-		for j, mode := range modes {
-			if !long && j != i%len(modes) {
+	ci := map[string]string{"avro": "xa-sales", "protobuf": "held-append", "json_schema": "xa"}
+	for _, format := range []string{"avro", "protobuf", "json_schema"} {
+		for _, run := range runs {
+			if !long && ci[format] != run.name {
 				continue
 			}
-			t.Run(format+"-"+mode.name, func(t *testing.T) {
+			t.Run(format+"-"+run.name, func(t *testing.T) {
 				if !long {
 					t.Parallel() // the CI tier's three runs at once: each has its own job and topic
 				}
-				registryKills(t, reg, format, kills, mode.extra...)
+				registryKills(t, reg, format, run.sales, kills, run.extra...)
 			})
 		}
 	}
+}
+
+// salesSpecIn is the sales spec's configuration file with its input in format: its path, its text
+// and its plan.
+func salesSpecIn(t *testing.T, format string) (string, string, *spec.Plan) {
+	t.Helper()
+	text := strings.Replace(testenv.SalesSpec, "  input:\n", "  input:\n    format: "+format+"\n", 1)
+	if text == testenv.SalesSpec {
+		t.Fatal("the sales spec has no input block")
+	}
+	path, plan := specConfig(t, text)
+	return path, text, plan
 }
 
 // hasExited says whether p ended.
@@ -134,7 +159,7 @@ func hasExited(p *proc) bool {
 	}
 }
 
-func registryKills(t *testing.T, reg *ownRegistry, format string, kills int, extra ...string) {
+func registryKills(t *testing.T, reg *ownRegistry, format string, sales bool, kills int, extra ...string) {
 	killDB := os.Getenv("RELAY_CRASH_KILL_DB") == "1"
 	u, err := url.Parse(reg.url)
 	if err != nil {
@@ -142,7 +167,21 @@ func registryKills(t *testing.T, reg *ownRegistry, format string, kills int, ext
 	}
 	proxyAddr := testenv.FreeAddr(t)
 	proxy := testenv.NewFaultProxyAt(t, proxyAddr, u.Host)
-	e := formatEnv(t, format, 3, "http://"+proxyAddr+u.Path, extra...)
+	relayURL := "http://" + proxyAddr + u.Path
+	var e *env
+	load := loadgen.Options{Orders: 1 << 30, Rate: 3000, Batch: 40, AbortRate: 0.1, BadRate: 0.005, SKUs: 300, Windows: 30, EvolveAfter: 500}
+	if sales {
+		// The spec names its format itself (RELAY_INPUT_FORMAT is the default spec's).
+		e = newEnv(t, 3, append([]string{"RELAY_SCHEMA_REGISTRY_URL=" + relayURL}, extra...)...)
+		path, text, plan := salesSpecIn(t, format)
+		e.format, e.flags = format, []string{"--config=" + path}
+		if e.oracle, err = oracleSpec(text); err != nil {
+			t.Fatal(err)
+		}
+		load.Plan, load.Distinct = plan, map[string]int{"shop": 6, "region": 3}
+	} else {
+		e = formatEnv(t, format, 3, relayURL, extra...)
+	}
 	e.registry = reg.url // loadgen and the oracle go straight to it
 	rng := rand.New(rand.NewPCG(testenv.Seed(t, "RELAY_TEST_SEED", 0), 36))
 	t.Logf("job %s topic %s, %d kills, kill MariaDB: %v", e.job, e.topic, kills, killDB)
@@ -151,10 +190,8 @@ func registryKills(t *testing.T, reg *ownRegistry, format string, kills int, ext
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	produced := make(chan error, 1)
-	go func() {
-		produced <- e.produce(ctx, totals, loadgen.Options{Orders: 1 << 30, Rate: 3000, Batch: 40,
-			AbortRate: 0.1, BadRate: 0.005, SKUs: 300, Windows: 30, Seed: rng.Uint64(), EvolveAfter: 500})
-	}()
+	load.Seed = rng.Uint64()
+	go func() { produced <- e.produce(ctx, totals, load) }()
 	points := []string{crashpoint.AfterFlush, crashpoint.AfterPrepare, crashpoint.AfterDecide,
 		crashpoint.BetweenCommits, crashpoint.AfterCommit, crashpoint.RecoveryBetween}
 	progressed, lastMax := 0, int64(0)

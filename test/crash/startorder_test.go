@@ -7,6 +7,7 @@ package crash
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"syscall"
@@ -157,4 +158,57 @@ func TestStartWaitEnds(t *testing.T) {
 		!strings.Contains(tail(p.Log, 5), "Error 1045") {
 		t.Fatalf("wrong password: %v after %s, want exit 1 at once on Error 1045 without waiting\n%s", err, took, tail(p.Log, 20))
 	}
+}
+
+// relay reading a registry format is started with nothing listening at its Schema Registry
+// address, MySQL and Kafka up (the registry is the third dependency it may start before): for
+// startWait/3 it must stay up, answer /healthz 200 and /readyz 503 "waiting for schema_registry:
+// ...", and read nothing; then the registry appears (a proxy to the shared one), and the job must
+// commit what the topic holds, its writer schema changed meanwhile, to the exact totals, the same
+// process throughout, with nothing good dead-lettered.
+func TestStartBeforeRegistry(t *testing.T) {
+	wait := startWait(t) / 3
+	addr := testenv.FreeAddr(t)
+	direct := testenv.Registry(t)
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := formatEnv(t, "protobuf", 2, "http://"+addr+u.Path)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	totals := loadgen.NewTotals()
+	if err := e.produce(ctx, totals, loadgen.Options{Orders: 3000, Batch: 100, AbortRate: 0.1, BadRate: 0.01, SKUs: 40, Windows: 5, Seed: 361, EvolveAfter: 1500}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.start()
+	maddr := httpAddr(t, p)
+	for until := time.Now().Add(wait); time.Now().Before(until); time.Sleep(500 * time.Millisecond) {
+		p.exited(t)
+		if code, body := get(t, maddr, "/healthz"); code != http.StatusOK {
+			t.Fatalf("/healthz answered %d %q while relay waits for the registry", code, body)
+		}
+		if code, body := get(t, maddr, "/readyz"); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "waiting for schema_registry: ") {
+			// Before the registry is asked, relay may still be waiting on an earlier step.
+			if time.Until(until) < wait/2 {
+				t.Fatalf("/readyz answered %d %q, want 503 waiting for schema_registry", code, body)
+			}
+		}
+	}
+	if n := len(e.ledgerRows()); n != 0 {
+		t.Fatalf("%d checkpoints decided before the registry answered", n)
+	}
+	testenv.NewFaultProxyAt(t, addr, u.Host)
+	t.Logf("the registry appears after %s", wait)
+	x := e.expected(totals)
+	testenv.Poll(2*time.Minute, func() bool {
+		p.exited(t)
+		return e.diffOracle(x) == ""
+	})
+	s := scrapeMetrics(t, maddr)
+	if n := s.value(t, "relay_startup_waits_total", "dependency", "schema_registry"); n < 1 {
+		t.Errorf("relay_startup_waits_total{dependency=\"schema_registry\"} = %v after waiting for it", n)
+	}
+	e.stopAll([]*proc{p})
+	e.checkEnd(totals, x, nil)
 }
