@@ -884,6 +884,7 @@ func (e *env) produceOrdersAt(totals *loadgen.Totals, seed uint64, rate float64)
 // of joins, kills and leaves, and SIGKILLs MariaDB once a round (only one scripts/services.sh
 // started). RELAY_TEST_SEED replays which members are killed and stopped.
 func TestElasticMembers(t *testing.T) {
+	t.Parallel() // bound by waits, not work: see TestMain
 	for _, mode := range groupModes {
 		t.Run(mode.name, func(t *testing.T) { elastic(t, mode.extra...) })
 	}
@@ -948,6 +949,7 @@ func elastic(t *testing.T, extra ...string) {
 // (issue 34.4: on 7 Dec such a hand-over stalled one 3.6-4.3 s), and the totals stay exact.
 // RELAY_TEST_HANDOVER_INTERVAL sets another interval (the issue asks for 500 ms and 1 s).
 func TestElasticHandover(t *testing.T) {
+	t.Parallel() // bound by waits, not work: see TestMain
 	interval := setting(t, "RELAY_TEST_HANDOVER_INTERVAL", 500*time.Millisecond, time.ParseDuration)
 	for _, mode := range groupModes {
 		t.Run(mode.name, func(t *testing.T) { handover(t, interval, mode.extra...) })
@@ -987,6 +989,7 @@ func handover(t *testing.T, interval time.Duration, extra ...string) {
 // assignment stand in its way. The other member takes the partitions while it is frozen but
 // cannot decide them yet: the frozen checkpoint holds the locks of rows both write.
 func TestElasticZombie(t *testing.T) {
+	t.Parallel() // bound by waits, not work: see TestMain
 	point := map[string]string{"xa": crashpoint.AfterPrepare, "held": crashpoint.AfterFlush}
 	for _, mode := range groupModes {
 		t.Run(mode.name, func(t *testing.T) { zombie(t, point[mode.name], mode.extra...) })

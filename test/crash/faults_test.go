@@ -78,6 +78,7 @@ func (e *env) waitCommitAbove(p *proc, id int64, d time.Duration) time.Duration 
 // (RELAY_TEST_FAULT_SECONDS sets both). relay must stay up through them: at most one exit of its
 // own per ten faults. Totals stay exact. RELAY_TEST_SEED replays the load and the faults drawn.
 func TestNetworkFaults(t *testing.T) {
+	t.Parallel() // bound by waits, not work: see TestMain
 	for _, mode := range []struct {
 		name    string
 		seconds int
@@ -90,7 +91,10 @@ func TestNetworkFaults(t *testing.T) {
 		if v, err := strconv.Atoi(os.Getenv("RELAY_TEST_FAULT_SECONDS")); err == nil && v > 0 {
 			seconds = v
 		}
-		t.Run(mode.name, func(t *testing.T) { networkFaults(t, seconds, mode.extra...) })
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel() // the two modes' fault schedules run at once: each its own job, topic and proxy
+			networkFaults(t, seconds, mode.extra...)
+		})
 	}
 }
 
@@ -185,6 +189,7 @@ func exitLine(log string, err error) string {
 // wait_timeout, 10 min) and the process is SIGKILLed. A replacement must take over by the lease
 // rule and commit its first checkpoint within lease + 15 s; totals stay exact.
 func TestVanishedHost(t *testing.T) {
+	t.Parallel() // bound by waits, not work: see TestMain
 	const lease = 10 * time.Second // the default job.lease
 	e := newEnv(t, 3, faultEnv...)
 	px := e.proxied()
@@ -228,6 +233,7 @@ func TestVanishedHost(t *testing.T) {
 // and the in-process restart ends the process's own dropped sessions, so a stall needs the host to
 // vanish inside that window (internal/ledger's TestLostFenceTakeover builds that case).
 func TestLostFenceVanishedHost(t *testing.T) {
+	t.Parallel() // bound by waits, not work: see TestMain
 	const lease = 6 * time.Second
 	e := newEnv(t, 3, append([]string{"RELAY_JOB_LEASE=6s"}, faultEnv...)...)
 	px := e.proxied()
@@ -317,6 +323,7 @@ func TestLostFenceVanishedHost(t *testing.T) {
 // decision (that would declare committed what was rolled back): it writes none and exits as
 // fenced, while the new owner runs on; totals stay exact.
 func TestStaleOwnerStandsDown(t *testing.T) {
+	t.Parallel() // bound by waits, not work: see TestMain
 	e := newEnv(t, 2, append([]string{"RELAY_JOB_LEASE=4s"}, faultEnv...)...)
 	totals := loadgen.NewTotals()
 	stop := e.streamOrders(totals, 2000, 11)

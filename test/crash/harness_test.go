@@ -38,6 +38,11 @@ import (
 
 var relayBin string
 
+// TestMain builds relay once for every test. Most tests run one after another; those whose time is
+// spent waiting (a lease to lapse, a fault schedule to play out, a service kept away) call
+// t.Parallel, so that they wait beside each other once the others are done, go test's -parallel
+// (GOMAXPROCS) at a time. Each has its own job, topic, database and proxies; none stops a shared
+// server. What they assert does not depend on running alone: liveness bounds, never timings.
 func TestMain(m *testing.M) { testenv.MainWithRelay(m, &relayBin) }
 
 // env is one job's test environment.

@@ -106,6 +106,7 @@ func getQuick(addr, path string) (int, error) {
 // relay_xa_in_doubt_oldest_age_seconds counts from when relay first found the branch left behind,
 // across a restart: a process that finds it again reports the whole time, not 0.
 func TestInDoubtAgeSurvivesRestart(t *testing.T) {
+	t.Parallel() // bound by waits, not work: see TestMain
 	e := newEnv(t, 1, "RELAY_CHECKPOINT_RESOLVE_INTERVAL=5s")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -169,6 +169,7 @@ func (e *env) startLayoutInstance(i, m int) *proc {
 // instance commits again; the frozen one, woken, finds its fence gone, recovers, and the totals
 // are exact.
 func TestStalledInstanceTakenOver(t *testing.T) {
+	t.Parallel() // bound by waits, not work: see TestMain
 	for _, mode := range []string{"xa", "held"} {
 		t.Run(mode, func(t *testing.T) {
 			e := newEnv(t, 2, "RELAY_MODE="+mode, "RELAY_MYSQL_LOCK_WAIT_TIMEOUT=5s", "RELAY_JOB_LEASE=4s")

@@ -44,6 +44,7 @@ func startWait(t *testing.T) time.Duration {
 // the same process throughout. The old start gave up after about 7 s ("mysql not ready yet" 7
 // times, exit 1) and served nothing before MySQL answered.
 func TestStartBeforeDependencies(t *testing.T) {
+	t.Parallel() // bound by waits, not work: see TestMain
 	wait := startWait(t)
 	e := newEnv(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*wait+3*time.Minute)
@@ -167,6 +168,7 @@ func TestStartWaitEnds(t *testing.T) {
 // commit what the topic holds, its writer schema changed meanwhile, to the exact totals, the same
 // process throughout, with nothing good dead-lettered.
 func TestStartBeforeRegistry(t *testing.T) {
+	t.Parallel() // bound by waits, not work: see TestMain
 	wait := startWait(t) / 3
 	addr := testenv.FreeAddr(t)
 	direct := testenv.Registry(t)
