@@ -190,6 +190,7 @@ func exitLine(log string, err error) string {
 // rule and commit its first checkpoint within lease + 15 s; totals stay exact.
 func TestVanishedHost(t *testing.T) {
 	t.Parallel() // bound by waits, not work: see TestMain
+
 	const lease = 10 * time.Second // the default job.lease
 	e := newEnv(t, 3, faultEnv...)
 	px := e.proxied()
