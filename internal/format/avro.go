@@ -101,6 +101,9 @@ func NewAvro(p *spec.Plan, reg *Registry, maxSchemas int) *Avro {
 		schemas: newResolved[*avroSchema](maxSchemas)}
 }
 
+// observe makes the decoder report to o (Observe).
+func (a *Avro) observe(o Observer) { a.schemas.obs = o }
+
 // Decode decodes one framed Avro record.
 func (a *Avro) Decode(ctx context.Context, payload []byte, rec *spec.Record) (spec.Reason, string, error) {
 	id, body, r := framed(a.p, payload)

@@ -41,6 +41,9 @@ func NewJSONSchema(p *spec.Plan, reg *Registry, maxIDs int) *JSONSchema {
 	return &JSONSchema{p: p, d: p.NewDecoder(), fields: p.InputFields(), reg: reg, ids: newResolved[spec.Reason](maxIDs)}
 }
 
+// observe makes the decoder report to o (Observe).
+func (j *JSONSchema) observe(o Observer) { j.ids.obs = o }
+
 // Decode decodes one framed JSON record.
 func (j *JSONSchema) Decode(ctx context.Context, payload []byte, rec *spec.Record) (spec.Reason, string, error) {
 	id, text, r := framed(j.p, payload)

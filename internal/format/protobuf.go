@@ -136,6 +136,9 @@ func NewProtobuf(p *spec.Plan, reg *Registry, maxSchemas int) *Protobuf {
 		slots: make([]pbSlot, len(p.InputFields()))}
 }
 
+// observe makes the decoder report to o (Observe).
+func (d *Protobuf) observe(o Observer) { d.schemas.obs = o }
+
 // Decode decodes one framed Protobuf record.
 func (d *Protobuf) Decode(ctx context.Context, payload []byte, rec *spec.Record) (spec.Reason, string, error) {
 	id, body, r := framed(d.p, payload)

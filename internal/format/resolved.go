@@ -37,10 +37,6 @@ func Observe(d Decoder, o Observer) {
 	}
 }
 
-func (a *Avro) observe(o Observer)       { a.schemas.obs = o }
-func (d *Protobuf) observe(o Observer)   { d.schemas.obs = o }
-func (j *JSONSchema) observe(o Observer) { j.ids.obs = o }
-
 // defaultResolved is how many resolved schemas a decoder keeps when its caller says 0.
 const defaultResolved = 100
 
