@@ -151,7 +151,10 @@ func (w *protoWriter) write(r pendingRec) (pendingRec, error) {
 	}
 	i := w.n % len(w.headers)
 	w.n++
-	out, err := appendMessage(append([]byte(nil), w.headers[i]...), w.root, obj)
+	// Every eighth record's decimals in a form only decimal.proto's grammar allows (decimalProtoForm):
+	// enough that every run folds them, few enough that a benchmark's records stay what producers
+	// write (Java's BigDecimal, Go's decimal libraries write a JSON number's form).
+	out, err := appendMessage(append([]byte(nil), w.headers[i]...), w.root, obj, w.n%8 == 5)
 	if err != nil {
 		return r, fmt.Errorf("loadgen: Protobuf encoding of %s: %w", r.payload, err)
 	}
@@ -161,9 +164,10 @@ func (w *protoWriter) write(r pendingRec) (pendingRec, error) {
 	return pendingRec{payload: out, twin: r.payload}, nil
 }
 
-// decimalProtoForm writes about half of the decimals (by the parity of the text's bytes) in a form
-// decimal.proto's grammar allows and a JSON number's does not: an integer with a point and no
-// digit after it ("12."), a fraction with no digit before the point (".5"), or else a '+' sign.
+// decimalProtoForm writes a decimal in a form decimal.proto's grammar allows and a JSON number's
+// does not: an integer with a point and no digit after it ("12."), a fraction with no digit before
+// the point (".5"), or else a '+' sign, chosen by the parity of the text's bytes among the forms
+// it allows (and as it came for the other parity).
 func decimalProtoForm(text string) string {
 	h := 0
 	for _, c := range []byte(text) {
@@ -185,12 +189,12 @@ func decimalProtoForm(text string) string {
 }
 
 // appendMessage appends the fields of message n taken from JSON object obj.
-func appendMessage(b []byte, n *protoNode, obj map[string]any) ([]byte, error) {
+func appendMessage(b []byte, n *protoNode, obj map[string]any, altDecimals bool) ([]byte, error) {
 	for i, k := range n.keys {
 		num := protowire.Number(i + 1)
 		if c := n.kids[i]; c != nil {
 			sub, _ := obj[k].(map[string]any)
-			inner, err := appendMessage(nil, c, sub)
+			inner, err := appendMessage(nil, c, sub, altDecimals)
 			if err != nil {
 				return nil, err
 			}
@@ -216,7 +220,10 @@ func appendMessage(b []byte, n *protoNode, obj map[string]any) ([]byte, error) {
 			if _, ok := new(big.Rat).SetString(text); !ok {
 				return nil, fmt.Errorf("%s: %q is not a decimal", f.Name, text)
 			}
-			inner := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), decimalProtoForm(text))
+			if altDecimals {
+				text = decimalProtoForm(text)
+			}
+			inner := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), text)
 			b = protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), inner)
 		case spec.KindEpochMS:
 			ms, err := strconv.ParseInt(text, 10, 64)
