@@ -21,6 +21,11 @@ type resolved[T any] struct {
 	order []int
 	max   int
 	obs   Observer
+	// last is the schema of the id asked for last (a run of records nearly always shares one),
+	// which get returns without a map lookup; has says last is set.
+	lastID int
+	last   T
+	has    bool
 }
 
 // Observer is told what a decoder does with writer schemas (relay's metrics: a steady rate of
@@ -73,13 +78,22 @@ func noVerdict(ctx context.Context, err error) bool {
 }
 
 func (r *resolved[T]) get(id int) (T, bool) {
+	if r.has && id == r.lastID {
+		return r.last, true
+	}
 	s, ok := r.byID[id]
+	if ok {
+		r.lastID, r.last, r.has = id, s, true
+	}
 	return s, ok
 }
 
 func (r *resolved[T]) put(id int, s T) {
 	if _, ok := r.byID[id]; !ok {
 		if len(r.order) >= r.max {
+			if r.has && r.lastID == r.order[0] {
+				r.has = false // an evicted schema is built again when asked for, as any other
+			}
 			delete(r.byID, r.order[0])
 			r.order = r.order[1:]
 			if r.obs.Evicted != nil {
