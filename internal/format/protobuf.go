@@ -346,8 +346,8 @@ func decimalValue(b, buf []byte) (_ []byte, rewritten bool) {
 	if jsonNumberForm(b) {
 		return b, false
 	}
-	if n := len(b); n > 1 && b[n-1] == '.' && bytes.IndexByte(b, '.') == n-1 && jsonNumberForm(b[:n-1]) {
-		return b[:n-1], false
+	if n := len(b); n > 1 && b[n-1] == '.' && integerText(b[:n-1]) {
+		return b[:n-1], false // "5." is 5; not "5e3.", whose point follows the exponent
 	}
 	b = in
 	if len(b) > 0 && (b[0] == '+' || b[0] == '-') {
@@ -398,6 +398,19 @@ func decimalValue(b, buf []byte) (_ []byte, rewritten bool) {
 		return in, false
 	}
 	return buf, true
+}
+
+// integerText says whether b is an optional '-' and one or more digits.
+func integerText(b []byte) bool {
+	if len(b) > 0 && b[0] == '-' {
+		b = b[1:]
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return len(b) > 0
 }
 
 // jsonNumberForm says whether decimal text b has none of what decimalValue rewrites: no '+'
