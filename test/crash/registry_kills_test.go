@@ -37,9 +37,10 @@ type ownRegistry struct {
 	url   string
 	state string
 	env   []string
-	// mu makes one restart at a time: the CI tier's runs share the registry, and two restarts at
-	// once would kill each other's new process or find its port taken.
-	mu sync.Mutex
+	// mu makes one restart at a time (Lock): the CI tier's runs share the registry, and two
+	// restarts at once would kill each other's new process or find its port taken. A run's end,
+	// whose oracle reads the registry and does not wait out a restart, holds it for reading.
+	mu sync.RWMutex
 }
 
 // startOwnRegistry starts a registry of the test's own, stopped when the test ends.
@@ -247,7 +248,11 @@ func registryKills(t *testing.T, reg *ownRegistry, format string, sales bool, ki
 	if progressed < kills/2 {
 		t.Fatalf("only %d of %d killed runs committed anything\n%s", progressed, kills, tail(e.logs[len(e.logs)-1], 30))
 	}
-	e.finish(totals)
+	func() {
+		reg.mu.RLock()
+		defer reg.mu.RUnlock() // a failed finish ends the goroutine: the others' restarts must not wait for ever
+		e.finish(totals)
+	}()
 	waited := 0
 	for _, l := range e.logs {
 		waited += len(logEvents(t, l, "waiting for the schema registry (the record is not bad input: it is decoded again)"))
