@@ -10,13 +10,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #ifndef RELAY_RDKAFKA_PROTOTYPES_ONLY
+typedef struct rd_kafka_s rd_kafka_t;
 typedef struct rd_kafka_queue_s rd_kafka_queue_t;
 typedef struct rd_kafka_topic_s rd_kafka_topic_t;
-typedef struct rd_kafka_op_s rd_kafka_event_t;
 typedef int rd_kafka_resp_err_t; /* an enum in rdkafka.h: the same size and values */
-typedef int rd_kafka_event_type_t;
 typedef int rd_kafka_timestamp_type_t; /* an enum in rdkafka.h */
 
 typedef struct rd_kafka_message_s {
@@ -31,20 +31,14 @@ typedef struct rd_kafka_message_s {
 	void *_private;
 } rd_kafka_message_t;
 
-#define RD_KAFKA_EVENT_FETCH 0x2
-#define RD_KAFKA_EVENT_ERROR 0x8
 #define RD_KAFKA_RESP_ERR__PARTITION_EOF (-191)
 #define RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC (-188)
 #endif
 
-rd_kafka_event_t *rd_kafka_queue_poll(rd_kafka_queue_t *rkqu, int timeout_ms);
+ssize_t rd_kafka_consume_batch_queue(rd_kafka_queue_t *rkqu, int timeout_ms, rd_kafka_message_t **rkmessages, size_t rkmessages_size);
 void rd_kafka_queue_yield(rd_kafka_queue_t *rkqu);
-rd_kafka_event_type_t rd_kafka_event_type(const rd_kafka_event_t *rkev);
-const rd_kafka_message_t *rd_kafka_event_message_next(rd_kafka_event_t *rkev);
-void rd_kafka_event_destroy(rd_kafka_event_t *rkev);
-rd_kafka_resp_err_t rd_kafka_event_error(rd_kafka_event_t *rkev);
-const char *rd_kafka_event_error_string(rd_kafka_event_t *rkev);
-int rd_kafka_event_error_is_fatal(rd_kafka_event_t *rkev);
+void rd_kafka_message_destroy(rd_kafka_message_t *rkmessage);
+rd_kafka_resp_err_t rd_kafka_fatal_error(rd_kafka_t *rk, char *errstr, size_t errstr_size);
 const char *rd_kafka_message_errstr(const rd_kafka_message_t *rkmessage);
 int64_t rd_kafka_message_timestamp(const rd_kafka_message_t *rkmessage, rd_kafka_timestamp_type_t *tstype);
 const char *rd_kafka_topic_name(const rd_kafka_topic_t *rkt);

@@ -1,12 +1,16 @@
-// Reading records in batches: one cgo call takes every event librdkafka has queued (up to a batch),
-// copies each record's value into the batch's Go buffer and destroys the event inside C.
+// Reading records in batches: one cgo call takes what librdkafka has queued (up to a batch) with
+// rd_kafka_consume_batch_queue, copies each record's value into the batch's Go buffer and destroys
+// the message inside C.
 //
-// Invariant: a record is delivered exactly as confluent-kafka-go's Poll delivers it — the same
-// librdkafka calls on the same queue (rd_kafka_queue_poll, rd_kafka_event_message_next, which
-// moves the application position, rd_kafka_event_destroy), in the same order — but without a cgo
-// call, a *kafka.Message and a copy of the headers per record (the bare client's Poll costs about
-// 4 cgo calls and 6 allocations per record; see docs/BENCHMARKS.md). Nothing C owns outlives a
-// Read, except one event held back when the buffer is full, which Close destroys.
+// Invariant: a record is delivered as confluent-kafka-go's Poll delivers it, from the same queue in
+// the same order, and the application position moves past it (librdkafka's batch call moves it
+// once per partition per call, not once per record under the partition's lock, and reads the
+// clock once per call, not twice per record: together half of the per-record cost of
+// rd_kafka_queue_poll; see docs/BENCHMARKS.md). Consumer errors (offset out of range, a partition's
+// fetch error) arrive in order among the records, as Poll's error events do. A client-wide error
+// that is not a consumer's (a broker down) is served by librdkafka as a log line, which relay logs;
+// a fatal one is read from rd_kafka_fatal_error at each read. Nothing C owns outlives a Read,
+// except the messages held back when the buffer is full, which Close destroys.
 
 package consumer
 
@@ -15,14 +19,18 @@ package consumer
 #include <string.h>
 #include "rdkafka_min.h"
 
-// relay_reader is the C side of a Reader: the consumer's queue, the topics by index, and the
-// event held back because its record did not fit the last batch.
+// relay_reader is the C side of a Reader: the client and its consumer queue, the topics by index
+// (the last one looked up kept by handle), and the messages taken from librdkafka but not yet
+// returned, held[next..n), in the order librdkafka gave them.
 typedef struct {
+	rd_kafka_t *rk;
 	rd_kafka_queue_t *q;
 	int ntopics;
 	char **topics;
-	rd_kafka_event_t *held;
-	const rd_kafka_message_t *held_msg;
+	const rd_kafka_topic_t *last_rkt;
+	int last_topic;
+	rd_kafka_message_t **held;
+	int next, n, cap;
 } relay_reader;
 
 // relay_rec is one record of a batch, or the error that ended it.
@@ -38,10 +46,16 @@ typedef struct {
 	uint32_t at, len;  // the value (or the error text) in the batch buffer
 } relay_rec;
 
-static int relay_topic(relay_reader *r, const char *name) {
+static int relay_topic(relay_reader *r, const rd_kafka_topic_t *rkt) {
+	if (rkt && rkt == r->last_rkt)
+		return r->last_topic;
+	const char *name = rkt ? rd_kafka_topic_name(rkt) : "";
 	for (int i = 0; i < r->ntopics; i++)
-		if (strcmp(r->topics[i], name) == 0)
+		if (strcmp(r->topics[i], name) == 0) {
+			r->last_rkt = rkt;
+			r->last_topic = i;
 			return i;
+		}
 	return -1;
 }
 
@@ -57,99 +71,127 @@ static int relay_put(char *buf, size_t cap, size_t *used, const void *p, size_t 
 	return 1;
 }
 
-// relay_read fills recs (at most max) and buf: the first event is waited for up to timeout_ms,
-// the rest only taken if already queued. It returns how many recs it filled; a record that does not
-// fit is held for the next call, and *need says how large the buffer must be when it is the first.
-// An error event ends the batch as its last rec.
+// relay_fatal ends a batch with the client's fatal error as its last rec, if it has one.
+static int relay_fatal(relay_reader *r, relay_rec *rec, char *buf, size_t cap, size_t *used) {
+	char s[512];
+	int err = rd_kafka_fatal_error(r->rk, s, sizeof s);
+	if (!err)
+		return 0;
+	memset(rec, 0, sizeof(*rec));
+	rec->kind = RELAY_ERROR_EVENT;
+	rec->err = err;
+	rec->fatal = 1;
+	if (!relay_put(buf, cap, used, s, strlen(s), rec))
+		rec->len = 0;
+	return 1;
+}
+
+// relay_take refills held with what librdkafka has queued, up to max messages; when wait is set the
+// first is waited for up to timeout_ms (rd_kafka_queue_yield ends that wait). One call for the whole
+// batch would wait for a full batch (or the timeout): at a slow rate a record would wait for
+// hundreds after it.
+static int relay_take(relay_reader *r, int wait, int timeout_ms, int max) {
+	if (r->cap < max) {
+		rd_kafka_message_t **h = realloc(r->held, max * sizeof(*h));
+		if (!h)
+			return 0;
+		r->held = h;
+		r->cap = max;
+	}
+	r->next = r->n = 0;
+	int first = 0;
+	if (wait) {
+		if (rd_kafka_consume_batch_queue(r->q, timeout_ms, r->held, 1) != 1)
+			return 0;
+		first = 1;
+	}
+	ssize_t more = max > first ? rd_kafka_consume_batch_queue(r->q, 0, r->held + first, max - first) : 0;
+	r->n = first + (more > 0 ? (int)more : 0);
+	return r->n;
+}
+
+// relay_read fills recs (at most max) and buf: the first record is waited for up to timeout_ms,
+// the rest only taken if already queued. It returns how many recs it filled; records that do not
+// fit stay held for the next call, and *need says how large the buffer must be when the first does
+// not fit. An error (a consumer error, or the client's fatal error) ends the batch as its last rec.
 static int relay_read(relay_reader *r, int timeout_ms, relay_rec *recs, int max, char *buf, size_t cap, size_t *need) {
 	int n = 0;
 	size_t used = 0;
 	*need = 0;
+	if (relay_fatal(r, &recs[0], buf, cap, &used))
+		return 1;
 	while (n < max) {
-		rd_kafka_event_t *ev = r->held;
-		const rd_kafka_message_t *m = r->held_msg;
-		r->held = NULL;
-		r->held_msg = NULL;
-		if (!ev) {
-			ev = rd_kafka_queue_poll(r->q, n == 0 ? timeout_ms : 0);
-			if (!ev)
-				break;
-			int type = rd_kafka_event_type(ev);
-			if (type == RD_KAFKA_EVENT_ERROR) {
-				int err = rd_kafka_event_error(ev);
-				if (err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-					rd_kafka_event_destroy(ev);
-					continue;
-				}
-				relay_rec *rec = &recs[n];
-				memset(rec, 0, sizeof(*rec));
-				rec->kind = RELAY_ERROR_EVENT;
-				rec->err = err;
-				rec->fatal = rd_kafka_event_error_is_fatal(ev);
-				const char *s = rd_kafka_event_error_string(ev);
-				if (!s || !relay_put(buf, cap, &used, s, strlen(s), rec))
-					rec->len = 0;
-				rd_kafka_event_destroy(ev);
-				return n + 1;
-			}
-			if (type != RD_KAFKA_EVENT_FETCH) {
-				// Rebalance (none: partitions are assigned by hand), offset commit, statistics and
-				// token refresh events carry nothing relay reads, as with Poll.
-				rd_kafka_event_destroy(ev);
-				continue;
-			}
-			m = rd_kafka_event_message_next(ev);
-			if (!m) {
-				rd_kafka_event_destroy(ev);
-				continue;
-			}
-		}
+		if (r->next == r->n && !relay_take(r, n == 0, timeout_ms, max - n))
+			break;
+		rd_kafka_message_t *m = r->held[r->next];
 		relay_rec *rec = &recs[n];
 		memset(rec, 0, sizeof(*rec));
 		rec->partition = m->partition;
 		rec->offset = m->offset;
-		const char *topic = m->rkt ? rd_kafka_topic_name(m->rkt) : "";
-		rec->topic = relay_topic(r, topic);
-		if (m->err || rec->topic < 0) {
-			rec->kind = RELAY_RECORD_ERROR;
-			rec->err = m->err ? m->err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
-			const char *s = rec->topic < 0 ? topic : rd_kafka_message_errstr(m);
+		if (m->err) {
+			// A consumer error (librdkafka's CONSUMER_ERR op, which the batch call returns as a
+			// message): the same codes and texts Poll returns as error events.
+			r->next++;
+			if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+				rd_kafka_message_destroy(m);
+				continue;
+			}
+			if (relay_fatal(r, rec, buf, cap, &used)) {
+				rd_kafka_message_destroy(m);
+				return n + 1;
+			}
+			rec->kind = RELAY_ERROR_EVENT;
+			rec->err = m->err;
+			const char *s = rd_kafka_message_errstr(m);
 			if (!s || !relay_put(buf, cap, &used, s, strlen(s), rec))
 				rec->len = 0;
-			rd_kafka_event_destroy(ev);
+			rd_kafka_message_destroy(m);
+			return n + 1;
+		}
+		rec->topic = relay_topic(r, m->rkt);
+		if (rec->topic < 0) {
+			r->next++;
+			rec->kind = RELAY_RECORD_ERROR;
+			rec->err = RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+			const char *s = m->rkt ? rd_kafka_topic_name(m->rkt) : "";
+			if (!relay_put(buf, cap, &used, s, strlen(s), rec))
+				rec->len = 0;
+			rd_kafka_message_destroy(m);
 			return n + 1;
 		}
 		rd_kafka_timestamp_type_t tstype;
 		rec->ts = rd_kafka_message_timestamp(m, &tstype);
 		if (!relay_put(buf, cap, &used, m->payload, m->payload ? m->len : 0, rec)) {
-			r->held = ev;
-			r->held_msg = m;
 			if (n == 0)
 				*need = m->len;
 			break;
 		}
-		rd_kafka_event_destroy(ev);
+		r->next++;
+		rd_kafka_message_destroy(m);
 		n++;
 	}
 	return n;
 }
 
-// relay_forget drops the held record if it is of topic/partition (being unassigned): it left
-// librdkafka's queue already, so the unassignment's version barrier cannot drop it.
+// relay_forget drops the held records of topic/partition (being unassigned): they left
+// librdkafka's queue already, so the unassignment's version barrier cannot drop them.
 static void relay_forget(relay_reader *r, const char *topic, int32_t partition) {
-	if (!r->held || !r->held_msg || r->held_msg->partition != partition)
-		return;
-	const char *t = r->held_msg->rkt ? rd_kafka_topic_name(r->held_msg->rkt) : "";
-	if (strcmp(t, topic) != 0)
-		return;
-	rd_kafka_event_destroy(r->held);
-	r->held = NULL;
-	r->held_msg = NULL;
+	int k = r->next;
+	for (int i = r->next; i < r->n; i++) {
+		rd_kafka_message_t *m = r->held[i];
+		const char *t = m->rkt ? rd_kafka_topic_name(m->rkt) : "";
+		if (m->partition == partition && strcmp(t, topic) == 0)
+			rd_kafka_message_destroy(m);
+		else
+			r->held[k++] = m;
+	}
+	r->n = k;
 }
 
 static void relay_reader_free(relay_reader *r) {
-	if (r->held)
-		rd_kafka_event_destroy(r->held);
+	for (int i = r->next; i < r->n; i++)
+		rd_kafka_message_destroy(r->held[i]);
+	free(r->held);
 	for (int i = 0; i < r->ntopics; i++)
 		free(r->topics[i]);
 	free(r->topics);
@@ -207,11 +249,15 @@ func newReader(kc *kafka.Consumer, topics []string) (*reader, error) {
 	if !h.IsValid() || !h.FieldByName("rkq").IsValid() || h.FieldByName("rkq").Kind() != reflect.Pointer {
 		return nil, fmt.Errorf("kafka consumer: confluent-kafka-go %s has no handle.rkq: relay's batch reader needs the version in go.mod", kafkaVersion())
 	}
-	q := h.FieldByName("rkq").UnsafePointer()
-	if q == nil {
+	if !h.FieldByName("rk").IsValid() || h.FieldByName("rk").Kind() != reflect.Pointer {
+		return nil, fmt.Errorf("kafka consumer: confluent-kafka-go %s has no handle.rk: relay's batch reader needs the version in go.mod", kafkaVersion())
+	}
+	q, rk := h.FieldByName("rkq").UnsafePointer(), h.FieldByName("rk").UnsafePointer()
+	if q == nil || rk == nil {
 		return nil, fmt.Errorf("kafka consumer: no consumer queue")
 	}
 	r := (*C.relay_reader)(C.calloc(1, C.size_t(unsafe.Sizeof(C.relay_reader{}))))
+	r.rk = (*C.rd_kafka_t)(rk)
 	r.q = (*C.rd_kafka_queue_t)(q)
 	r.ntopics = C.int(len(topics))
 	r.topics = (**C.char)(C.calloc(C.size_t(len(topics)+1), C.size_t(unsafe.Sizeof((*C.char)(nil)))))
@@ -268,15 +314,15 @@ func (r *reader) read(timeout time.Duration, b *Batch) (event *kafka.Error, err 
 // returns at once instead).
 func (r *reader) wake() { C.rd_kafka_queue_yield(r.c.q) }
 
-// forget drops a record read from librdkafka but held for the next read (it did not fit the last
-// batch) if it is of topic/part. No read may be running.
+// forget drops the records of topic/part read from librdkafka but held for the next read (they did
+// not fit the last batch). No read may be running.
 func (r *reader) forget(topic string, part int32) {
 	t := C.CString(topic)
 	defer C.free(unsafe.Pointer(t))
 	C.relay_forget(r.c, t, C.int32_t(part))
 }
 
-// close destroys the held event: before the consumer closes, which waits for its records.
+// close destroys the held messages: before the consumer closes, which waits for its records.
 func (r *reader) close() {
 	if r.c != nil {
 		C.relay_reader_free(r.c)

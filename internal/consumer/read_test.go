@@ -160,8 +160,7 @@ int main(void) {
 		offsetof(rd_kafka_message_t, rkt), offsetof(rd_kafka_message_t, partition), offsetof(rd_kafka_message_t, payload),
 		offsetof(rd_kafka_message_t, len), offsetof(rd_kafka_message_t, key), offsetof(rd_kafka_message_t, key_len),
 		offsetof(rd_kafka_message_t, offset), sizeof(((rd_kafka_message_t *)0)->offset), offsetof(rd_kafka_message_t, _private));
-	printf("event types %d %d, event type %zu, timestamp type %zu, errors %d %d\n", RD_KAFKA_EVENT_FETCH, RD_KAFKA_EVENT_ERROR,
-		sizeof(rd_kafka_event_type_t), sizeof(rd_kafka_timestamp_type_t), (int)RD_KAFKA_RESP_ERR__PARTITION_EOF, (int)RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC);
+	printf("timestamp type %zu, errors %d %d\n", sizeof(rd_kafka_timestamp_type_t), (int)RD_KAFKA_RESP_ERR__PARTITION_EOF, (int)RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC);
 	return 0;
 }
 `
