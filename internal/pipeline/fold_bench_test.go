@@ -118,9 +118,13 @@ func BenchmarkSessionFold(b *testing.B) {
 			}
 			recs := benchPayloads(1<<16, 1000, 10)
 			topic := "orders"
+			// librdkafka delivers a fetched partition's records together: runs of a batch (512).
 			msgs := make([]consumer.Record, len(recs))
+			next := map[int32]int64{}
 			for i, v := range recs {
-				msgs[i] = consumer.Record{Topic: topic, Partition: int32(i % 4), Offset: int64(i / 4), Value: v}
+				part := int32(i / 512 % 4)
+				msgs[i] = consumer.Record{Topic: topic, Partition: part, Offset: next[part], Value: v}
+				next[part]++
 			}
 			var d decoded
 			b.ReportAllocs()

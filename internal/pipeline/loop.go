@@ -122,6 +122,7 @@ func (s *session) lost(ch *membership.Change) error {
 // one) and hands its memory back to the poll.
 func (s *session) foldBatch(b *polled, free chan<- *polled) error {
 	s.lastRecord = time.Now()
+	defer s.endRun()
 	for i := range b.recs.Records {
 		if err := s.fold(&b.recs.Records[i], &b.dec[i]); err != nil {
 			return err
@@ -295,13 +296,17 @@ func (s *session) poll(out chan<- *polled, free chan *polled) {
 func (s *session) fold(msg *consumer.Record, d *decoded) error {
 	p := s.p
 	e := s.cur
-	ps := s.positions[msg.Topic]
-	if _, ok := ps[msg.Partition]; !ok {
-		// librdkafka drops what it fetched of a partition before its unassignment, and the poll is
-		// parked while partitions move: a record of a partition not read here is a bug, not input.
-		return fmt.Errorf("a record of %s/%d, which this session does not read", msg.Topic, msg.Partition)
+	if !s.streak.on || msg.Partition != s.streak.part || msg.Topic != s.streak.topic {
+		s.endRun()
+		ps := s.positions[msg.Topic]
+		if _, ok := ps[msg.Partition]; !ok {
+			// librdkafka drops what it fetched of a partition before its unassignment, and the poll is
+			// parked while partitions move: a record of a partition not read here is a bug, not input.
+			return fmt.Errorf("a record of %s/%d, which this session does not read", msg.Topic, msg.Partition)
+		}
+		s.streak = streak{on: true, topic: msg.Topic, part: msg.Partition, parts: ps}
 	}
-	ps[msg.Partition] = msg.Offset + 1
+	s.streak.next = msg.Offset + 1
 	if len(s.moved) > 0 {
 		if _, ok := s.moved.Get(msg.Topic, msg.Partition); ok {
 			s.unmove(msg.Topic, msg.Partition)
@@ -379,6 +384,26 @@ func (s *session) fold(msg *consumer.Record, d *decoded) error {
 		Reason: reason.String(), Payload: append([]byte(nil), payload...), Size: len(msg.Value)})
 	e.dlqCount++
 	return nil
+}
+
+// streak is a partition whose records follow one another in a batch (librdkafka delivers a fetched
+// partition's records together): it is looked up in positions at its first record, and its next
+// offset written there at its end, not two map lookups per record.
+type streak struct {
+	on    bool
+	topic string
+	part  int32
+	next  int64
+	parts map[int32]int64 // positions[topic]
+}
+
+// endRun writes the current streak's next offset to positions. Every fold of a batch ends with it, so
+// between batches, where epochs are cut and partitions move, positions are whole.
+func (s *session) endRun() {
+	if s.streak.on {
+		s.streak.parts[s.streak.part] = s.streak.next
+		s.streak.on = false
+	}
 }
 
 // send hands a batch to a subtask, waiting while it is busy (back-pressure on the consume loop).

@@ -92,3 +92,38 @@ func BenchmarkDecodeFold(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFold is the fold alone (window, key, route, accumulate) of records decoded beforehand,
+// into one of 2 subtasks' tables, which start again empty every epoch records, as at a checkpoint
+// (so inserting each key once per epoch is counted at the end-to-end benchmark's rate).
+func BenchmarkFold(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		p     *Plan
+		recs  [][]byte
+		epoch int
+	}{
+		{"default/keys=10k/epoch=300k", defaultPlan(b, "order_stats_minute"), defaultRecords(1 << 16), 300000},
+		{"3dims3measures/keys=12k/epoch=300k", mustParse(b, threeByThree), threeByThreeRecords(1 << 16), 300000},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			d := c.p.NewDecoder()
+			recs := make([]Record, len(c.recs))
+			for i, p := range c.recs {
+				if reason, field := d.Decode(p, &recs[i]); reason != OK {
+					b.Fatal(reason, field)
+				}
+			}
+			tabs := []*Tables{c.p.NewTables(), c.p.NewTables()}
+			b.ReportAllocs()
+			i, n := 0, 0
+			for b.Loop() {
+				c.p.Fold(&recs[i], tabs)
+				i = (i + 1) & (len(recs) - 1)
+				if n++; n == c.epoch {
+					tabs, n = []*Tables{c.p.NewTables(), c.p.NewTables()}, 0
+				}
+			}
+		})
+	}
+}
