@@ -5,8 +5,8 @@
 #   make bench                                  # everything, about 20 minutes on 2 cores
 #   BENCH_STEPS=throughput,latency make bench   # some steps; the others keep their last results
 #
-# Steps: micro (Go micro-benchmarks, one core), throughput (bare consumer vs relay XA / held /
-# XA+append, first record to last commit), latency (checkpoint phases and visibility at 200ms, 1s and
+# Steps: micro (Go micro-benchmarks, one core), throughput (bare consumer, librdkafka's own C batch
+# read (bench/creader) and relay XA / held / XA+append, first record to last commit), latency (checkpoint phases and visibility at 200ms, 1s and
 # 10s intervals under half the measured maximum load), recovery (start-up with 100 in-doubt XA
 # branches), rss (peak memory with ~1M keys in one epoch), profile (pprof of relay's pipeline
 # in-process, perf of the binary); flink (relay against Apache Flink's XA JDBC sink, bench/flink; only
@@ -47,6 +47,11 @@ go build -ldflags "-X github.com/relay-sh/relay/internal/metrics.Version=$VERSIO
 for c in relaybench rawconsume relayprof; do
   go -C bench build -o "$BENCH_BIN/$c" "./cmd/$c"
 done
+# librdkafka's own C batch read, the throughput step's ceiling: linked against the very archive
+# confluent-kafka-go bundles, so it runs the client relay runs.
+kafka_dir=$(go list -m -f '{{.Dir}}' github.com/confluentinc/confluent-kafka-go/v2)
+cc -O2 -I"$kafka_dir/kafka/librdkafka_vendor" -o "$BENCH_BIN/creader" bench/creader/creader.c \
+  "$kafka_dir/kafka/librdkafka_vendor/librdkafka_glibc_linux_$(go env GOARCH).a" -lm -ldl -lpthread -lrt
 
 cmd="make bench"
 for v in $(env | grep -o '^BENCH_[A-Z_]*' | grep -vx 'BENCH_BIN\|BENCH_OUT\|BENCH_COMMAND' | sort); do

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/relay-sh/relay/bench/internal/kit"
+	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/harness"
 	"github.com/relay-sh/relay/internal/harness/committed"
 )
@@ -144,7 +145,7 @@ var clientNames = map[string]string{
 // kind, rate, rep); the rest feeds the summary's medians and the log.
 type TPRun struct {
 	Client      string             `json:"client"` // shipped | backoff-1s (librdkafka properties, both sides)
-	Kind        string             `json:"kind"`   // baseline | reader | xa | held | xa+append
+	Kind        string             `json:"kind"`   // baseline | reader | creader | creader-defaults | xa | held | xa+append
 	Rate        float64            `json:"rate"`   // records/s over Seconds
 	Rep         int                `json:"rep"`    // the repetition, which crossRatio pairs runs by
 	Records     int64              `json:"-"`
@@ -152,6 +153,7 @@ type TPRun struct {
 	ProcessSecs float64            `json:"-"` // process start to the same end
 	Ratio       float64            `json:"-"` // Rate / the same repetition's baseline Rate
 	ReaderRatio float64            `json:"-"` // relay: Rate / the same repetition's reader Rate
+	CRatio      float64            `json:"-"` // relay: Records/ProcessSecs over the repetition's faster C reader's
 	CPU         map[string]float64 `json:"-"` // CPU seconds: the measured process, kafka, mysql
 	Checkpoints int                `json:"-"`
 	// XA only: records of the checkpoints after the first, over the time between the first and the
@@ -166,8 +168,12 @@ type TPStats struct {
 	MedianRatio float64 `json:"median_ratio"`
 	// MedianReaderRatio is relay's rate over the bare consumer on relay's own reader (relay kinds).
 	MedianReaderRatio float64 `json:"median_reader_ratio,omitempty"`
+	// MedianCRatio is relay's rate from process start to exact totals over librdkafka's C batch
+	// read's from process start to its last record, the faster of its two settings (relay kinds).
+	MedianCRatio float64 `json:"median_c_ratio,omitempty"`
 	MedianSeconds     float64 `json:"median_seconds"`
 	CPUPerMillion     float64 `json:"cpu_secs_per_million"`
+	RdkPerMillion     float64 `json:"librdkafka_cpu_secs_per_million,omitempty"` // relay: the part of it librdkafka's threads ran
 	KafkaCPU          float64 `json:"kafka_cpu_secs"`
 	MySQLCPU          float64 `json:"mysql_cpu_secs"`
 	MedianProcSecs    float64 `json:"median_process_secs"`
@@ -235,6 +241,21 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 			}
 			rd.Ratio = rd.Rate / base.Rate
 			r.Runs = append(r.Runs, rd)
+			// librdkafka's own ceiling: the C reader under the same settings, and (once a
+			// repetition) under librdkafka's defaults; relay is compared with the faster.
+			ceiling := 0.0
+			for _, kind := range cKinds(client == r.Clients[0]) {
+				cr, err := runBaseline(e, topic, client, kind, rep)
+				if err != nil {
+					return nil, "", nil, err
+				}
+				cr.Ratio = cr.Rate / base.Rate
+				r.Runs = append(r.Runs, cr)
+				ceiling = max(ceiling, float64(cr.Records)/cr.ProcessSecs)
+			}
+			if client != r.Clients[0] {
+				ceiling = max(ceiling, r.defaultsCeiling(rep))
+			}
 			for _, kind := range r.Kinds {
 				run, env, err := runRelayThroughput(e, r, topic, end, client, kind, rep)
 				if err != nil {
@@ -242,13 +263,14 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 				}
 				run.Ratio = run.Rate / base.Rate
 				run.ReaderRatio = run.Rate / rd.Rate
+				run.CRatio = float64(run.Records) / run.ProcessSecs / ceiling
 				r.Runs = append(r.Runs, run)
 				r.RelayEnv[client+"/"+kind] = env
 			}
 		}
 	}
 	for _, key := range r.keys() {
-		var rates, ratios, rratios, secs, cpu, kcpu, mcpu, psecs, steady []float64
+		var rates, ratios, rratios, cratios, secs, cpu, rdk, kcpu, mcpu, psecs, steady []float64
 		for _, run := range r.Runs {
 			if run.Client+"/"+run.Kind != key {
 				continue
@@ -261,14 +283,18 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 			if run.ReaderRatio > 0 {
 				rratios = append(rratios, run.ReaderRatio)
 			}
+			if run.CRatio > 0 {
+				cratios = append(cratios, run.CRatio)
+			}
 			secs = append(secs, run.Seconds)
 			psecs = append(psecs, run.ProcessSecs)
 			cpu = append(cpu, run.CPU["self"]/float64(run.Records)*1e6)
+			rdk = append(rdk, run.CPU["rdk"]/float64(run.Records)*1e6)
 			kcpu = append(kcpu, run.CPU["kafka"])
 			mcpu = append(mcpu, run.CPU["mysql"])
 		}
-		r.Summary[key] = TPStats{MedianRate: kit.Median(rates), MedianRatio: kit.Median(ratios), MedianReaderRatio: kit.Median(rratios), MedianSeconds: kit.Median(secs),
-			CPUPerMillion: kit.Median(cpu), KafkaCPU: kit.Median(kcpu), MySQLCPU: kit.Median(mcpu), MedianProcSecs: kit.Median(psecs), MedianSteady: kit.Median(steady)}
+		r.Summary[key] = TPStats{MedianRate: kit.Median(rates), MedianRatio: kit.Median(ratios), MedianReaderRatio: kit.Median(rratios), MedianCRatio: kit.Median(cratios), MedianSeconds: kit.Median(secs),
+			CPUPerMillion: kit.Median(cpu), RdkPerMillion: kit.Median(rdk), KafkaCPU: kit.Median(kcpu), MySQLCPU: kit.Median(mcpu), MedianProcSecs: kit.Median(psecs), MedianSteady: kit.Median(steady)}
 	}
 	return r, topic, end, nil
 }
@@ -277,7 +303,7 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 func (r *TPResult) keys() []string {
 	var out []string
 	for _, c := range r.Clients {
-		for _, k := range append([]string{"baseline", "reader"}, r.Kinds...) {
+		for _, k := range append(append([]string{"baseline", "reader"}, cKinds(c == r.Clients[0])...), r.Kinds...) {
 			out = append(out, c+"/"+k)
 		}
 	}
@@ -295,25 +321,67 @@ func quoteEmpty(args []string) []string {
 	return out
 }
 
-// runBaseline runs the bare consumer: kind "baseline" is confluent-kafka-go's Poll, "reader" relay's
-// batch reader (rawconsume --reader).
+// cKinds are the C reader's runs of a client setting: under relay's settings, and for the first
+// client also under librdkafka's defaults (the same run for every client).
+func cKinds(first bool) []string {
+	if first {
+		return []string{"creader", "creader-defaults"}
+	}
+	return []string{"creader"}
+}
+
+// defaultsCeiling is the process rate of repetition rep's C reader under librdkafka's defaults.
+func (r *TPResult) defaultsCeiling(rep int) float64 {
+	for _, run := range r.Runs {
+		if run.Kind == "creader-defaults" && run.Rep == rep {
+			return float64(run.Records) / run.ProcessSecs
+		}
+	}
+	return 0
+}
+
+// relayProperties are relay's librdkafka settings (consumer.ConfigMap) as the C reader's -X flags,
+// but for what the C reader sets itself (brokers, group, no commits) and the Go client's own keys.
+func relayProperties() []string {
+	var out []string
+	for k, v := range *consumer.ConfigMap(consumer.Options{}) {
+		if strings.HasPrefix(k, "go.") || k == "bootstrap.servers" || k == "group.id" {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s=%v", k, v))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// runBaseline runs a bare reader: kind "baseline" is confluent-kafka-go's Poll, "reader" relay's
+// batch reader (rawconsume --reader), "creader" librdkafka's C batch read under relay's settings
+// (bench/creader), "creader-defaults" the same under librdkafka's defaults.
 func runBaseline(e *kit.Env, topic, client, kind string, rep int) (TPRun, error) {
 	run := TPRun{Client: client, Kind: kind, Rep: rep}
 	cpu := e.StartCPU(nil)
-	args := []string{"--brokers", e.Brokers, "--topic", topic}
-	if kind == "reader" {
+	bin, args := "rawconsume", []string{"--brokers", e.Brokers, "--topic", topic}
+	switch kind {
+	case "reader":
 		args = append(args, "--reader", "batch")
+	case "creader":
+		bin = "creader"
+		for _, kv := range relayProperties() {
+			args = append(args, "-X", kv)
+		}
+	case "creader-defaults":
+		bin = "creader"
 	}
-	if p := clientProps[client]; p != "" {
+	if p := clientProps[client]; p != "" && kind != "creader-defaults" {
 		for _, kv := range strings.Split(p, ",") {
 			args = append(args, "-X", kv)
 		}
 	}
-	cmd := exec.Command(filepath.Join(e.BinDir, "rawconsume"), args...)
+	cmd := exec.Command(filepath.Join(e.BinDir, bin), args...)
 	out, err := cmd.Output()
 	run.CPU = cpu.Stop()
 	if err != nil {
-		return run, fmt.Errorf("rawconsume: %w", err)
+		return run, fmt.Errorf("%s: %w", bin, err)
 	}
 	var res struct {
 		Records     int64   `json:"records"`
@@ -323,7 +391,7 @@ func runBaseline(e *kit.Env, topic, client, kind string, rep int) (TPRun, error)
 		CPUSecs     float64 `json:"cpu_secs"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
-		return run, fmt.Errorf("rawconsume output %q: %w", out, err)
+		return run, fmt.Errorf("%s output %q: %w", bin, out, err)
 	}
 	run.Records, run.Seconds, run.Rate, run.ProcessSecs = res.Records, res.Seconds, res.Rate, res.ProcessSecs
 	run.CPU["self"] = res.CPUSecs
@@ -362,11 +430,16 @@ func runRelayThroughput(e *kit.Env, r *TPResult, topic string, end map[int32]int
 	if err != nil {
 		return run, "", err
 	}
+	th, err := kit.ReadThreads(p.PID())
+	if err != nil {
+		return run, "", err
+	}
 	if err := p.Stop(time.Minute); err != nil {
 		return run, "", err
 	}
 	run.CPU = cpu.Stop()
 	run.CPU["self"] = p.CPU().Seconds()
+	run.CPU["rdk"] = th.Rdk.Seconds()
 	run.Seconds = doneAt.Sub(running.TS).Seconds()
 	run.ProcessSecs = doneAt.Sub(p.Start).Seconds()
 	run.Rate = float64(run.Records) / run.Seconds
