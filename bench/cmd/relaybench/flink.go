@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,7 +41,8 @@ type FlinkResult struct {
 	Loadgen     string                `json:"loadgen_command"`
 	Versions    string                `json:"versions"`
 	Build       string                `json:"build_command"`
-	Commands    map[string]string     `json:"commands"` // by kind
+	Kinds       []string              `json:"kinds,omitempty"` // run (BENCH_FLINK_KINDS); empty: all of flinkKinds
+	Commands    map[string]string     `json:"commands"`        // by kind
 	Runs        []FlinkRun            `json:"runs"`
 	Summary     map[string]FlinkStats `json:"summary"` // by kind
 }
@@ -73,8 +75,47 @@ var flinkKinds = []string{"relay", "per-record", "pre-aggregated"}
 // flinkFormatID is the XA formatID of Flink's JDBC sink (TransactionId.FORMAT_ID).
 const flinkFormatID = 202
 
-func runFlink(e *kit.Env) (*FlinkResult, error) {
-	r := &FlinkResult{Orders: int64(kit.EnvInt("BENCH_FLINK_ORDERS", 1000000)), Partitions: 4, SKUs: kit.EnvInt("BENCH_SKUS", 1000),
+// kinds are the configurations run, in flinkKinds' order.
+func (r *FlinkResult) kinds() []string {
+	if len(r.Kinds) == 0 {
+		return flinkKinds
+	}
+	return r.Kinds
+}
+
+// runFlink runs the comparison at each size of BENCH_FLINK_SIZES (orders, comma-separated; default
+// BENCH_FLINK_ORDERS, 1 000 000), in one sitting: a topic each, the sizes in the order given.
+func runFlink(e *kit.Env) ([]*FlinkResult, error) {
+	var kinds []string
+	for _, k := range strings.Split(kit.EnvString("BENCH_FLINK_KINDS", strings.Join(flinkKinds, ",")), ",") {
+		if !slices.Contains(flinkKinds, k) {
+			return nil, fmt.Errorf("BENCH_FLINK_KINDS: unknown kind %q (known: %s)", k, strings.Join(flinkKinds, ","))
+		}
+		kinds = append(kinds, k)
+	}
+	if !slices.Contains(kinds, "relay") {
+		return nil, fmt.Errorf("BENCH_FLINK_KINDS must name relay: each Flink table is checked against relay's")
+	}
+	if len(kinds) == len(flinkKinds) {
+		kinds = nil
+	}
+	var out []*FlinkResult
+	for _, size := range strings.Split(kit.EnvString("BENCH_FLINK_SIZES", strconv.Itoa(kit.EnvInt("BENCH_FLINK_ORDERS", 1000000))), ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(size))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("BENCH_FLINK_SIZES: %q is not a number of orders", size)
+		}
+		r, err := runFlinkSize(e, int64(n), kinds)
+		if err != nil {
+			return out, fmt.Errorf("%d orders: %w", n, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func runFlinkSize(e *kit.Env, orders int64, kinds []string) (*FlinkResult, error) {
+	r := &FlinkResult{Orders: orders, Partitions: 4, SKUs: kit.EnvInt("BENCH_SKUS", 1000), Kinds: kinds,
 		Windows: kit.EnvInt("BENCH_WINDOWS", 10), Subtasks: kit.EnvInt("BENCH_SUBTASKS", 2), Parallelism: 4,
 		Interval: kit.EnvDuration("BENCH_TP_INTERVAL", time.Second).String(), Commands: map[string]string{}, Summary: map[string]FlinkStats{}}
 	out := filepath.Join(e.Root, ".cache/bench/flink")
@@ -101,7 +142,7 @@ func runFlink(e *kit.Env) (*FlinkResult, error) {
 	}
 	for rep := 1; rep <= kit.EnvInt("BENCH_REPS", 3); rep++ {
 		var relay FlinkRun
-		for _, kind := range flinkKinds {
+		for _, kind := range r.kinds() {
 			run, err := runFlinkOne(e, r, topic, kind, rep, out)
 			if err != nil {
 				return nil, fmt.Errorf("%s rep %d: %w", kind, rep, err)
@@ -117,7 +158,7 @@ func runFlink(e *kit.Env) (*FlinkResult, error) {
 			r.Runs = append(r.Runs, run)
 		}
 	}
-	for _, kind := range flinkKinds {
+	for _, kind := range r.kinds() {
 		var x [6][]float64 // seconds, first, ratio, CPU self, kafka, mysql
 		for _, run := range r.Runs {
 			if run.Kind == kind {

@@ -37,6 +37,8 @@ type Results struct {
 	RSS        *RSSResult        `json:"rss,omitempty"`
 	Profile    *ProfileResult    `json:"profile,omitempty"`
 	Flink      *FlinkResult      `json:"flink,omitempty"`
+	// FlinkScale is the flink step at each of several sizes (BENCH_FLINK_SIZES), Flink the first.
+	FlinkScale []*FlinkResult `json:"flink_scale,omitempty"`
 	Group      *GroupResult      `json:"group,omitempty"`
 	Formats    *FormatsResult    `json:"formats,omitempty"`
 }
@@ -155,7 +157,16 @@ func run() error {
 	step("recovery", func() (err error) { res.Recovery, err = runRecovery(e); return })
 	step("rss", func() (err error) { res.RSS, err = runRSS(e); return })
 	step("profile", func() (err error) { res.Profile, err = runProfile(e, tpTopic, tpEnd); return })
-	step("flink", func() (err error) { res.Flink, err = runFlink(e); return })
+	step("flink", func() error {
+		sizes, err := runFlink(e)
+		if len(sizes) > 0 {
+			res.Flink, res.FlinkScale = sizes[0], nil
+			if len(sizes) > 1 {
+				res.FlinkScale = sizes
+			}
+		}
+		return err
+	})
 	step("group", func() (err error) {
 		if res.Group, err = runGroup(e); res.Group != nil {
 			m := res.Machine

@@ -160,6 +160,9 @@ func render(res *Results) string {
 	if fl := res.Flink; fl != nil {
 		renderFlink(w, fl)
 	}
+	if len(res.FlinkScale) > 1 {
+		renderFlinkScale(w, res.FlinkScale)
+	}
 	if f := res.Formats; f != nil {
 		renderFormats(w, f)
 	}
@@ -319,6 +322,18 @@ func targets(res *Results) [][3]string {
 			fmt.Sprintf("fresh %s ms; %d checkpoints of history %s ms", ms(c.ToFirstCommit), rc.History, ms(l.ToFirstCommit)),
 			yes(c.ToFirstCommit < 1 && l.ToFirstCommit > 0 && l.ToFirstCommit < 1)})
 	}
+	if n := len(res.FlinkScale); n > 1 {
+		big := res.FlinkScale[n-1]
+		if s, ok := big.Summary["pre-aggregated"]; ok && slices.Contains(big.kinds(), "pre-aggregated") {
+			var each []string
+			for _, fl := range res.FlinkScale {
+				each = append(each, fmt.Sprintf("%s: %.2f×", kps(float64(fl.Orders)), fl.Summary["pre-aggregated"].Ratio))
+			}
+			out = append(out, [3]string{"relay ≥ 2× Flink's pre-aggregating XA job at the largest size, one sitting (issue 37: 20 M orders)",
+				fmt.Sprintf("%s orders: relay %.2f s, Flink %.2f s, %.2f× (every size: %s)", kps(float64(big.Orders)), big.Summary["relay"].Seconds, s.Seconds, s.Ratio, strings.Join(each, ", ")),
+				yes(s.Ratio >= 2 && big.Orders >= 20000000)})
+		}
+	}
 	return out
 }
 
@@ -328,7 +343,7 @@ func renderFlink(w func(string, ...any), fl *FlinkResult) {
 	w("%d orders in %d partitions, %d skus × %d windows, produced by `%s`. Each repetition runs relay XA (%d subtasks), Flink writing every record as an additive upsert (per-record), and Flink summing per key and writing once per checkpoint (pre-aggregated), each on a fresh database reading the topic from offset 0, checkpoint interval %s. Time: process start (exec) → the first poll (every 25 ms) at which `SUM(order_count)` of `order_stats_minute` equals the orders produced; every Flink table equals relay's of the same repetition (rows, `SUM(order_count)`, `SUM(amount_sum)`, `BIT_XOR` of each row's CRC32). Flink runs in-process (a local MiniCluster in one JVM), parallelism %d, EXACTLY_ONCE checkpoints, KafkaSource read_committed, keyBy (window, sku), JdbcSink.buildExactlyOnce (MySQL Connector/J XA, a connection per transaction, READ COMMITTED, batches flushed at the checkpoint only), no restarts. CPU seconds are read when the totals are reached. Versions: %s.\n\n",
 		fl.Orders, fl.Partitions, fl.SKUs, fl.Windows, fl.Loadgen, fl.Subtasks, fl.Interval, fl.Parallelism, fl.Versions)
 	w("| configuration | median time | median orders/s | relay ÷ this, orders/s (median of per-repetition ratios) | per-repetition time | to first record (Flink) / to consuming (relay) | CPU s of the process | Kafka CPU s | MariaDB CPU s |\n|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
-	for _, kind := range flinkKinds {
+	for _, kind := range fl.kinds() {
 		s := fl.Summary[kind]
 		var per []string
 		for _, r := range fl.Runs {
@@ -344,10 +359,31 @@ func renderFlink(w func(string, ...any), fl *FlinkResult) {
 		w("\nTable of every run: `%s`.\n", fl.Runs[0].Checksum)
 	}
 	w("\n```sh\n%s\n", fl.Build)
-	for _, kind := range flinkKinds {
+	for _, kind := range fl.kinds() {
 		w("# %s\n%s\n", kind, fl.Commands[kind])
 	}
 	w("```\n\n")
+}
+
+// renderFlinkScale is the flink step at several sizes, one sitting: relay against each Flink
+// configuration run, by size.
+func renderFlinkScale(w func(string, ...any), sizes []*FlinkResult) {
+	w("#### At each size, one sitting\n\nThe same comparison at each size (a topic of its own; the first size's details are above). Time from process start to exact totals (median of the repetitions); CPU seconds of the process; the ratio is the median of the per-repetition ratios of Flink's time to relay's.\n\n")
+	w("| orders | relay XA: time, orders/s, CPU s | Flink pre-aggregated: time, CPU s | relay ÷ Flink pre-aggregated | Flink per-record: time, CPU s | relay ÷ Flink per-record |\n|---:|---|---|---:|---|---:|\n")
+	for _, fl := range sizes {
+		rl := fl.Summary["relay"]
+		cell := func(kind string) (string, string) {
+			s, ok := fl.Summary[kind]
+			if !ok || !slices.Contains(fl.kinds(), kind) {
+				return "–", "–"
+			}
+			return fmt.Sprintf("%.2f s, %.1f", s.Seconds, s.CPU), fmt.Sprintf("**%.2f×**", s.Ratio)
+		}
+		pa, par := cell("pre-aggregated")
+		pr, prr := cell("per-record")
+		w("| %s | %.2f s, %s, %.1f | %s | %s | %s | %s |\n", kps(float64(fl.Orders)), rl.Seconds, kps(rl.Rate), rl.CPU, pa, par, pr, prr)
+	}
+	w("\n")
 }
 
 // renderGroup is the group step's section.
