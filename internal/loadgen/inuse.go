@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/relay-sh/relay/internal/fault"
 )
 
 // TopicUse is what Kafka shows of a topic's use.
@@ -46,16 +48,27 @@ func (u TopicUse) String() string {
 	return strings.Join(why, "; ")
 }
 
-// CheckTopicUse asks brokers what reads or wrote topic, within 30 s.
+// CheckTopicUse asks brokers what reads or wrote topic, within 30 s. A broker's passing answer (a
+// partition without its leader yet, as just after the topic was created) is asked again, backing
+// off; only a lasting one is an error.
 func CheckTopicUse(ctx context.Context, brokers, topic string) (TopicUse, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	u := TopicUse{Topic: topic}
 	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": brokers})
 	if err != nil {
-		return u, err
+		return TopicUse{Topic: topic}, err
 	}
 	defer a.Close()
+	var u TopicUse
+	err = fault.Do(ctx, fault.DefaultPolicy(), func(ctx context.Context) error {
+		u, err = checkTopicUse(ctx, a, topic)
+		return err
+	}, nil)
+	return u, err
+}
+
+func checkTopicUse(ctx context.Context, a *kafka.AdminClient, topic string) (TopicUse, error) {
+	u := TopicUse{Topic: topic}
 	td, err := a.DescribeTopics(ctx, kafka.NewTopicCollectionOfTopicNames([]string{topic}))
 	if err != nil {
 		return u, fmt.Errorf("describe topic %s: %w", topic, err)

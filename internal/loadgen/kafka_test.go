@@ -55,6 +55,19 @@ func TestProgressLines(t *testing.T) {
 	}
 }
 
+// A topic checked the moment it was created, while its partitions may still lack a leader (the
+// broker answers "not leader"), is seen unused, not refused: the check asks again.
+func TestTopicUseJustCreated(t *testing.T) {
+	brokers := testenv.Brokers(t)
+	ctx := testenv.Context(t, 2*time.Minute)
+	for range 5 {
+		topic := testenv.Topic(t, 16)
+		if u, err := CheckTopicUse(ctx, brokers, topic); err != nil || !u.Exists || u.InUse() {
+			t.Fatalf("a topic just created: %+v, %v", u, err)
+		}
+	}
+}
+
 // CheckTopicUse sees each sign of use Kafka shows: records, a consumer group with a member assigned
 // to the topic, a consumer group with a committed offset (as relay's kafka.group_id has); an empty
 // topic and a missing one show none.
