@@ -2,7 +2,9 @@
 // own librdkafka settings (read_committed, manual assignment, no commits), reading every partition
 // of a topic from offset 0 to its end offset and doing nothing but count. --reader poll (the
 // default) is confluent-kafka-go's Poll, a *kafka.Message per record; --reader batch is relay's
-// own read path (internal/consumer: one cgo call per batch), with nothing of relay after it.
+// own read path (internal/consumer: one cgo call per batch), with nothing of relay after it;
+// --reader franz is franz-go, a Kafka client in Go without librdkafka (its own defaults,
+// read_committed; -X does not apply).
 //
 // It prints one JSON object: records read and the time from the first record to the last.
 package main
@@ -17,6 +19,8 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"go.uber.org/zap"
 
@@ -39,7 +43,7 @@ func main() {
 	brokers := flag.String("brokers", "127.0.0.1:19092", "Kafka bootstrap servers")
 	topic := flag.String("topic", "", "topic to read")
 	limit := flag.Duration("timeout", 10*time.Minute, "give up after this long")
-	reader := flag.String("reader", "poll", "poll: confluent-kafka-go's Poll; batch: relay's consumer.Read")
+	reader := flag.String("reader", "poll", "poll: confluent-kafka-go's Poll; batch: relay's consumer.Read; franz: franz-go's PollFetches")
 	props := map[string]string{}
 	flag.Func("X", "extra librdkafka property key=value (repeatable; for experiments, not used by make bench)", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")
@@ -57,8 +61,10 @@ func main() {
 	read := run
 	if *reader == "batch" {
 		read = runBatch
+	} else if *reader == "franz" {
+		read = runFranz
 	} else if *reader != "poll" {
-		fmt.Fprintln(os.Stderr, "rawconsume: --reader is poll or batch")
+		fmt.Fprintln(os.Stderr, "rawconsume: --reader is poll, batch or franz")
 		os.Exit(2)
 	}
 	r, err := read(*brokers, *topic, props, start, *limit)
@@ -182,6 +188,64 @@ func runBatch(brokers, topic string, props map[string]string, start time.Time, l
 				last = time.Now()
 			}
 		}
+	}
+	return r.finish(start, first, last), nil
+}
+
+// runFranz reads with franz-go: every partition from its start, read_committed, franz-go's own
+// fetch settings. The end offsets are asked of the brokers through franz-go's admin client first.
+func runFranz(brokers, topic string, _ map[string]string, start time.Time, limit time.Duration) (result, error) {
+	var r result
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	seeds := strings.Split(brokers, ",")
+	admin, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		return r, err
+	}
+	ends, err := kadm.NewClient(admin).ListEndOffsets(ctx, topic)
+	admin.Close()
+	if err != nil {
+		return r, err
+	}
+	end := map[int32]int64{}
+	from := map[int32]kgo.Offset{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil && o.Offset > 0 {
+			end[o.Partition] = o.Offset
+			from[o.Partition] = kgo.NewOffset().AtStart()
+		}
+	})
+	if len(end) == 0 {
+		return r, fmt.Errorf("topic %s is empty or missing", topic)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}))
+	if err != nil {
+		return r, err
+	}
+	defer cl.Close()
+	left := len(end)
+	var first, last time.Time
+	for left > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return r, fmt.Errorf("timed out after %d records", r.Records)
+		}
+		if errs := fs.Errors(); len(errs) > 0 {
+			return r, errs[0].Err
+		}
+		fs.EachRecord(func(rec *kgo.Record) {
+			if r.Records == 0 {
+				first = time.Now()
+			}
+			r.Records++
+			r.PayloadBytes += int64(len(rec.Value))
+			if rec.Offset+1 == end[rec.Partition] {
+				left--
+				last = time.Now()
+			}
+		})
 	}
 	return r.finish(start, first, last), nil
 }

@@ -104,7 +104,7 @@ func render(res *Results) string {
 			}
 			w("\n")
 		}
-		w("%d orders in %d partitions, %d skus × %d windows (%d keys), produced by `%s` in %.1f s. relay: %d subtasks, checkpoint interval %s. Medians of %d repetitions; each repetition runs, for each client setting, the bare consumer (confluent-kafka-go's `Poll`), the bare consumer on relay's batch reader, librdkafka's own C batch read (bench/creader: `rd_kafka_consume_batch_queue`, 10 000 messages a call, linked against the librdkafka archive confluent-kafka-go bundles) under the same settings and, once a repetition, under librdkafka's defaults, then relay XA, held and XA+append, each relay run on a fresh database and job reading the topic from offset 0. The ratio is to the first (the issue's baseline); the ratio to the second says how much of the reading relay's work costs; the ratio to librdkafka's C read is end to end on both sides (process start to exact totals visible, against process start to the C reader's last record), to the faster of its two settings.\n\n",
+		w("%d orders in %d partitions, %d skus × %d windows (%d keys), produced by `%s` in %.1f s. relay: %d subtasks, checkpoint interval %s. Medians of %d repetitions; each repetition runs, for each client setting, the bare consumer (confluent-kafka-go's `Poll`), the bare consumer on relay's batch reader, librdkafka's own C batch read (bench/creader: `rd_kafka_consume_batch_queue`, 10 000 messages a call, linked against the librdkafka archive confluent-kafka-go bundles) under the same settings and, once a repetition, under librdkafka's defaults and franz-go's bare read (a Go client without librdkafka, for scale), then relay XA, held and XA+append, each relay run on a fresh database and job reading the topic from offset 0. The ratio is to the first (the issue's baseline); the ratio to the second says how much of the reading relay's work costs; the ratio to librdkafka's C read is end to end on both sides (process start to exact totals visible, against process start to the C reader's last record), to the faster of its two settings.\n\n",
 			tp.Orders, tp.Partitions, tp.SKUs, tp.Windows, tp.SKUs*tp.Windows, tp.Loadgen, tp.ProduceSecs, tp.Subtasks, tp.Interval, countReps(tp))
 		w("| client settings | configuration | median time | median orders/s | ratio to the bare consumer (median of per-repetition ratios) | ratio to the bare consumer on relay's reader | ratio to librdkafka's C read, from process start | per-repetition orders/s | steady orders/s (XA, between first and last decision) | CPU s of the process per 1M orders (of it librdkafka's threads) | Kafka CPU s per 1M orders | MariaDB CPU s per 1M orders |\n|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
 		for _, key := range tp.keys() {
@@ -119,6 +119,7 @@ func render(res *Results) string {
 			name := map[string]string{"baseline": "bare consumer, confluent-kafka-go `Poll` (bench/cmd/rawconsume)",
 				"reader": "bare consumer on relay's batch reader (`rawconsume --reader batch`)", "xa": "relay, XA", "held": "relay, held",
 				"creader": "librdkafka's C batch read (bench/creader)", "creader-defaults": "librdkafka's C batch read, librdkafka's defaults",
+				"franz": "franz-go's bare read, its own defaults (`rawconsume --reader franz`)",
 				"xa+append": "relay, XA + append sink"}[kind]
 			cl := tp.clientName(client)
 			steady := "–"
@@ -138,6 +139,9 @@ func render(res *Results) string {
 			}
 			if kind == "creader-defaults" {
 				cl = "librdkafka's defaults"
+			}
+			if kind == "franz" {
+				cl = "franz-go's defaults"
 			}
 			w("| %s | %s | %.2f s | **%s** | **%.2f×** | %s | %s | %s | %s | %s | %.1f | %.1f |\n", cl, name, s.MedianSeconds, kps(s.MedianRate), s.MedianRatio,
 				rr, cr, strings.Join(per, ", "), steady, cpu, s.KafkaCPU/(float64(tp.Orders)/1e6), s.MySQLCPU/(float64(tp.Orders)/1e6))

@@ -145,7 +145,7 @@ var clientNames = map[string]string{
 // kind, rate, rep); the rest feeds the summary's medians and the log.
 type TPRun struct {
 	Client      string             `json:"client"` // shipped | backoff-1s (librdkafka properties, both sides)
-	Kind        string             `json:"kind"`   // baseline | reader | creader | creader-defaults | xa | held | xa+append
+	Kind        string             `json:"kind"`   // baseline | reader | creader | creader-defaults | franz | xa | held | xa+append
 	Rate        float64            `json:"rate"`   // records/s over Seconds
 	Rep         int                `json:"rep"`    // the repetition, which crossRatio pairs runs by
 	Records     int64              `json:"-"`
@@ -255,6 +255,14 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 			}
 			if client != r.Clients[0] {
 				ceiling = max(ceiling, r.defaultsCeiling(rep))
+			} else {
+				// franz-go's bare read, for scale: a Go client without librdkafka.
+				fr, err := runBaseline(e, topic, client, "franz", rep)
+				if err != nil {
+					return nil, "", nil, err
+				}
+				fr.Ratio = fr.Rate / base.Rate
+				r.Runs = append(r.Runs, fr)
 			}
 			for _, kind := range r.Kinds {
 				run, env, err := runRelayThroughput(e, r, topic, end, client, kind, rep)
@@ -303,7 +311,11 @@ func runThroughput(e *kit.Env) (*TPResult, string, map[int32]int64, error) {
 func (r *TPResult) keys() []string {
 	var out []string
 	for _, c := range r.Clients {
-		for _, k := range append(append([]string{"baseline", "reader"}, cKinds(c == r.Clients[0])...), r.Kinds...) {
+		kinds := append([]string{"baseline", "reader"}, cKinds(c == r.Clients[0])...)
+		if c == r.Clients[0] {
+			kinds = append(kinds, "franz")
+		}
+		for _, k := range append(kinds, r.Kinds...) {
 			out = append(out, c+"/"+k)
 		}
 	}
@@ -356,7 +368,8 @@ func relayProperties() []string {
 
 // runBaseline runs a bare reader: kind "baseline" is confluent-kafka-go's Poll, "reader" relay's
 // batch reader (rawconsume --reader), "creader" librdkafka's C batch read under relay's settings
-// (bench/creader), "creader-defaults" the same under librdkafka's defaults.
+// (bench/creader), "creader-defaults" the same under librdkafka's defaults, "franz" franz-go's
+// bare read under its own defaults (rawconsume --reader franz).
 func runBaseline(e *kit.Env, topic, client, kind string, rep int) (TPRun, error) {
 	run := TPRun{Client: client, Kind: kind, Rep: rep}
 	cpu := e.StartCPU(nil)
@@ -371,8 +384,10 @@ func runBaseline(e *kit.Env, topic, client, kind string, rep int) (TPRun, error)
 		}
 	case "creader-defaults":
 		bin = "creader"
+	case "franz":
+		args = append(args, "--reader", "franz")
 	}
-	if p := clientProps[client]; p != "" && kind != "creader-defaults" {
+	if p := clientProps[client]; p != "" && kind != "creader-defaults" && kind != "franz" {
 		for _, kv := range strings.Split(p, ",") {
 			args = append(args, "-X", kv)
 		}
