@@ -106,27 +106,16 @@ func run(brokers, topic string, props map[string]string, start time.Time, limit 
 	if err := c.Assign(tps); err != nil {
 		return r, err
 	}
-	left := len(end)
+	pr := newProgress(end)
 	deadline := time.Now().Add(limit)
-	var first, last time.Time
-	for left > 0 {
+	for pr.left > 0 {
 		ev := c.Poll(20)
 		switch e := ev.(type) {
 		case *kafka.Message:
 			if e.TopicPartition.Error != nil {
 				return r, e.TopicPartition.Error
 			}
-			// The clock is read only when needed (a read per record would be a few percent of a
-			// consumer that does nothing else): the end is the record that finishes the last partition.
-			if r.Records == 0 {
-				first = time.Now()
-			}
-			r.Records++
-			r.PayloadBytes += int64(len(e.Value))
-			if int64(e.TopicPartition.Offset)+1 == end[e.TopicPartition.Partition] {
-				left--
-				last = time.Now()
-			}
+			pr.saw(&r, e.TopicPartition.Partition, int64(e.TopicPartition.Offset), len(e.Value))
 		case kafka.Error:
 			if e.IsFatal() {
 				return r, e
@@ -137,7 +126,31 @@ func run(brokers, topic string, props map[string]string, start time.Time, limit 
 			}
 		}
 	}
-	return r.finish(start, first, last), nil
+	return r.finish(start, pr.first, pr.last), nil
+}
+
+// progress counts records until each partition's end offset was read.
+type progress struct {
+	end         map[int32]int64
+	left        int // partitions not read to their end
+	first, last time.Time
+}
+
+func newProgress(end map[int32]int64) *progress { return &progress{end: end, left: len(end)} }
+
+// saw counts one record. The clock is read only when needed (a read per record would be a few
+// percent of a consumer that does nothing else): the end is the record that finishes the last
+// partition.
+func (p *progress) saw(r *result, part int32, offset int64, size int) {
+	if r.Records == 0 {
+		p.first = time.Now()
+	}
+	r.Records++
+	r.PayloadBytes += int64(size)
+	if offset+1 == p.end[part] {
+		p.left--
+		p.last = time.Now()
+	}
 }
 
 // runBatch is run through relay's consumer: its Assign (from the start) and its batch Read.
@@ -166,30 +179,21 @@ func runBatch(brokers, topic string, props map[string]string, start time.Time, l
 	if len(end) == 0 {
 		return r, fmt.Errorf("topic %s is empty or missing", topic)
 	}
-	left := len(end)
+	pr := newProgress(end)
 	b := consumer.DefaultBatch()
-	var first, last time.Time
-	for left > 0 {
+	for pr.left > 0 {
 		if err := c.Read(20*time.Millisecond, b); err != nil {
 			return r, err
 		}
 		if len(b.Records) == 0 && ctx.Err() != nil {
 			return r, fmt.Errorf("timed out after %d records", r.Records)
 		}
-		if len(b.Records) > 0 && r.Records == 0 {
-			first = time.Now()
-		}
 		for i := range b.Records {
 			rec := &b.Records[i]
-			r.Records++
-			r.PayloadBytes += int64(len(rec.Value))
-			if rec.Offset+1 == end[rec.Partition] {
-				left--
-				last = time.Now()
-			}
+			pr.saw(&r, rec.Partition, rec.Offset, len(rec.Value))
 		}
 	}
-	return r.finish(start, first, last), nil
+	return r.finish(start, pr.first, pr.last), nil
 }
 
 // runFranz reads with franz-go: every partition from its start, read_committed, franz-go's own
@@ -225,9 +229,8 @@ func runFranz(brokers, topic string, _ map[string]string, start time.Time, limit
 		return r, err
 	}
 	defer cl.Close()
-	left := len(end)
-	var first, last time.Time
-	for left > 0 {
+	pr := newProgress(end)
+	for pr.left > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			return r, fmt.Errorf("timed out after %d records", r.Records)
@@ -235,19 +238,9 @@ func runFranz(brokers, topic string, _ map[string]string, start time.Time, limit
 		if errs := fs.Errors(); len(errs) > 0 {
 			return r, errs[0].Err
 		}
-		fs.EachRecord(func(rec *kgo.Record) {
-			if r.Records == 0 {
-				first = time.Now()
-			}
-			r.Records++
-			r.PayloadBytes += int64(len(rec.Value))
-			if rec.Offset+1 == end[rec.Partition] {
-				left--
-				last = time.Now()
-			}
-		})
+		fs.EachRecord(func(rec *kgo.Record) { pr.saw(&r, rec.Partition, rec.Offset, len(rec.Value)) })
 	}
-	return r.finish(start, first, last), nil
+	return r.finish(start, pr.first, pr.last), nil
 }
 
 // finish sets the times and rates of a run that read its first record at first and its last at last.
