@@ -38,7 +38,6 @@ type Avro struct {
 
 // avroSchema is one writer schema resolved against the spec's fields, or why it cannot be.
 type avroSchema struct {
-	schema avro.Schema
 	// into is a pointer to the struct each record is decoded into (reused: every field of it is
 	// a writer field, so each record overwrites all of them), ptr the same pointer as hamba's
 	// decoders and field take it; dec is hamba's decoder of the schema into that struct, looked
@@ -311,7 +310,7 @@ func (a *Avro) resolve(schema avro.Schema) (*avroSchema, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: the top level is %s", errBadSchema, schema.Type())
 	}
-	s := &avroSchema{schema: schema, fields: make([]avroField, len(a.fields))}
+	s := &avroSchema{fields: make([]avroField, len(a.fields))}
 	wants := make([]wanted, len(a.fields))
 	for i, f := range a.fields {
 		wants[i] = wanted{i, f.Path}
