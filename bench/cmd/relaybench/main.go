@@ -39,8 +39,8 @@ type Results struct {
 	Flink      *FlinkResult      `json:"flink,omitempty"`
 	// FlinkScale is the flink step at each of several sizes (BENCH_FLINK_SIZES), Flink the first.
 	FlinkScale []*FlinkResult `json:"flink_scale,omitempty"`
-	Group      *GroupResult      `json:"group,omitempty"`
-	Formats    *FormatsResult    `json:"formats,omitempty"`
+	Group      *GroupResult   `json:"group,omitempty"`
+	Formats    *FormatsResult `json:"formats,omitempty"`
 }
 
 // Step records the provenance of one step's results.

@@ -119,7 +119,7 @@ func render(res *Results) string {
 			name := map[string]string{"baseline": "bare consumer, confluent-kafka-go `Poll` (bench/cmd/rawconsume)",
 				"reader": "bare consumer on relay's batch reader (`rawconsume --reader batch`)", "xa": "relay, XA", "held": "relay, held",
 				"creader": "librdkafka's C batch read (bench/creader)", "creader-defaults": "librdkafka's C batch read, librdkafka's defaults",
-				"franz": "franz-go's bare read, its own defaults (`rawconsume --reader franz`)",
+				"franz":     "franz-go's bare read, its own defaults (`rawconsume --reader franz`)",
 				"xa+append": "relay, XA + append sink"}[kind]
 			cl := tp.clientName(client)
 			steady := "–"

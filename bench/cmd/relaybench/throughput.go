@@ -170,14 +170,14 @@ type TPStats struct {
 	MedianReaderRatio float64 `json:"median_reader_ratio,omitempty"`
 	// MedianCRatio is relay's rate from process start to exact totals over librdkafka's C batch
 	// read's from process start to its last record, the faster of its two settings (relay kinds).
-	MedianCRatio float64 `json:"median_c_ratio,omitempty"`
-	MedianSeconds     float64 `json:"median_seconds"`
-	CPUPerMillion     float64 `json:"cpu_secs_per_million"`
-	RdkPerMillion     float64 `json:"librdkafka_cpu_secs_per_million,omitempty"` // relay: the part of it librdkafka's threads ran
-	KafkaCPU          float64 `json:"kafka_cpu_secs"`
-	MySQLCPU          float64 `json:"mysql_cpu_secs"`
-	MedianProcSecs    float64 `json:"median_process_secs"`
-	MedianSteady      float64 `json:"median_steady_rate,omitempty"`
+	MedianCRatio   float64 `json:"median_c_ratio,omitempty"`
+	MedianSeconds  float64 `json:"median_seconds"`
+	CPUPerMillion  float64 `json:"cpu_secs_per_million"`
+	RdkPerMillion  float64 `json:"librdkafka_cpu_secs_per_million,omitempty"` // relay: the part of it librdkafka's threads ran
+	KafkaCPU       float64 `json:"kafka_cpu_secs"`
+	MySQLCPU       float64 `json:"mysql_cpu_secs"`
+	MedianProcSecs float64 `json:"median_process_secs"`
+	MedianSteady   float64 `json:"median_steady_rate,omitempty"`
 }
 
 // defaultOrders is the size of the throughput topic: several million orders, so that relay's
