@@ -264,3 +264,36 @@ func produceAll(t *testing.T, brokers, topic string, parts int32, n int, rec fun
 		}
 	}
 }
+
+// A read returns as soon as a record is there: the timeout bounds the wait for the first record,
+// not for a fuller batch (librdkafka's batch call alone would wait for max records or the timeout,
+// holding a slow topic's records back).
+func TestReadReturnsFirstRecordWithoutWaitingForBatch(t *testing.T) {
+	brokers := testenv.Brokers(t)
+	ctx := testenv.Context(t, time.Minute)
+	topic := testenv.Topic(t, 1)
+	c, err := New(Options{Brokers: brokers, Topics: []string{topic}, GroupID: "g-" + topic, StartOffset: "earliest"}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Assign(ctx, partition.Offsets{}); err != nil {
+		t.Fatal(err)
+	}
+	produceAll(t, brokers, topic, 1, 3, func(int32, int) ([]byte, time.Time) { return []byte("v"), time.Time{} })
+	b := NewBatch(512, 1<<16)
+	read := 0
+	for deadline := time.Now().Add(30 * time.Second); read < 3 && time.Now().Before(deadline); {
+		start := time.Now()
+		if err := c.Read(10*time.Second, b); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); len(b.Records) > 0 && took > 5*time.Second {
+			t.Fatalf("a read of %d records took %s: it waited for a fuller batch, not for the first record", len(b.Records), took)
+		}
+		read += len(b.Records)
+	}
+	if read != 3 {
+		t.Fatalf("read %d records, want 3", read)
+	}
+}
