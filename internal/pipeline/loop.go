@@ -122,7 +122,7 @@ func (s *session) lost(ch *membership.Change) error {
 // one) and hands its memory back to the poll.
 func (s *session) foldBatch(b *polled, free chan<- *polled) error {
 	s.lastRecord = time.Now()
-	defer s.endRun()
+	defer s.endStreak()
 	for i := range b.recs.Records {
 		if err := s.fold(&b.recs.Records[i], &b.dec[i]); err != nil {
 			return err
@@ -297,7 +297,7 @@ func (s *session) fold(msg *consumer.Record, d *decoded) error {
 	p := s.p
 	e := s.cur
 	if !s.streak.on || msg.Partition != s.streak.part || msg.Topic != s.streak.topic {
-		s.endRun()
+		s.endStreak()
 		ps := s.positions[msg.Topic]
 		if _, ok := ps[msg.Partition]; !ok {
 			// librdkafka drops what it fetched of a partition before its unassignment, and the poll is
@@ -397,9 +397,9 @@ type streak struct {
 	parts map[int32]int64 // positions[topic]
 }
 
-// endRun writes the current streak's next offset to positions. Every fold of a batch ends with it, so
+// endStreak writes the current streak's next offset to positions. Every fold of a batch ends with it, so
 // between batches, where epochs are cut and partitions move, positions are whole.
-func (s *session) endRun() {
+func (s *session) endStreak() {
 	if s.streak.on {
 		s.streak.parts[s.streak.part] = s.streak.next
 		s.streak.on = false

@@ -72,7 +72,7 @@ type session struct {
 	subs         []chan<- commit.Batch // each subtask's input, in order (commit.Subtask.Data)
 	wg           sync.WaitGroup
 	positions    partition.Offsets                 // next offset per partition, as of the records folded so far
-	streak       streak                            // the partition of the batch's current run of records
+	streak       streak                            // the partition of the batch's current streak of records
 	begin        partition.Offsets                 // positions at the session's start
 	decided      atomic.Pointer[partition.Offsets] // offsets of the last decided checkpoint
 	decidedMu    sync.Mutex                        // held while decided is changed (updateDecided)
