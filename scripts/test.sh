@@ -33,6 +33,9 @@ if [ $# -gt 0 ]; then
   exec go test -count=1 "$@"
 fi
 go test -count=1 -timeout 30m ./...
+# The poll and its decode helpers share batches and decoders between goroutines: their tests run
+# under the race detector too (seconds; -short: without services).
+go test -count=1 -race -short ./internal/pipeline
 # deploy/k8s/schema is its own module (k8s.io/api stays out of the product's; `./...` does not
 # descend into it): the Kubernetes manifests decoded strictly into the API's own types.
 go -C deploy/k8s/schema test -count=1 ./...

@@ -139,14 +139,14 @@ func owner() string {
 
 func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	log.Info("starting", zap.String("job", cfg.Job.Name), zap.String("instance", cfg.Instance), zap.String("mode", string(cfg.Mode)),
-		zap.Int("subtasks", cfg.Subtasks), zap.Duration("checkpoint_interval", cfg.Checkpoint.Interval),
+		zap.Int("subtasks", cfg.Subtasks), zap.Int("decoders", cfg.DecodeGoroutines()), zap.Duration("checkpoint_interval", cfg.Checkpoint.Interval),
 		zap.String("mysql", database.Redact(cfg.MySQL.DSN)), zap.Int("gc_heap_floor_mib", cfg.GCFloorMiB),
 		zap.String("gogc_env", os.Getenv("GOGC")), zap.String("version", metrics.Version))
 	plan, err := cfg.Plan()
 	if err != nil {
 		return err
 	}
-	dec, err := cfg.Decoder(plan)
+	decs, err := cfg.Decoders(plan)
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stopWatching := context.AfterFunc(g.Context(), cancel) // the HTTP server failed: stop waiting
-	drift, galera, err := waitForServices(wctx, &cfg, plan, dec, sinkDB, led, copts, gate, log)
+	drift, galera, err := waitForServices(wctx, &cfg, plan, decs[0], sinkDB, led, copts, gate, log)
 	stopWatching()
 	if err != nil {
 		g.Stop()
@@ -232,8 +232,10 @@ func runJob(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 			return err
 		}
 	}
-	format.Observe(dec, format.Observer{Resolved: m.SchemasResolved.Inc, Evicted: m.SchemasEvicted.Inc})
-	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Decoder: dec, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
+	for _, dec := range decs {
+		format.Observe(dec, format.Observer{Resolved: m.SchemasResolved.Inc, Evicted: m.SchemasEvicted.Inc})
+	}
+	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Decoders: decs, Log: log.Named("pipeline"), Metrics: m, Sink: sinkDB,
 		Ledger: led, Fence: ledger.FenceConfig{Owner: owner(), Lease: cfg.Job.Lease, Pools: pools, TakeOver: true,
 			Readyz: ops.AdvertisedReadyz(srv.Addr(), host), Cluster: galera.On},
 		Fenced:      func(ctx context.Context) error { return recordSpec(ctx, drift, led, log.Named("spec")) },

@@ -62,6 +62,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"mysql.tls_ca_file", func(c *Config) { c.MySQL.TLSCAFile = "/nonexistent/ca.pem" }, "no such file"},
 		{"mysql.tls_key_file", func(c *Config) { c.MySQL.TLSCertFile = "/etc/hostname" }, "go together"},
 		{"gc_heap_floor_mib", func(c *Config) { c.GCFloorMiB = -1 }, "outside"},
+		{"input.decoders", func(c *Config) { c.Input.Decoders = 17 }, "outside"},
 		{"startup_wait_timeout", func(c *Config) { c.StartupWait = -time.Second }, "negative"},
 		{"mode", func(c *Config) { c.Mode = "2pc" }, "xa or held"},
 		{"subtasks", func(c *Config) { c.Subtasks = 0 }, "outside"},

@@ -97,7 +97,7 @@ func BenchmarkSessionFold(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p := New(Deps{Config: cfg, Plan: plan, Decoder: format.NewJSON(plan), Log: zap.NewNop(), Metrics: metrics.New("bench")})
+			p := New(Deps{Config: cfg, Plan: plan, Decoders: []format.Decoder{format.NewJSON(plan)}, Log: zap.NewNop(), Metrics: metrics.New("bench")})
 			// The session reads the records' four partitions (fold refuses a record of any other).
 			s := &session{p: p, positions: partition.Offsets{"orders": {0: 0, 1: 0, 2: 0, 3: 0}}, cur: p.newEpoch(1)}
 			ctx, cancel := context.WithCancelCause(context.Background())
@@ -131,7 +131,7 @@ func BenchmarkSessionFold(b *testing.B) {
 			i, n := 0, 0
 			for b.Loop() {
 				// The reader goroutine's decode, then the loop's fold: one record's whole CPU work.
-				d.reason, d.field, _ = p.Decoder.Decode(ctx, msgs[i].Value, &d.rec)
+				d.reason, d.field, _ = p.Decoders[0].Decode(ctx, msgs[i].Value, &d.rec)
 				if err := s.fold(&msgs[i], &d); err != nil {
 					b.Fatal(err)
 				}

@@ -9,7 +9,6 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -50,7 +49,7 @@ func (s *session) run(ctx context.Context) (err error) {
 		changes = p.Member.Changes()
 	}
 	batches := make(chan *polled, 4)
-	free := make(chan *polled, pollBatches)
+	free := make(chan *polled, s.batches())
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -199,97 +198,6 @@ func (s *session) idle() bool {
 // decides it need not wait for the interval. The minimum pause still holds.
 func (s *session) hurried() bool {
 	return s.soon && !time.Now().Before(s.lastEnd.Add(s.p.Config.Checkpoint.MinPause))
-}
-
-// polled is a batch of records in the order librdkafka delivered them, each decoded, and the error
-// that ended it.
-type polled struct {
-	recs *consumer.Batch
-	dec  []decoded // dec[i] is recs.Records[i]
-	err  error
-}
-
-// decoded is a record as the decoder left it: its values (pointing into the batch's buffer) or
-// why it is bad input.
-type decoded struct {
-	rec    spec.Record
-	reason spec.Reason
-	field  string
-}
-
-// pollBatches is how many batches exist: the one being read, the channel's four, the one being
-// folded (consumer.DefaultBatch each).
-const pollBatches = 6
-
-// poll runs on its own goroutine: it reads from librdkafka and decodes, while the loop folds, so
-// the two use two cores. It stops with the session; the session closes the consumer only after it
-// returned. A batch is what librdkafka has queued once a record arrived: only the wait for the
-// first is long. (Waiting until a batch is full held a slow topic's records back: at 200
-// records/s, 256 of them took 1.3 s, unseen by the visibility histogram, which starts at the
-// fold.) The loop hands each batch back through free, so reading and decoding allocate nothing per
-// record once the batches exist. Decoding is pure: where a record goes, and what a bad one does,
-// is the fold's.
-func (s *session) poll(out chan<- *polled, free chan *polled) {
-	// parked waits while the loop moves partitions (quiesce); false when the session ended.
-	parked := func() bool {
-		select {
-		case resume := <-s.pause:
-			select {
-			case s.parked <- struct{}{}:
-			case <-resume:
-				// The loop gave up waiting (it failed folding).
-			case <-s.ctx.Done():
-				return false
-			}
-			select {
-			case <-resume:
-			case <-s.ctx.Done():
-				return false
-			}
-		default:
-		}
-		return s.ctx.Err() == nil
-	}
-	made := 0
-	for parked() {
-		var b *polled
-		select {
-		case b = <-free:
-		default:
-			if made < pollBatches {
-				made++
-				b = &polled{recs: consumer.DefaultBatch()}
-				break
-			}
-			select {
-			case b = <-free:
-			case <-s.ctx.Done():
-				return
-			}
-		}
-		// 100 ms bounds how long the goroutine takes to notice the session ended.
-		for {
-			b.err = s.cons.Read(100*time.Millisecond, b.recs)
-			if len(b.recs.Records) > 0 || b.err != nil {
-				break
-			}
-			if !parked() {
-				return
-			}
-		}
-		b.dec = slices.Grow(b.dec[:0], len(b.recs.Records))[:len(b.recs.Records)]
-		if err := s.decode(b); err != nil {
-			b.err = err
-		}
-		select {
-		case out <- b:
-		case <-s.ctx.Done():
-			return
-		}
-		if b.err != nil {
-			return
-		}
-	}
 }
 
 // fold adds one decoded record to the current epoch.

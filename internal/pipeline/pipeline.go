@@ -3,13 +3,17 @@
 // (internal/commit: the coordinator, the sink writers, recovery and the resolver).
 //
 // Layout: pipeline.go is the lifecycle (states, the restart policy, the fence); session.go one
-// session between two recoveries; loop.go its consume loop (the poll goroutine and the fold);
+// session between two recoveries; loop.go its consume loop (the fold, the cut); poll.go the
+// goroutine that reads and decodes for it;
+// decode.go the helpers that decode for the poll (input.decoders);
 // group.go partitions moving in and out of a running session, for a consumer group's member;
 // registry.go the poll's wait for a schema registry that does not answer.
 //
 // Invariants:
 //   - The poll goroutine reads batches and decodes their records, and only that: decoding is pure
-//     but for waiting out a schema registry that does not answer (registry.go).
+//     but for waiting out a schema registry that does not answer (registry.go). With
+//     input.decoders above 1 helpers decode whole batches (decode.go) and the poll hands each over
+//     once it is decoded, in the order read, all of them before it parks.
 //     One goroutine (the loop) folds them, deciding where each record goes and what a bad one
 //     does, and alone cuts epochs, between two whole batches, so the offsets recorded for
 //     checkpoint c are exactly the records folded into c.
@@ -108,13 +112,14 @@ type Deps struct {
 	// Plan is the configuration's pipeline spec, compiled (config.Config.Plan): what a record
 	// holds and which aggregate tables it folds into.
 	Plan *spec.Plan
-	// Decoder reads Plan's records in its input format (format.New); only the poll goroutine of
-	// the live session uses it.
-	Decoder format.Decoder
-	Log     *zap.Logger
-	Metrics *metrics.Metrics
-	Sink    *sql.DB
-	Ledger  *ledger.Ledger
+	// Decoders read Plan's records in its input format (format.New): the first is the poll
+	// goroutine's, and each other a helper goroutine's (decode.go, input.decoders); then the poll's
+	// decodes only what a helper left at a record the registry could not judge. At least one.
+	Decoders []format.Decoder
+	Log      *zap.Logger
+	Metrics  *metrics.Metrics
+	Sink     *sql.DB
+	Ledger   *ledger.Ledger
 	// Fence says how to take the job's fence; the pipeline takes it before its first session and
 	// again whenever its lock session is lost.
 	Fence ledger.FenceConfig

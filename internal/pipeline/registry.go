@@ -3,7 +3,8 @@
 //
 // Invariant: a record whose writer schema the registry could not give (format.ErrUnavailable: down,
 // slow, 5xx) is decoded again, after a jittered back-off bounded by registryPolicy.Max, for as long
-// as it takes, and never skipped or dead-lettered for it: the poll reads nothing past it meanwhile.
+// as it takes, and never skipped or dead-lettered for it: nothing past it is folded meanwhile (the
+// poll reads nothing more; with helpers, the batches in the decode queue were read already).
 // The wait ends only with a verdict, with the session, or when the loop asks the poll to park
 // (quiesce, to move partitions): then the batch is handed over with errRegistryWait and the session
 // restarts from the last decision, since a batch held across a move could carry records of a
@@ -31,22 +32,21 @@ var registryPolicy = fault.Policy{Initial: 100 * time.Millisecond, Max: 5 * time
 // parked.
 var errRegistryWait = fault.Classed("schema_registry", "partitions moved while a record waited for the schema registry")
 
-// decode decodes every record of b, waiting out the registry where it must. A non-nil error ends
-// the batch (and the session): the session ended, or the loop asked the poll to park meanwhile.
-func (s *session) decode(b *polled) error {
-	for i := range b.recs.Records {
-		d := &b.dec[i]
-		v := b.recs.Records[i].Value
+// settle decodes what a decoder left of b (b.left: from the record it could not judge on),
+// waiting out the registry for each such record. A non-nil error ends the batch (and the session):
+// the session ended, or the loop asked the poll to park meanwhile.
+func (s *session) settle(b *polled) error {
+	c := &b.left
+	for c.err != nil {
+		d := &b.dec[c.at]
 		var err error
-		d.reason, d.field, err = s.p.Decoder.Decode(s.ctx, v, &d.rec)
-		if err == nil {
-			continue
-		}
-		if d.reason, d.field, err = s.awaitRegistry(v, &d.rec, err); err != nil {
+		if d.reason, d.field, err = s.awaitRegistry(b.recs.Records[c.at].Value, &d.rec, c.err); err != nil {
 			// Nothing of the batch is folded: the session ends and rewinds to its last decision.
 			b.recs.Records = b.recs.Records[:0]
 			return err
 		}
+		c.from = c.at + 1
+		s.decodeChunk(s.p.Decoders[0], c)
 	}
 	return nil
 }
@@ -89,7 +89,7 @@ func (s *session) awaitRegistry(value []byte, rec *spec.Record, first error) (sp
 			break
 		}
 		asks++
-		if reason, field, err = p.Decoder.Decode(wctx, value, rec); !errors.Is(err, format.ErrUnavailable) {
+		if reason, field, err = p.Decoders[0].Decode(wctx, value, rec); !errors.Is(err, format.ErrUnavailable) {
 			break
 		}
 		p.Metrics.RegistryUnavailable.Inc()

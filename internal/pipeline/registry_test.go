@@ -37,7 +37,14 @@ func (f *flaky) Decode(ctx context.Context, payload []byte, rec *spec.Record) (s
 
 // registrySession is a session of a pipeline decoding with dec, whose back-off sleeps are
 // recorded instead of slept.
-func registrySession(t *testing.T, dec func(*spec.Plan) format.Decoder) (*session, *[]time.Duration) {
+func registrySession(t testing.TB, dec func(*spec.Plan) format.Decoder) (*session, *[]time.Duration) {
+	t.Helper()
+	return decodeSession(t, 1, dec)
+}
+
+// decodeSession is a session of a pipeline decoding with n decoders made by dec (the poll's and
+// n-1 helpers'), helpers started, whose back-off sleeps are recorded instead of slept.
+func decodeSession(t testing.TB, n int, dec func(*spec.Plan) format.Decoder) (*session, *[]time.Duration) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Job.Name = "j"
@@ -45,7 +52,11 @@ func registrySession(t *testing.T, dec func(*spec.Plan) format.Decoder) (*sessio
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := New(Deps{Config: cfg, Plan: plan, Decoder: dec(plan), Log: zap.NewNop(), Metrics: metrics.New("j")})
+	decs := make([]format.Decoder, n)
+	for i := range decs {
+		decs[i] = dec(plan)
+	}
+	p := New(Deps{Config: cfg, Plan: plan, Decoders: decs, Log: zap.NewNop(), Metrics: metrics.New("j")})
 	var slept []time.Duration
 	p.registryPolicy.Sleep = func(ctx context.Context, d time.Duration) error {
 		slept = append(slept, d)
@@ -54,8 +65,20 @@ func registrySession(t *testing.T, dec func(*spec.Plan) format.Decoder) (*sessio
 	s := &session{p: p, pause: make(chan chan struct{}, 1), parked: make(chan struct{})}
 	var cancel context.CancelCauseFunc
 	s.ctx, cancel = context.WithCancelCause(context.Background())
-	t.Cleanup(func() { cancel(nil) })
+	stop := s.startDecoders()
+	t.Cleanup(func() {
+		stop()
+		cancel(nil)
+		s.wg.Wait()
+	})
 	return s, &slept
+}
+
+// decode decodes every record of b on the poll goroutine, as the poll does with one decoder.
+func (s *session) decode(b *polled) error {
+	b.left = chunk{b: b, to: len(b.recs.Records)}
+	s.decodeChunk(s.p.Decoders[0], &b.left)
+	return s.settle(b)
 }
 
 func batchOf(values ...string) *polled {
@@ -113,22 +136,32 @@ func TestRegistryWaitJudgesTheRecord(t *testing.T) {
 // batch is folded and the session ends (errRegistryWait), since the batch could hold records of
 // partitions about to move.
 func TestRegistryWaitEnds(t *testing.T) {
-	f := &flaky{down: 1 << 30}
-	s, _ := registrySession(t, func(p *spec.Plan) format.Decoder { f.json = format.NewJSON(p); return f })
-	s.p.registryPolicy.Sleep = func(ctx context.Context, d time.Duration) error {
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	b := batchOf(`{}`)
-	done := make(chan error, 1)
-	go func() { done <- s.decode(b) }()
-	s.pause <- make(chan struct{})
-	select {
-	case err := <-done:
-		if !errors.Is(err, errRegistryWait) || len(b.recs.Records) != 0 {
-			t.Errorf("a park requested while waiting: %v, %d records left to fold; want errRegistryWait, none", err, len(b.recs.Records))
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the wait did not end when the loop asked the poll to park")
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("decoders=%d", n), func(t *testing.T) {
+			reg := &shared{down: 1 << 30}
+			s, _ := decodeSession(t, n, func(p *spec.Plan) format.Decoder { return &sharedFlaky{json: format.NewJSON(p), reg: reg} })
+			s.p.registryPolicy.Sleep = func(ctx context.Context, d time.Duration) error {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			b := batchOf(mixed(300)...)
+			done := make(chan error, 1)
+			if s.queue == nil {
+				go func() { done <- s.decode(b) }()
+			} else {
+				// A helper left the batch at its first record: the poll settles it.
+				s.queue.put(b)
+				go func() { done <- s.settle(s.queue.take(true)) }()
+			}
+			s.pause <- make(chan struct{})
+			select {
+			case err := <-done:
+				if !errors.Is(err, errRegistryWait) || len(b.recs.Records) != 0 {
+					t.Errorf("a park requested while waiting: %v, %d records left to fold; want errRegistryWait, none", err, len(b.recs.Records))
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the wait did not end when the loop asked the poll to park")
+			}
+		})
 	}
 }

@@ -87,6 +87,8 @@ type session struct {
 	// answer once it parked (quiesce).
 	pause  chan chan struct{}
 	parked chan struct{}
+	// queue is the poll's helpers, which decode its batches with input.decoders above 1 (decode.go).
+	queue *decodeQueue
 	// moved are the partitions add started reading whose first record is not folded yet. Their
 	// records waited for the hand-over already (the other member's drain, the group's rounds, the
 	// take): the fold of the first makes the next checkpoint due at once (soon, min_pause still

@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -151,9 +152,19 @@ func (e *env) environ(extraEnv []string) []string {
 		"RELAY_CHECKPOINT_INTERVAL=200ms",
 		"RELAY_CHECKPOINT_TIMEOUT=20s",
 		"RELAY_MYSQL_LOCK_WAIT_TIMEOUT=10s",
+		"RELAY_INPUT_DECODERS="+e.decoders(),
 	)
 	env = append(env, e.extra...)
 	return append(env, extraEnv...)
+}
+
+// decoders is the test's input.decoders: 1 (the poll decodes) or 3 (three helpers, more than the
+// default on 2 cores), by the test's name, so that both ways of decoding meet every fault the suite
+// makes; a test's extras may set it.
+func (e *env) decoders() string {
+	h := fnv.New32a()
+	h.Write([]byte(e.t.Name()))
+	return []string{"1", "3"}[h.Sum32()%2]
 }
 
 // wait returns the exit error, failing the test if relay does not exit in time.

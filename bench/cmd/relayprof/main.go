@@ -83,11 +83,11 @@ func run(cpuPath, allocPath, tracePath string, limit time.Duration) error {
 	led := ledger.New(db, cfg.Job.Name)
 	copts := consumer.Options{Brokers: cfg.Kafka.Brokers.String(), Topics: cfg.Kafka.Topics, GroupID: cfg.Kafka.GroupID,
 		StartOffset: cfg.Kafka.StartOffset, Properties: cfg.Kafka.Properties}
-	dec, err := cfg.Decoder(plan)
+	decs, err := cfg.Decoders(plan)
 	if err != nil {
 		return err
 	}
-	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Decoder: dec, Log: log, Metrics: m, Sink: db, Ledger: led, Fence: ledger.FenceConfig{Owner: "relayprof"},
+	p := pipeline.New(pipeline.Deps{Config: cfg, Plan: plan, Decoders: decs, Log: log, Metrics: m, Sink: db, Ledger: led, Fence: ledger.FenceConfig{Owner: "relayprof"},
 		NewConsumer: func() (*consumer.Consumer, error) { return consumer.New(copts, log) }})
 	// --- end of runJob's wiring
 
