@@ -13,6 +13,15 @@
 //     branches recovery could not reach, never touching the live session's.
 //   - Checkpoint ids only grow, above every id in the ledger and XA RECOVER: a tag is never reused.
 //
+// Three numbers are called epochs, and are not interchangeable:
+//   - a checkpoint id (Batch.Epoch, ledger.Checkpoint.ID, the <c> of an XA tag): which cut of the
+//     input a row belongs to; it only grows, within a job.
+//   - an owner epoch (ledger.Fence.Epoch): the generation of the process (or member) that holds the
+//     job's fence, one more at each take; a decision names it and counts only while it is current.
+//   - a partition's epoch (partition.Epoch, held in partition.Claims, from ledger.TakePartitions):
+//     one more each time a group member takes that partition; a member's decision counts for it
+//     only at the epoch it took it at. Its own type, so offsets cannot pass for claims.
+//
 // Files, top to bottom: tag.go (the tag format), mode.go (the modes), protocol.go (Protocol, New,
 // Deps, Settings), participant.go (one subtask's transaction), xa.go and held.go (its two
 // implementations), subtask.go (the sink writer's goroutine: batches, barrier, decision), write.go

@@ -69,7 +69,7 @@ func (c *Consumer) TopicPartitions() int { return c.total }
 
 // Only restricts the partitions Assign reads to parts (a group member's assignment, as taken in
 // the ledger). Call it before Assign.
-func (c *Consumer) Only(parts partition.Offsets) {
+func (c *Consumer) Only(parts partition.Claims) {
 	c.only = map[string]map[int32]bool{}
 	for t, ps := range parts {
 		c.only[t] = map[int32]bool{}
@@ -255,7 +255,7 @@ func (c *Consumer) Assign(ctx context.Context, from partition.Offsets) (partitio
 // Add starts reading parts as well (a group member took them during its session), each from its
 // offset in from, else from the start position, like Assign. It returns their starting positions;
 // their watermarks join AssignedWatermarks.
-func (c *Consumer) Add(ctx context.Context, parts partition.Epochs, from partition.Offsets) (partition.Offsets, error) {
+func (c *Consumer) Add(ctx context.Context, parts partition.Claims, from partition.Offsets) (partition.Offsets, error) {
 	list := map[string][]int32{}
 	if c.only == nil {
 		c.only = map[string]map[int32]bool{}
@@ -283,7 +283,7 @@ func (c *Consumer) Add(ctx context.Context, parts partition.Epochs, from partiti
 // Remove stops reading parts. librdkafka drops what it fetched of them and had not delivered (its
 // queued fetches carry the assignment's version), and so does the reader with a record it held
 // back for the next Read; what was delivered is the caller's to drop. No Read may be running.
-func (c *Consumer) Remove(parts partition.Epochs) error {
+func (c *Consumer) Remove(parts partition.Claims) error {
 	var tps []kafka.TopicPartition
 	for t, ps := range parts {
 		for p := range ps {

@@ -228,7 +228,13 @@ func TestRemoveDropsHeldRecord(t *testing.T) {
 			t.Fatalf("no full batch with records queued behind it (%d records read)", read)
 		}
 	}
-	if err := c.Remove(start); err != nil {
+	parts := partition.Claims{}
+	for t, ps := range start {
+		for p := range ps {
+			parts.Set(t, p, 1)
+		}
+	}
+	if err := c.Remove(parts); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Read(300*time.Millisecond, b); err != nil {

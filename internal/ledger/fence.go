@@ -49,16 +49,16 @@ type Fence struct {
 	TookOver *Takeover
 	// claims are the partitions a member of a group holds, at the epochs it took them at in the
 	// live session (TakePartitions); nil for an instance, whose partitions are fixed.
-	claims atomic.Pointer[partition.Epochs]
+	claims atomic.Pointer[partition.Claims]
 }
 
 // SetClaims records the partitions a group member took for its new session: every decision of the
 // session writes their owner rows, conditional on these epochs. Sessions of one process never
 // overlap, so the session that set them is the one deciding under them.
-func (f *Fence) SetClaims(e partition.Epochs) { f.claims.Store(&e) }
+func (f *Fence) SetClaims(e partition.Claims) { f.claims.Store(&e) }
 
 // Claims are the partitions the live session holds (nil: an instance, no per-partition owners).
-func (f *Fence) Claims() partition.Epochs {
+func (f *Fence) Claims() partition.Claims {
 	if c := f.claims.Load(); c != nil {
 		return *c
 	}

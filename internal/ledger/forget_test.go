@@ -23,7 +23,7 @@ func TestForgetMembers(t *testing.T) {
 		fences[id] = f
 	}
 	c := NewMember(l.DB(), l.Job(), "committing")
-	if err := c.Decide(ctx, fences["committing"].Epoch(), partition.Epochs{}, Checkpoint{ID: 1, Offsets: partition.Offsets{}}); err != nil {
+	if err := c.Decide(ctx, fences["committing"].Epoch(), partition.Claims{}, Checkpoint{ID: 1, Offsets: partition.Offsets{}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"gone", "kept", "committing"} {

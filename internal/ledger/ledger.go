@@ -238,7 +238,7 @@ func EnsureSchema(ctx context.Context, db *sql.DB) error {
 // member of a group, on claims still holding each partition of c, partowner.go). Its COMMIT is
 // the commit point of the checkpoint. An error from the COMMIT itself leaves the outcome unknown:
 // the caller must go through recovery, which reads the verdict with a locking read.
-func (l *Ledger) Decide(ctx context.Context, epoch int64, claims partition.Epochs, c Checkpoint) error {
+func (l *Ledger) Decide(ctx context.Context, epoch int64, claims partition.Claims, c Checkpoint) error {
 	offs, err := json.Marshal(c.Offsets)
 	if err != nil {
 		return err

@@ -12,17 +12,19 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/relay-sh/relay/internal/partition"
 )
 
 // PartitionOwner is one partition's owner row (relay_partition_owners).
 type PartitionOwner struct {
-	Topic      string    `json:"topic"`
-	Partition  int32     `json:"partition"`
-	OwnerEpoch int64     `json:"owner_epoch"`
-	Member     string    `json:"member"`    // the key of the member that took it last
-	Decisions  int64     `json:"decisions"` // decisions written under the current owner epoch and the ones before
-	TakenAt    time.Time `json:"taken_at"`
-	WrittenAt  time.Time `json:"written_at"` // the last decision (a take leaves it; when none, the row's creation)
+	Topic      string          `json:"topic"`
+	Partition  int32           `json:"partition"`
+	OwnerEpoch partition.Epoch `json:"owner_epoch"`
+	Member     string          `json:"member"`    // the key of the member that took it last
+	Decisions  int64           `json:"decisions"` // decisions written under the current owner epoch and the ones before
+	TakenAt    time.Time       `json:"taken_at"`
+	WrittenAt  time.Time       `json:"written_at"` // the last decision (a take leaves it; when none, the row's creation)
 }
 
 // MemberCheckpoint is the newest checkpoint a member decided: its relay_checkpoints row (XA

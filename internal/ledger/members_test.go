@@ -58,7 +58,7 @@ func TestMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 5, 1: 6}}}); err != nil {
+	if err := a.Decide(ctx, fa.Epoch(), ta.Claims, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 5, 1: 6}}}); err != nil {
 		t.Fatal(err)
 	}
 	tb, err := b.TakePartitions(ctx, fb.Epoch(), fresh("t", 2))
@@ -66,7 +66,7 @@ func TestMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id := int64(2); id <= 3; id++ {
-		if err := b.Decide(ctx, fb.Epoch(), tb.Epochs, Checkpoint{ID: id, Offsets: partition.Offsets{"t": {2: id}}}); err != nil {
+		if err := b.Decide(ctx, fb.Epoch(), tb.Claims, Checkpoint{ID: id, Offsets: partition.Offsets{"t": {2: id}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -78,7 +78,7 @@ func TestMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WriteHeldOffsets(ctx, tx, fc.Epoch(), tc.Epochs, 7, partition.Offsets{"t": {3: 9}}); err != nil {
+	if err := c.WriteHeldOffsets(ctx, tx, fc.Epoch(), tc.Claims, 7, partition.Offsets{"t": {3: 9}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {

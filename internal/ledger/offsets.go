@@ -92,7 +92,7 @@ func (l *Ledger) upsertOffsets(ctx context.Context, conn Execer, id int64, offs 
 // WriteHeldOffsets checks the fence and records offs for checkpoint id inside the caller's open
 // held-mode transaction on conn, then writes the owner row (owner.go); the caller's COMMIT makes
 // them durable with the data.
-func (l *Ledger) WriteHeldOffsets(ctx context.Context, conn Execer, epoch int64, claims partition.Epochs, id int64, offs partition.Offsets) error {
+func (l *Ledger) WriteHeldOffsets(ctx context.Context, conn Execer, epoch int64, claims partition.Claims, id int64, offs partition.Offsets) error {
 	var cur int64
 	if err := conn.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ? LOCK IN SHARE MODE`, l.key).Scan(&cur); err != nil {
 		return fmt.Errorf("held fence check: %w", err)

@@ -56,12 +56,12 @@ var ErrPartitionTaken = fault.Classed("partition_taken", "a partition of this ch
 type Want struct {
 	Topic     string
 	Partition int32
-	Held      int64
+	Held      partition.Epoch
 }
 
 // Taken is the outcome of TakePartitions.
 type Taken struct {
-	Epochs    partition.Epochs  // the owner epoch of each partition taken
+	Claims    partition.Claims  // the owner epoch of each partition taken
 	Offsets   partition.Offsets // each taken partition's committed offset (absent: never decided)
 	Lost      []Want            // held partitions another member took meanwhile: not taken
 	Handovers []Handover        // fresh takes of partitions a process decided before
@@ -102,7 +102,7 @@ func (l *Ledger) TakePartitions(ctx context.Context, epoch int64, want []Want) (
 }
 
 func (l *Ledger) take(ctx context.Context, epoch int64, want []Want) (Taken, error) {
-	out := Taken{Epochs: partition.Epochs{}, Offsets: partition.Offsets{}}
+	out := Taken{Claims: partition.Claims{}, Offsets: partition.Offsets{}}
 	tx, err := l.db.BeginTx(ctx, nil)
 	if err != nil {
 		return out, fmt.Errorf("take partitions: %w", err)
@@ -126,7 +126,8 @@ func (l *Ledger) take(ctx context.Context, epoch int64, want []Want) (Taken, err
 		// written_at is the last decision's (a take leaves it): how long the partition went
 		// undecided, measured on one clock (a Galera node's skew against the deciding node's shows
 		// in it; a negative difference counts as none).
-		var cur, decisions, sinceUS int64
+		var cur partition.Epoch
+		var decisions, sinceUS int64
 		var member string
 		if err := tx.QueryRowContext(ctx, `SELECT owner_epoch, member, decisions, TIMESTAMPDIFF(MICROSECOND, written_at, UTC_TIMESTAMP(6))
 			FROM relay_partition_owners WHERE job = ? AND topic = ? AND kpartition = ? FOR UPDATE`,
@@ -145,7 +146,7 @@ func (l *Ledger) take(ctx context.Context, epoch int64, want []Want) (Taken, err
 			cur+1, l.key, l.job, w.Topic, w.Partition); err != nil {
 			return out, fmt.Errorf("take %s/%d: %w", w.Topic, w.Partition, err)
 		}
-		out.Epochs.Set(w.Topic, w.Partition, cur+1)
+		out.Claims.Set(w.Topic, w.Partition, cur+1)
 		// A held partition's take continues this process's hold; a row without a member was
 		// never decided by one, or a layout switch cleared it.
 		if w.Held == 0 && member != "" && decisions > 0 {
@@ -177,7 +178,7 @@ func (l *Ledger) take(ctx context.Context, epoch int64, want []Want) (Taken, err
 // stampPartitions writes the owner row of every partition of offs, conditional on the epoch the
 // member holds it at (claims), inside the caller's decision transaction and before its offset
 // rows. No claims (membership instances) stamps nothing: the instance's own owner row fences it.
-func (l *Ledger) stampPartitions(ctx context.Context, tx Execer, claims partition.Epochs, offs partition.Offsets) error {
+func (l *Ledger) stampPartitions(ctx context.Context, tx Execer, claims partition.Claims, offs partition.Offsets) error {
 	if claims == nil {
 		if l.Group() {
 			// A member's decision always names what it took; none would write offsets unfenced.

@@ -48,21 +48,21 @@ func TestPartitionTakenXA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (partition.Epochs{"t": {0: 1, 1: 1}}); !ta.Epochs.Equal(want) || len(ta.Offsets) != 0 || len(ta.Lost) != 0 {
+	if want := (partition.Claims{"t": {0: 1, 1: 1}}); !ta.Claims.Equal(want) || len(ta.Offsets) != 0 || len(ta.Lost) != 0 {
 		t.Fatalf("fresh take: %+v; want epochs %v, no offsets, nothing lost", ta, want)
 	}
-	if err := a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 10, 1: 20}}}); err != nil {
+	if err := a.Decide(ctx, fa.Epoch(), ta.Claims, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 10, 1: 20}}}); err != nil {
 		t.Fatalf("A's decision: %v", err)
 	}
 	tb, err := b.TakePartitions(ctx, fb.Epoch(), fresh("t", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e, _ := tb.Epochs.Get("t", 0); e != 2 || !tb.Offsets.Equal(partition.Offsets{"t": {0: 10}}) {
-		t.Fatalf("B's take of t/0: epochs %v offsets %v; want epoch 2 and A's offset 10", tb.Epochs, tb.Offsets)
+	if e, _ := tb.Claims.Get("t", 0); e != 2 || !tb.Offsets.Equal(partition.Offsets{"t": {0: 10}}) {
+		t.Fatalf("B's take of t/0: epochs %v offsets %v; want epoch 2 and A's offset 10", tb.Claims, tb.Offsets)
 	}
 	before := owners(ctx, t, a)
-	err = a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 2, Offsets: partition.Offsets{"t": {0: 15, 1: 25}}})
+	err = a.Decide(ctx, fa.Epoch(), ta.Claims, Checkpoint{ID: 2, Offsets: partition.Offsets{"t": {0: 15, 1: 25}}})
 	if !errors.Is(err, ErrPartitionTaken) {
 		t.Fatalf("A's decision after B took t/0: %v, want ErrPartitionTaken", err)
 	}
@@ -78,10 +78,10 @@ func TestPartitionTakenXA(t *testing.T) {
 	if got := owners(ctx, t, a)["t/0"]; got.Member != b.Key() || got.OwnerEpoch != 2 || got.Decisions != 1 {
 		t.Fatalf("t/0's owner row: %+v; want B's at epoch 2, A's one decision", got)
 	}
-	if err := a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 3, Offsets: partition.Offsets{"t": {1: 25}}}); err != nil {
+	if err := a.Decide(ctx, fa.Epoch(), ta.Claims, Checkpoint{ID: 3, Offsets: partition.Offsets{"t": {1: 25}}}); err != nil {
 		t.Fatalf("A's decision of t/1 alone, which it still holds: %v", err)
 	}
-	if err := b.Decide(ctx, fb.Epoch(), tb.Epochs, Checkpoint{ID: 4, Offsets: partition.Offsets{"t": {0: 12}}}); err != nil {
+	if err := b.Decide(ctx, fb.Epoch(), tb.Claims, Checkpoint{ID: 4, Offsets: partition.Offsets{"t": {0: 12}}}); err != nil {
 		t.Fatalf("B's decision of t/0: %v", err)
 	}
 	if got := offsetsOf(ctx, t, a); !got.Equal(partition.Offsets{"t": {0: 12, 1: 25}}) {
@@ -93,10 +93,10 @@ func TestPartitionTakenXA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e, _ := again.Epochs.Get("t", 0); e != 3 || !again.Offsets.Equal(partition.Offsets{"t": {0: 12}}) {
+	if e, _ := again.Claims.Get("t", 0); e != 3 || !again.Offsets.Equal(partition.Offsets{"t": {0: 12}}) {
 		t.Fatalf("A's second take of t/0: %+v; want epoch 3 at B's offset 12", again)
 	}
-	err = a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 5, Offsets: partition.Offsets{"t": {0: 30}}})
+	err = a.Decide(ctx, fa.Epoch(), ta.Claims, Checkpoint{ID: 5, Offsets: partition.Offsets{"t": {0: 30}}})
 	if !errors.Is(err, ErrPartitionTaken) {
 		t.Fatalf("A's decision under its epoch-1 claims after taking t/0 at epoch 3: %v, want ErrPartitionTaken", err)
 	}
@@ -108,7 +108,7 @@ func TestPartitionTakenXA(t *testing.T) {
 // The same in held mode: the offsets written with the data through WriteHeldOffsets.
 func TestPartitionTakenHeld(t *testing.T) {
 	a, b, fa, fb, ctx := twoMembers(t)
-	held := func(l *Ledger, epoch int64, claims partition.Epochs, id int64, offs partition.Offsets) error {
+	held := func(l *Ledger, epoch int64, claims partition.Claims, id int64, offs partition.Offsets) error {
 		tx, err := l.DB().BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -123,18 +123,18 @@ func TestPartitionTakenHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := held(a, fa.Epoch(), ta.Epochs, 1, partition.Offsets{"h": {0: 10, 1: 20}}); err != nil {
+	if err := held(a, fa.Epoch(), ta.Claims, 1, partition.Offsets{"h": {0: 10, 1: 20}}); err != nil {
 		t.Fatalf("A's held write: %v", err)
 	}
 	tb, err := b.TakePartitions(ctx, fb.Epoch(), fresh("h", 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e, _ := tb.Epochs.Get("h", 1); e != 2 || !tb.Offsets.Equal(partition.Offsets{"h": {1: 20}}) {
-		t.Fatalf("B's take of h/1: epochs %v offsets %v; want epoch 2 and A's offset 20", tb.Epochs, tb.Offsets)
+	if e, _ := tb.Claims.Get("h", 1); e != 2 || !tb.Offsets.Equal(partition.Offsets{"h": {1: 20}}) {
+		t.Fatalf("B's take of h/1: epochs %v offsets %v; want epoch 2 and A's offset 20", tb.Claims, tb.Offsets)
 	}
 	before := owners(ctx, t, a)
-	err = held(a, fa.Epoch(), ta.Epochs, 2, partition.Offsets{"h": {0: 15, 1: 25}})
+	err = held(a, fa.Epoch(), ta.Claims, 2, partition.Offsets{"h": {0: 15, 1: 25}})
 	if !errors.Is(err, ErrPartitionTaken) {
 		t.Fatalf("A's held write after B took h/1: %v, want ErrPartitionTaken", err)
 	}
@@ -144,7 +144,7 @@ func TestPartitionTakenHeld(t *testing.T) {
 	if after := owners(ctx, t, a); after["h/0"] != before["h/0"] || after["h/1"] != before["h/1"] {
 		t.Fatalf("refused held write changed owner rows:\nbefore %+v\nafter  %+v", before, after)
 	}
-	if err := held(a, fa.Epoch(), ta.Epochs, 3, partition.Offsets{"h": {0: 15}}); err != nil {
+	if err := held(a, fa.Epoch(), ta.Claims, 3, partition.Offsets{"h": {0: 15}}); err != nil {
 		t.Fatalf("A's held write of h/0 alone, which it still holds: %v", err)
 	}
 }
@@ -167,10 +167,10 @@ func TestPartitionHeldRetake(t *testing.T) {
 	if len(again.Lost) != 1 || again.Lost[0] != (Want{Topic: "t", Partition: 0, Held: 1}) {
 		t.Fatalf("A's held take after B took t/0: lost %v; want t/0 at held epoch 1", again.Lost)
 	}
-	if _, ok := again.Epochs.Get("t", 0); ok {
-		t.Fatalf("A's held take after B took t/0 took it: %v", again.Epochs)
+	if _, ok := again.Claims.Get("t", 0); ok {
+		t.Fatalf("A's held take after B took t/0 took it: %v", again.Claims)
 	}
-	if e, _ := again.Epochs.Get("t", 1); e != 2 {
+	if e, _ := again.Claims.Get("t", 1); e != 2 {
 		t.Fatalf("A's held take of t/1, untouched since: epoch %d, want 2", e)
 	}
 	if got := owners(ctx, t, a)["t/0"]; got.Member != b.Key() || got.OwnerEpoch != 2 {
@@ -184,7 +184,7 @@ func TestPartitionHeldRetake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e, _ := rb.Epochs.Get("t", 0); e != 3 || len(rb.Lost) != 0 {
+	if e, _ := rb.Claims.Get("t", 0); e != 3 || len(rb.Lost) != 0 {
 		t.Fatalf("B's held take of t/0 at its epoch 2: %+v; want epoch 3", rb)
 	}
 }
@@ -197,7 +197,7 @@ func TestPartitionDecisionOutsideClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 5, 1: 6}}})
+	err = a.Decide(ctx, fa.Epoch(), ta.Claims, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 5, 1: 6}}})
 	if !errors.Is(err, ErrPartitionTaken) {
 		t.Fatalf("decision naming t/1, not taken: %v, want ErrPartitionTaken", err)
 	}
@@ -249,8 +249,8 @@ func TestPartitionTakesConcurrent(t *testing.T) {
 		}
 		rows := owners(ctx, t, a)
 		for p := int32(0); p < parts; p++ {
-			ea, okA := taken[0].Epochs.Get("t", p)
-			eb, okB := taken[1].Epochs.Get("t", p)
+			ea, okA := taken[0].Claims.Get("t", p)
+			eb, okB := taken[1].Claims.Get("t", p)
 			if okA && okB && ea == eb {
 				t.Fatalf("round %d: both members hold t/%d at epoch %d", r, p, ea)
 			}
@@ -275,7 +275,7 @@ func TestPartitionTakesConcurrent(t *testing.T) {
 				offs.Set(w.Topic, w.Partition, int64(r))
 			}
 			id++
-			err := members[i].Decide(ctx, fences[i].Epoch(), taken[i].Epochs, Checkpoint{ID: id, Offsets: offs})
+			err := members[i].Decide(ctx, fences[i].Epoch(), taken[i].Claims, Checkpoint{ID: id, Offsets: offs})
 			if holdsAll != (err == nil) || (err != nil && !errors.Is(err, ErrPartitionTaken)) {
 				t.Fatalf("round %d: member %d holds all of its set: %v; its decision: %v", r, i, holdsAll, err)
 			}
@@ -328,7 +328,7 @@ func TestPartitionDecisionRacesTake(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			decideErr = members[x].Decide(ctx, fences[x].Epoch(), claims.Epochs, Checkpoint{ID: int64(r), Offsets: next})
+			decideErr = members[x].Decide(ctx, fences[x].Epoch(), claims.Claims, Checkpoint{ID: int64(r), Offsets: next})
 		}()
 		go func() {
 			defer wg.Done()
@@ -364,7 +364,7 @@ func TestPartitionDecisionRacesTake(t *testing.T) {
 			if ok != (committed > 0) || off != want {
 				t.Fatalf("round %d: the take read t/%d at %d (%v); the decision (%v) leaves it at %d", r, w.Partition, off, ok, decideErr, want)
 			}
-			e, _ := took.Epochs.Get(w.Topic, w.Partition)
+			e, _ := took.Claims.Get(w.Topic, w.Partition)
 			if row := rows[fmt.Sprintf("t/%d", w.Partition)]; row.Member != members[y].Key() || row.OwnerEpoch != e {
 				t.Fatalf("round %d: t/%d's owner row %+v; want the take's, at epoch %d", r, w.Partition, row, e)
 			}
@@ -401,7 +401,7 @@ func TestPartitionTakeFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 10, 1: 20}}}); err != nil {
+	if err := a.Decide(ctx, fa.Epoch(), ta.Claims, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 10, 1: 20}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.TakePartitions(ctx, fb.Epoch(), fresh("t", 0)); err != nil {
@@ -430,7 +430,7 @@ func TestPartitionTakeFenced(t *testing.T) {
 	if err != nil {
 		t.Fatalf("take under the current epoch: %v", err)
 	}
-	if e, _ := took.Epochs.Get("t", 0); e != 3 || !took.Offsets.Equal(partition.Offsets{"t": {0: 10}}) {
+	if e, _ := took.Claims.Get("t", 0); e != 3 || !took.Offsets.Equal(partition.Offsets{"t": {0: 10}}) {
 		t.Fatalf("take under the current epoch: %+v; want t/0 at epoch 3, offset 10", took)
 	}
 	if n := ownerDecisions(ctx, t, a); n != decisions+1 {
@@ -450,7 +450,7 @@ func TestPartitionTakeHandover(t *testing.T) {
 	if len(ta.Handovers) != 0 {
 		t.Fatalf("take of partitions nobody decided: handovers %+v, want none", ta.Handovers)
 	}
-	if err := a.Decide(ctx, fa.Epoch(), ta.Epochs, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 10, 1: 20}}}); err != nil {
+	if err := a.Decide(ctx, fa.Epoch(), ta.Claims, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 10, 1: 20}}}); err != nil {
 		t.Fatal(err)
 	}
 	decided := time.Now()

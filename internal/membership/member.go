@@ -77,7 +77,7 @@ type Member struct {
 	mu      sync.Mutex
 	// held maps every partition of the assignment to the owner epoch this member took it at in
 	// the ledger; 0 is a fresh grant (not taken since the group granted it).
-	held map[tp]int64
+	held map[tp]partition.Epoch
 	// granted maps every partition of the assignment to the number of its latest grant (grants
 	// counts them): a take's result is for the grants its Wants saw, and a partition granted since
 	// keeps its fresh grant (Took).
@@ -195,7 +195,7 @@ func Join(o Options, log *zap.Logger, m *metrics.Metrics) (*Member, error) {
 		return nil, fmt.Errorf("group member: %w", err)
 	}
 	go consumer.ForwardLogs(c.Logs(), log.Named("librdkafka"))
-	return &Member{c: c, log: log, m: m, topics: o.Kafka.Topics, session: session, tick: max(hb/2, 10*time.Millisecond), drain: o.Drain, changes: make(chan *Change, 16), held: map[tp]int64{},
+	return &Member{c: c, log: log, m: m, topics: o.Kafka.Topics, session: session, tick: max(hb/2, 10*time.Millisecond), drain: o.Drain, changes: make(chan *Change, 16), held: map[tp]partition.Epoch{},
 		granted: map[tp]Grant{}, stolen: map[tp]uint64{}, regrant: o.Regrant, closing: make(chan struct{})}, nil
 }
 
@@ -508,7 +508,7 @@ func (mb *Member) Wants() ([]ledger.Want, Grant) {
 func (mb *Member) Took(g Grant, t ledger.Taken) {
 	mb.mu.Lock()
 	defer mb.mu.Unlock()
-	for topic, ps := range t.Epochs {
+	for topic, ps := range t.Claims {
 		for p, e := range ps {
 			k := tp{topic, p}
 			if _, ok := mb.held[k]; ok && mb.granted[k] <= g {
@@ -528,7 +528,7 @@ func (mb *Member) Took(g Grant, t ledger.Taken) {
 			time.AfterFunc(mb.regrant, func() { mb.regranted(k, n) })
 		}
 		mb.log.Warn("partition taken by another member: not read until the group grants it again",
-			zap.String("topic", w.Topic), zap.Int32("partition", w.Partition), zap.Int64("held_epoch", w.Held),
+			zap.String("topic", w.Topic), zap.Int32("partition", w.Partition), zap.Int64("held_epoch", int64(w.Held)),
 			zap.Duration("regrant", mb.regrant))
 	}
 }

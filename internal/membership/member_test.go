@@ -13,7 +13,7 @@ import (
 
 // testMember is a member outside any group, holding held, whose methods the tests drive as the
 // rebalance callback and the sessions would.
-func testMember(held map[tp]int64, regrant time.Duration) *Member {
+func testMember(held map[tp]partition.Epoch, regrant time.Duration) *Member {
 	return &Member{log: zap.NewNop(), changes: make(chan *Change, 4), held: held, granted: map[tp]Grant{},
 		stolen: map[tp]uint64{}, regrant: regrant}
 }
@@ -22,7 +22,7 @@ func testMember(held map[tp]int64, regrant time.Duration) *Member {
 // it here after regrant, the member is told to start over and takes it back as a fresh grant. A
 // partition the group revoked meanwhile is not taken back.
 func TestStolenPartitionRegranted(t *testing.T) {
-	mb := testMember(map[tp]int64{{"t", 0}: 3, {"t", 1}: 3, {"t", 2}: 3}, 50*time.Millisecond)
+	mb := testMember(map[tp]partition.Epoch{{"t", 0}: 3, {"t", 1}: 3, {"t", 2}: 3}, 50*time.Millisecond)
 	_, g := mb.Wants()
 	mb.Took(g, ledger.Taken{Lost: []ledger.Want{{Topic: "t", Partition: 1, Held: 3}, {Topic: "t", Partition: 2, Held: 3}}})
 	wants, _ := mb.Wants()
@@ -42,7 +42,7 @@ func TestStolenPartitionRegranted(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no change after regrant")
 	}
-	got := map[int32]int64{}
+	got := map[int32]partition.Epoch{}
 	wants, _ = mb.Wants()
 	for _, w := range wants {
 		got[w.Partition] = w.Held
@@ -56,7 +56,7 @@ func TestStolenPartitionRegranted(t *testing.T) {
 // the first steal's timer, firing meanwhile, does not take it back.
 func TestRegrantFromLatestSteal(t *testing.T) {
 	const regrant = 300 * time.Millisecond
-	mb := testMember(map[tp]int64{{"t", 0}: 3}, regrant)
+	mb := testMember(map[tp]partition.Epoch{{"t", 0}: 3}, regrant)
 	lost := ledger.Taken{Lost: []ledger.Want{{Topic: "t", Partition: 0, Held: 3}}}
 	_, g := mb.Wants()
 	mb.Took(g, lost)
@@ -65,7 +65,7 @@ func TestRegrantFromLatestSteal(t *testing.T) {
 	mb.grant(tp{"t", 0}) // granted anew (rebalance)
 	mb.mu.Unlock()
 	_, g = mb.Wants()
-	mb.Took(g, ledger.Taken{Epochs: partition.Epochs{"t": {0: 5}}}) // taken
+	mb.Took(g, ledger.Taken{Claims: partition.Claims{"t": {0: 5}}}) // taken
 	_, g = mb.Wants()
 	mb.Took(g, ledger.Taken{Lost: []ledger.Want{{Topic: "t", Partition: 0, Held: 5}}}) // and taken by another member again
 	time.Sleep(regrant/2 + regrant/6)                                                  // past the first steal's regrant, before the second's
@@ -94,7 +94,7 @@ func TestRegrantFromLatestSteal(t *testing.T) {
 // the older take saw does not keep it out either. Partitions granted no later than the take's
 // Wants take its result.
 func TestGrantDuringTake(t *testing.T) {
-	mb := testMember(map[tp]int64{}, time.Hour)
+	mb := testMember(map[tp]partition.Epoch{}, time.Hour)
 	mb.mu.Lock()
 	for p := int32(0); p < 4; p++ {
 		mb.grant(tp{"t", p})
@@ -109,11 +109,11 @@ func TestGrantDuringTake(t *testing.T) {
 		mb.grant(tp{"t", p})
 	}
 	mb.mu.Unlock()
-	mb.Took(g, ledger.Taken{Epochs: partition.Epochs{"t": {0: 4, 1: 4}}})
+	mb.Took(g, ledger.Taken{Claims: partition.Claims{"t": {0: 4, 1: 4}}})
 	// t/2 and t/3 are taken at 7; the next take (a steal of each, seen by the next session's
 	// take of them held) comes back after t/2 was lost and granted once more.
 	_, g = mb.Wants()
-	mb.Took(g, ledger.Taken{Epochs: partition.Epochs{"t": {2: 7, 3: 7}}})
+	mb.Took(g, ledger.Taken{Claims: partition.Claims{"t": {2: 7, 3: 7}}})
 	_, g = mb.Wants()
 	mb.mu.Lock()
 	mb.drop(tp{"t", 2})
@@ -121,11 +121,11 @@ func TestGrantDuringTake(t *testing.T) {
 	mb.mu.Unlock()
 	mb.Took(g, ledger.Taken{Lost: []ledger.Want{{Topic: "t", Partition: 2, Held: 7}, {Topic: "t", Partition: 3, Held: 7}}})
 	wants, _ := mb.Wants()
-	got := map[int32]int64{}
+	got := map[int32]partition.Epoch{}
 	for _, w := range wants {
 		got[w.Partition] = w.Held
 	}
-	want := map[int32]int64{0: 0, 1: 4, 2: 0} // t/3 stolen: not wanted until regranted
+	want := map[int32]partition.Epoch{0: 0, 1: 4, 2: 0} // t/3 stolen: not wanted until regranted
 	if !maps.Equal(got, want) {
 		t.Fatalf("wants %v after takes that raced grants, want %v (t/0 and t/2 granted during the takes: fresh, 0)", got, want)
 	}

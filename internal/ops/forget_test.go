@@ -32,7 +32,7 @@ func TestForgetMembersRefuses(t *testing.T) {
 		}
 		fences[id] = f
 	}
-	if err := ledger.NewMember(db, job, "committing").Decide(ctx, fences["committing"].Epoch(), partition.Epochs{},
+	if err := ledger.NewMember(db, job, "committing").Decide(ctx, fences["committing"].Epoch(), partition.Claims{},
 		ledger.Checkpoint{ID: 1, Offsets: partition.Offsets{}}); err != nil {
 		t.Fatal(err)
 	}

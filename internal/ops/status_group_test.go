@@ -93,7 +93,7 @@ func TestStatusGroupMembers(t *testing.T) {
 			t.Fatal(err)
 		}
 		id++
-		if err := m.Decide(ctx, f.Epoch(), taken.Epochs, ledger.Checkpoint{ID: id, Offsets: offs}); err != nil {
+		if err := m.Decide(ctx, f.Epoch(), taken.Claims, ledger.Checkpoint{ID: id, Offsets: offs}); err != nil {
 			t.Fatal(err)
 		}
 	}

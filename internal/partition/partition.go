@@ -5,8 +5,19 @@
 // one past the last record covered), never the last record's own offset.
 package partition
 
+// Map is topic → partition → V: the shape of every per-partition value here. Each meaning is an
+// instance of its own (Offsets, Claims), so the compiler tells one from the other.
+type Map[V comparable] map[string]map[int32]V
+
 // Offsets maps topic → partition → next offset to read.
-type Offsets map[string]map[int32]int64
+type Offsets = Map[int64]
+
+// Claims maps topic → partition → the owner epoch a member took it at (ledger.TakePartitions): a
+// member's decision counts for a partition only while the partition's epoch is still its own.
+type Claims = Map[Epoch]
+
+// Epoch is a partition's owner epoch: it grows by one each time a member takes the partition.
+type Epoch int64
 
 // Marks maps topic → partition → its low and high watermark, as read from the broker.
 type Marks map[string]map[int32][2]int64
@@ -19,15 +30,11 @@ func (m Marks) Set(topic string, p int32, low, high int64) {
 	m[topic][p] = [2]int64{low, high}
 }
 
-// Epochs maps topic → partition → the owner epoch a member took it at (ledger.TakePartitions):
-// the shape of Offsets, another meaning.
-type Epochs = Offsets
-
 // Clone returns a deep copy.
-func (o Offsets) Clone() Offsets {
-	c := make(Offsets, len(o))
+func (o Map[V]) Clone() Map[V] {
+	c := make(Map[V], len(o))
 	for t, ps := range o {
-		m := make(map[int32]int64, len(ps))
+		m := make(map[int32]V, len(ps))
 		for p, off := range ps {
 			m[p] = off
 		}
@@ -37,7 +44,7 @@ func (o Offsets) Clone() Offsets {
 }
 
 // Len is the number of partitions.
-func (o Offsets) Len() int {
+func (o Map[V]) Len() int {
 	n := 0
 	for _, ps := range o {
 		n += len(ps)
@@ -45,24 +52,24 @@ func (o Offsets) Len() int {
 	return n
 }
 
-// Set records the next offset of a partition.
-func (o Offsets) Set(topic string, p int32, next int64) {
+// Set records a partition's value.
+func (o Map[V]) Set(topic string, p int32, v V) {
 	m := o[topic]
 	if m == nil {
-		m = map[int32]int64{}
+		m = map[int32]V{}
 		o[topic] = m
 	}
-	m[p] = next
+	m[p] = v
 }
 
-// Get returns the next offset of a partition.
-func (o Offsets) Get(topic string, p int32) (int64, bool) {
-	off, ok := o[topic][p]
-	return off, ok
+// Get returns a partition's value.
+func (o Map[V]) Get(topic string, p int32) (V, bool) {
+	v, ok := o[topic][p]
+	return v, ok
 }
 
-// Equal reports whether two offset sets are the same.
-func (o Offsets) Equal(x Offsets) bool {
+// Equal reports whether two maps hold the same partitions with the same values.
+func (o Map[V]) Equal(x Map[V]) bool {
 	if len(o) != len(x) {
 		return false
 	}

@@ -75,13 +75,13 @@ func (p *Pipeline) take(ctx context.Context, fence *ledger.Fence, want []ledger.
 	}
 	p.Member.Took(g, taken)
 	claims := fence.Claims().Clone()
-	for t, ps := range taken.Epochs {
+	for t, ps := range taken.Claims {
 		for part, e := range ps {
 			claims.Set(t, part, e)
 		}
 	}
 	fence.SetClaims(claims)
-	p.Log.Info("partitions taken", zap.Any("owner_epochs", taken.Epochs), zap.Int("taken_by_others", len(taken.Lost)),
+	p.Log.Info("partitions taken", zap.Any("owner_epochs", taken.Claims), zap.Int("taken_by_others", len(taken.Lost)),
 		zap.Any("handed_over", taken.Handovers))
 	return taken, nil
 }
@@ -122,9 +122,9 @@ func (s *session) reassign(batches <-chan *polled, free chan<- *polled) error {
 
 // moves compares what the session claims with what the member wants now: the partitions to take
 // (add) and to drain and release (release).
-func moves(claims partition.Epochs, wants []ledger.Want) (add []ledger.Want, release partition.Epochs) {
-	wanted := partition.Epochs{}
-	release = partition.Epochs{}
+func moves(claims partition.Claims, wants []ledger.Want) (add []ledger.Want, release partition.Claims) {
+	wanted := partition.Claims{}
+	release = partition.Claims{}
 	for _, w := range wants {
 		wanted.Set(w.Topic, w.Partition, w.Held)
 		e, claimed := claims.Get(w.Topic, w.Partition)
@@ -152,7 +152,7 @@ func moves(claims partition.Epochs, wants []ledger.Want) (add []ledger.Want, rel
 
 // release stops reading partitions whose every record read is decided (after the drain, with no
 // checkpoint in flight), and gives up their claims: this session decides nothing more of them.
-func (s *session) release(parts partition.Epochs) error {
+func (s *session) release(parts partition.Claims) error {
 	if err := s.cons.Remove(parts); err != nil {
 		return err
 	}
@@ -189,11 +189,11 @@ func (s *session) add(want []ledger.Want, g membership.Grant) error {
 	if err != nil {
 		return fmt.Errorf("take partitions: %w", err)
 	}
-	if taken.Epochs.Len() == 0 {
+	if taken.Claims.Len() == 0 {
 		return nil
 	}
 	s.handedOver(taken.Handovers)
-	start, err := s.cons.Add(ctx, taken.Epochs, taken.Offsets)
+	start, err := s.cons.Add(ctx, taken.Claims, taken.Offsets)
 	if err == nil {
 		err = ledger.CheckRange(ctx, start, s.cons.AssignedWatermarks)
 	}

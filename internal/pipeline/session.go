@@ -124,16 +124,16 @@ func (p *Pipeline) newSession(ctx context.Context, fence *ledger.Fence) (*sessio
 	if err != nil {
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
-	var claims partition.Epochs
+	var claims partition.Claims
 	var handovers []ledger.Handover
 	if p.Member != nil {
-		fence.SetClaims(partition.Epochs{})
+		fence.SetClaims(partition.Claims{})
 		want, g := p.Member.Wants()
 		taken, err := p.take(rctx, fence, want, g)
 		if err != nil {
 			return nil, fmt.Errorf("take partitions: %w", err)
 		}
-		claims, from, handovers = taken.Epochs, taken.Offsets, taken.Handovers
+		claims, from, handovers = taken.Claims, taken.Offsets, taken.Handovers
 	}
 	cons, err := p.NewConsumer()
 	if err != nil {
