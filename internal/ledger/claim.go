@@ -46,6 +46,42 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 	if err := tx.QueryRowContext(ctx, `SELECT layout, conn_id, owner FROM relay_jobs WHERE job = ? FOR UPDATE`, l.job).Scan(&layout, &jobConn, &jobOwner); err != nil {
 		return fmt.Errorf("fence %s: %w", l.key, err)
 	}
+	if err := f.operatorFree(ctx, tx, l, m, layout, jobConn, jobOwner); err != nil {
+		return err
+	}
+	if err := f.moveLayout(ctx, tx, l, m, layout); err != nil {
+		return err
+	}
+	if f.cfg.Cluster {
+		// GET_LOCK is this node's alone: the holder is read again here, its rows locked, so a claim
+		// committed on another node since otherNode looked is seen now; one committing meanwhile
+		// writes the same rows as this claim, and one of the two fails certification.
+		h, err := holderOf(ctx, tx, l.key, " FOR UPDATE")
+		if err != nil {
+			return fmt.Errorf("fence %s: %w", l.key, err)
+		}
+		// Live or not yet judged: otherNode watches it.
+		if f.elsewhere(h, f.clocks.judge(l.key, h)) {
+			return fmt.Errorf("%w: job %s: owner %s (epoch %d)", errClaimedElsewhere, l.key, h.owner, h.epoch)
+		}
+	}
+	epoch, sent, err := f.bump(ctx, tx, l, owner, m, layout)
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("fence %s: %w", l.key, err)
+	}
+	f.mu.Lock()
+	f.epoch = epoch
+	f.mu.Unlock()
+	f.renewed(sent)
+	return nil
+}
+
+// operatorFree refuses the claim of a process (not an operator command) while an operator command
+// holds the whole job: one starting meanwhile would read offsets the command is replacing.
+func (f *Fence) operatorFree(ctx context.Context, tx *sql.Tx, l *Ledger, m, layout int, jobConn int64, jobOwner string) error {
 	if !f.cfg.Operator && l.key != l.job {
 		// An operator command (offsets reset, txns resolve, spec accept) holds the whole job while
 		// it runs: an instance or member starting meanwhile would read offsets it is replacing.
@@ -76,6 +112,13 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 			}
 		}
 	}
+	return nil
+}
+
+// moveLayout records layout m when the job runs as another (layout), once no process of the old
+// layout is up; an operator command only checks, and between instances and a group only relay
+// membership switch moves it.
+func (f *Fence) moveLayout(ctx context.Context, tx *sql.Tx, l *Ledger, m, layout int) error {
 	if layout != m {
 		// A partition must never have two owners: no instance of the last layout may still run.
 		// Claims queue on the job row, so an instance holding its lock but not yet claimed (its
@@ -124,19 +167,12 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 			}
 		}
 	}
-	if f.cfg.Cluster {
-		// GET_LOCK is this node's alone: the holder is read again here, its rows locked, so a claim
-		// committed on another node since otherNode looked is seen now; one committing meanwhile
-		// writes the same rows as this claim, and one of the two fails certification.
-		h, err := holderOf(ctx, tx, l.key, " FOR UPDATE")
-		if err != nil {
-			return fmt.Errorf("fence %s: %w", l.key, err)
-		}
-		// Live or not yet judged: otherNode watches it.
-		if f.elsewhere(h, f.clocks.judge(l.key, h)) {
-			return fmt.Errorf("%w: job %s: owner %s (epoch %d)", errClaimedElsewhere, l.key, h.owner, h.epoch)
-		}
-	}
+	return nil
+}
+
+// bump takes the next owner epoch of l.key for owner, with its owner row and lease, and returns
+// it and when the lease was asked for.
+func (f *Fence) bump(ctx context.Context, tx *sql.Tx, l *Ledger, owner string, m, layout int) (int64, time.Time, error) {
 	own := m
 	if f.cfg.Operator && l.key == l.job {
 		own = layout // the job row itself: an operator command keeps the recorded layout
@@ -146,16 +182,16 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		ON DUPLICATE KEY UPDATE owner_epoch = owner_epoch + 1, owner = VALUES(owner), acquired_at = VALUES(acquired_at),
 			layout = VALUES(layout), conn_id = VALUES(conn_id)`,
 		l.key, owner, own); err != nil {
-		return fmt.Errorf("fence %s: bump epoch: %w", l.key, err)
+		return 0, time.Time{}, fmt.Errorf("fence %s: bump epoch: %w", l.key, err)
 	}
 	// The epoch is the fence's only once committed: a claim that fails certification and is then
 	// refused must not release (clear the sessions of) the winner's lease at that epoch.
 	var epoch int64
 	if err := tx.QueryRowContext(ctx, `SELECT owner_epoch FROM relay_jobs WHERE job = ?`, l.key).Scan(&epoch); err != nil {
-		return fmt.Errorf("fence %s: read epoch: %w", l.key, err)
+		return 0, time.Time{}, fmt.Errorf("fence %s: read epoch: %w", l.key, err)
 	}
 	if err := l.claimOwner(ctx, tx, epoch); err != nil {
-		return fmt.Errorf("fence %s: %w", l.key, err)
+		return 0, time.Time{}, fmt.Errorf("fence %s: %w", l.key, err)
 	}
 	sent := time.Now()
 	if _, err := tx.ExecContext(ctx, `INSERT INTO relay_leases (job, owner_epoch, owner, conn_id, lease_until, sessions)
@@ -163,16 +199,9 @@ func (f *Fence) claim(ctx context.Context, l *Ledger, owner string, m int) error
 		ON DUPLICATE KEY UPDATE owner_epoch = VALUES(owner_epoch), owner = VALUES(owner), conn_id = VALUES(conn_id),
 			lease_until = VALUES(lease_until), sessions = VALUES(sessions)`,
 		l.key, epoch, owner, f.cfg.EffectiveLease().Microseconds(), f.sessions()); err != nil {
-		return fmt.Errorf("fence %s: lease: %w", l.key, err)
+		return 0, time.Time{}, fmt.Errorf("fence %s: lease: %w", l.key, err)
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("fence %s: %w", l.key, err)
-	}
-	f.mu.Lock()
-	f.epoch = epoch
-	f.mu.Unlock()
-	f.renewed(sent)
-	return nil
+	return epoch, sent, nil
 }
 
 // countClaim writes the job's relay_claims row, in a claim's (or a membership switch's) transaction.
