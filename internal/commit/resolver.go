@@ -91,13 +91,7 @@ func (p *Resolver) Loop(ctx context.Context) error {
 // others' checkpoints wait on: they are resolved as soon as the lease allows, not an interval later).
 func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger, own bool) (next time.Duration, err error) {
 	next = p.ResolveInterval
-	// Operators' `relay txns resolve` runs in another process: it leaves an audit row, counted here once.
-	if n, err := p.Ledger.ClaimManualResolves(ctx); err != nil {
-		log.Warn("counting manual resolutions failed", zap.Error(err))
-	} else {
-		p.Metrics.Transactions.WithLabelValues("commit", metrics.OriginManual).Add(float64(n[ledger.AuditCommit]))
-		p.Metrics.Transactions.WithLabelValues("rollback", metrics.OriginManual).Add(float64(n[ledger.AuditRollback]))
-	}
+	p.countManual(ctx, log)
 	branches, err := JobBranches(ctx, p.Sink, p.Job)
 	if err != nil {
 		return next, err
@@ -118,11 +112,53 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger, own bool) (
 		stalled[k] = true
 	}
 	live := p.FirstID()
-	byOwner := map[string][]Branch{} // branches to resolve, under the ledger of the instance that owns them
+	byOwner, doubt := p.owners(ctx, branches, blocks, stalled, own, live, &next)
+	if err := p.addCommitting(ctx, branches, byOwner, &next); err != nil {
+		return next, err
+	}
+	p.exportDoubt(ctx, log, doubt, branches)
+	if p.Ledger.Group() {
+		p.forgetMembers(ctx, log, branches)
+	}
+	for key, bs := range byOwner {
+		if key == p.Ledger.Key() {
+			fence := p.Fence()
+			if fence == nil {
+				continue // between two fences: the next recovery answers for them
+			}
+			err = p.resolveAll(ctx, p.Ledger, fence.Epoch(), bs, live, log)
+		} else {
+			err = p.takeOver(ctx, key, bs, stalled[key], log)
+		}
+		if err != nil {
+			return next, err
+		}
+	}
+	return next, nil
+}
+
+// countManual counts the resolutions operators' `relay txns resolve` made in another process: each
+// leaves an audit row, counted here once.
+func (p *Resolver) countManual(ctx context.Context, log *zap.Logger) {
+	n, err := p.Ledger.ClaimManualResolves(ctx)
+	if err != nil {
+		log.Warn("counting manual resolutions failed", zap.Error(err))
+		return
+	}
+	p.Metrics.Transactions.WithLabelValues("commit", metrics.OriginManual).Add(float64(n[ledger.AuditCommit]))
+	p.Metrics.Transactions.WithLabelValues("rollback", metrics.OriginManual).Add(float64(n[ledger.AuditRollback]))
+}
+
+// owners sorts the branches left behind by the key whose fence resolves them (byOwner, with every
+// stalled key, branches or not), and lists those in doubt: resolvable now or waiting for an
+// operator. A branch of a process that is up, or whose lease has not run out, is left to it; next
+// is brought forward to when that lease runs out.
+func (p *Resolver) owners(ctx context.Context, branches []Branch, blocks map[int64]attribution, stalled map[string]bool,
+	own bool, live int64, next *time.Duration) (byOwner map[string][]Branch, doubt []Branch) {
+	byOwner = map[string][]Branch{}
 	for k := range stalled {
 		byOwner[k] = nil
 	}
-	var doubt []Branch // left behind: resolvable now or waiting for an operator
 	for _, b := range branches {
 		key := p.Ledger.Key()
 		if a := blocks[b.Checkpoint]; a.mine(p.Ledger) {
@@ -145,19 +181,24 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger, own bool) (
 			if left > 0 {
 				// Its instance is restarting in-process and takes its fence back within its lease; or
 				// it died, and its branches are resolved once the lease ran out.
-				next = min(next, left+100*time.Millisecond)
+				*next = min(*next, left+100*time.Millisecond)
 				continue
 			}
 		}
 		doubt = append(doubt, b)
 		byOwner[key] = append(byOwner[key], b)
 	}
-	// A decided checkpoint of a process that died after committing its branches but before marking
-	// the row stays COMMITTING until that process's key recovers, which never happens to a group
-	// member (a key per process): its row is marked here, under that key's fence, like its branches.
+	return byOwner, doubt
+}
+
+// addCommitting adds to byOwner the key of each process that died after committing a decided
+// checkpoint's branches but before marking its row: the row stays COMMITTING until that key
+// recovers, which never happens to a group member (a key per process), so it is marked under that
+// key's fence, like its branches.
+func (p *Resolver) addCommitting(ctx context.Context, branches []Branch, byOwner map[string][]Branch, next *time.Duration) error {
 	cs, err := p.Ledger.Committing(ctx)
 	if err != nil {
-		return next, err
+		return err
 	}
 	listed := map[int64]bool{}
 	for _, b := range branches {
@@ -177,42 +218,28 @@ func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger, own bool) (
 			continue
 		}
 		if left > 0 {
-			next = min(next, left+100*time.Millisecond)
+			*next = min(*next, left+100*time.Millisecond)
 			continue
 		}
 		byOwner[key] = nil
 	}
-	p.exportDoubt(ctx, log, doubt, branches)
-	if p.Ledger.Group() {
-		// Each member's process leaves its key's rows behind; those stopped long ago, with
-		// nothing left to settle, are forgotten (the rows listing them would only grow).
-		keep := map[string]string{}
-		for _, b := range branches {
-			if key, ok, err := p.Ledger.BlockOwner(ctx, b.Checkpoint); err == nil && ok {
-				keep[key] = "its branch " + b.Tag + " is in XA RECOVER"
-			}
-		}
-		if n, err := ledger.ForgetMembers(ctx, p.Ledger, p.ForgetMembersAfter, keep); err != nil {
-			log.Warn("forgetting stopped members failed", zap.Error(err))
-		} else if n > 0 {
-			log.Info("forgot stopped members", zap.Int("members", n), zap.Duration("stopped_for_more_than", p.ForgetMembersAfter))
+	return nil
+}
+
+// forgetMembers forgets the members stopped long ago with nothing left to settle: each member's
+// process leaves its key's rows behind, and the rows listing them would only grow.
+func (p *Resolver) forgetMembers(ctx context.Context, log *zap.Logger, branches []Branch) {
+	keep := map[string]string{}
+	for _, b := range branches {
+		if key, ok, err := p.Ledger.BlockOwner(ctx, b.Checkpoint); err == nil && ok {
+			keep[key] = "its branch " + b.Tag + " is in XA RECOVER"
 		}
 	}
-	for key, bs := range byOwner {
-		if key == p.Ledger.Key() {
-			fence := p.Fence()
-			if fence == nil {
-				continue // between two fences: the next recovery answers for them
-			}
-			err = p.resolveAll(ctx, p.Ledger, fence.Epoch(), bs, live, log)
-		} else {
-			err = p.takeOver(ctx, key, bs, stalled[key], log)
-		}
-		if err != nil {
-			return next, err
-		}
+	if n, err := ledger.ForgetMembers(ctx, p.Ledger, p.ForgetMembersAfter, keep); err != nil {
+		log.Warn("forgetting stopped members failed", zap.Error(err))
+	} else if n > 0 {
+		log.Info("forgot stopped members", zap.Int("members", n), zap.Duration("stopped_for_more_than", p.ForgetMembersAfter))
 	}
-	return next, nil
 }
 
 // exportDoubt publishes how many branches are left behind and the oldest one's age, from the

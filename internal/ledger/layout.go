@@ -48,38 +48,8 @@ func SwitchLayout(ctx context.Context, db *sql.DB, job string, to int, apply boo
 	ran := err == nil
 	if ran {
 		p.From = layoutName(from)
-		// Any process of either layout: the old one's must stop before the switch, and the new
-		// one's cannot be up yet (its claim would have been refused).
-		for _, layout := range []int{from, to} {
-			up, err := l.up(ctx, tx, layout)
-			if err != nil {
-				return p, fmt.Errorf("layout switch: %w", err)
-			}
-			for _, u := range up {
-				p.Up = append(p.Up, u.key)
-			}
-		}
-		if held, err := lockHolder(ctx, tx, job); err != nil {
-			return p, fmt.Errorf("layout switch: %w", err)
-		} else if held.Valid {
-			p.Up = append(p.Up, job)
-		}
-		// A live lease is a process too: on a Galera cluster its lock is on another node, where
-		// this one cannot see it (and a process killed a moment ago holds its lease out). Those
-		// another node recorded were watched before this transaction (clocks.go); one that came
-		// up since counts as running.
-		keys, err := l.liveLeases(ctx, tx, c.node)
-		if err != nil {
-			return p, fmt.Errorf("layout switch: %w", err)
-		}
-		live, err := l.running(ctx, tx, c, keys)
-		if err != nil {
-			return p, fmt.Errorf("layout switch: %w", err)
-		}
-		for _, k := range live {
-			if !slices.Contains(p.Up, k) {
-				p.Up = append(p.Up, k)
-			}
+		if p.Up, err = l.upAt(ctx, tx, c, from, to); err != nil {
+			return p, err
 		}
 	}
 	if offs, _, err := l.partitionOffsets(ctx, tx, " LOCK IN SHARE MODE"); err != nil {
@@ -96,27 +66,7 @@ func SwitchLayout(ctx context.Context, db *sql.DB, job string, to int, apply boo
 		return p, fmt.Errorf("layout switch: %w", err)
 	}
 	if ran {
-		// Fence every process of the job, of either layout, as a takeover would: their epochs and
-		// owner rows (the job's, each process's, each partition's) move, so a decision of one still
-		// in flight fails on a row it must write, which a Galera cluster certifies too.
-		if _, err := tx.ExecContext(ctx, `UPDATE relay_jobs SET owner_epoch = owner_epoch + 1 WHERE job = ? OR job LIKE ?`,
-			job, likePrefix(job+"/")); err != nil {
-			return p, fmt.Errorf("layout switch: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE relay_owners SET owner_epoch = owner_epoch + 1, written_at = UTC_TIMESTAMP(6) WHERE job = ?`,
-			job); err != nil {
-			return p, fmt.Errorf("layout switch: %w", err)
-		}
-		// The leases move with the epochs: they are read joined on the epoch, and a renewal of an
-		// old process (conditional on its epoch) now fails, so it learns its fence is gone.
-		if _, err := tx.ExecContext(ctx, `UPDATE relay_leases SET owner_epoch = owner_epoch + 1 WHERE job = ? OR job LIKE ?`,
-			job, likePrefix(job+"/")); err != nil {
-			return p, fmt.Errorf("layout switch: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE relay_partition_owners SET owner_epoch = owner_epoch + 1, member = '', written_at = UTC_TIMESTAMP(6) WHERE job = ?`, job); err != nil {
-			return p, fmt.Errorf("layout switch: %w", err)
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE relay_jobs SET layout = ? WHERE job = ?`, to, job)
+		err = fenceAll(ctx, tx, job, to)
 	} else {
 		_, err = tx.ExecContext(ctx, `INSERT INTO relay_jobs (job, owner_epoch, owner, acquired_at, layout) VALUES (?, 0, '', UTC_TIMESTAMP(6), ?)`, job, to)
 	}
@@ -128,6 +78,72 @@ func SwitchLayout(ctx context.Context, db *sql.DB, job string, to int, apply boo
 	}
 	p.Applied = true
 	return p, nil
+}
+
+// upAt lists the processes up under either layout (from, to): by their lock, the job's lock, or
+// a live lease another Galera node recorded.
+func (l *Ledger) upAt(ctx context.Context, tx *sql.Tx, c *clocks, from, to int) (up []string, err error) {
+	job := l.job
+	// Any process of either layout: the old one's must stop before the switch, and the new
+	// one's cannot be up yet (its claim would have been refused).
+	for _, layout := range []int{from, to} {
+		procs, err := l.up(ctx, tx, layout)
+		if err != nil {
+			return nil, fmt.Errorf("layout switch: %w", err)
+		}
+		for _, u := range procs {
+			up = append(up, u.key)
+		}
+	}
+	if held, err := lockHolder(ctx, tx, job); err != nil {
+		return nil, fmt.Errorf("layout switch: %w", err)
+	} else if held.Valid {
+		up = append(up, job)
+	}
+	// A live lease is a process too: on a Galera cluster its lock is on another node, where
+	// this one cannot see it (and a process killed a moment ago holds its lease out). Those
+	// another node recorded were watched before this transaction (clocks.go); one that came
+	// up since counts as running.
+	keys, err := l.liveLeases(ctx, tx, c.node)
+	if err != nil {
+		return nil, fmt.Errorf("layout switch: %w", err)
+	}
+	live, err := l.running(ctx, tx, c, keys)
+	if err != nil {
+		return nil, fmt.Errorf("layout switch: %w", err)
+	}
+	for _, k := range live {
+		if !slices.Contains(up, k) {
+			up = append(up, k)
+		}
+	}
+	return up, nil
+}
+
+// fenceAll fences every process of the job, of either layout, and records layout to.
+func fenceAll(ctx context.Context, tx *sql.Tx, job string, to int) error {
+	// Fence every process of the job, of either layout, as a takeover would: their epochs and
+	// owner rows (the job's, each process's, each partition's) move, so a decision of one still
+	// in flight fails on a row it must write, which a Galera cluster certifies too.
+	if _, err := tx.ExecContext(ctx, `UPDATE relay_jobs SET owner_epoch = owner_epoch + 1 WHERE job = ? OR job LIKE ?`,
+		job, likePrefix(job+"/")); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE relay_owners SET owner_epoch = owner_epoch + 1, written_at = UTC_TIMESTAMP(6) WHERE job = ?`,
+		job); err != nil {
+		return err
+	}
+	// The leases move with the epochs: they are read joined on the epoch, and a renewal of an
+	// old process (conditional on its epoch) now fails, so it learns its fence is gone.
+	if _, err := tx.ExecContext(ctx, `UPDATE relay_leases SET owner_epoch = owner_epoch + 1 WHERE job = ? OR job LIKE ?`,
+		job, likePrefix(job+"/")); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE relay_partition_owners SET owner_epoch = owner_epoch + 1, member = '', written_at = UTC_TIMESTAMP(6) WHERE job = ?`, job); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE relay_jobs SET layout = ? WHERE job = ?`, to, job)
+	return err
 }
 
 // liveLeases lists the processes of the job whose lease was not released and may still run, for
