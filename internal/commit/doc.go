@@ -26,5 +26,6 @@
 // Deps, Settings), participant.go (one subtask's transaction), xa.go and held.go (its two
 // implementations), subtask.go (the sink writer's goroutine: batches, barrier, decision), write.go
 // (its rows), coordinator.go (barrier replies, the decision, the commits), recovery.go (at every
-// start), resolver.go (periodically).
+// start), resolver.go (periodically), operator.go (XA for operator commands: list, resolve by hand,
+// probe; no other package speaks XA).
 package commit

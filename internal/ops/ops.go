@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,7 +26,6 @@ import (
 	"github.com/relay-sh/relay/internal/consumer"
 	"github.com/relay-sh/relay/internal/database"
 	"github.com/relay-sh/relay/internal/ledger"
-	"github.com/relay-sh/relay/internal/xa"
 )
 
 // Env is what every command works on: the validated configuration and the opened databases.
@@ -178,20 +176,10 @@ func (t Txn) Age() string {
 	return ageString(*t.AgeSeconds)
 }
 
-// splitTag reads a relay-shaped tag <job>-<checkpoint>-<subtask> of any job. Job names have no '-'.
-func splitTag(tag string) (job string, checkpoint int64, subtask int, ok bool) {
-	job, _, found := strings.Cut(tag, "-")
-	if !found {
-		return "", 0, 0, false
-	}
-	checkpoint, subtask, ok = commit.ParseTag(job, tag)
-	return job, checkpoint, subtask, ok
-}
-
 // inventory lists every relay-shaped prepared branch on the sink server with its verdict; other
 // XA transactions (not relay's tag shape) are only counted.
 func (e *Env) inventory(ctx context.Context) (txns []Txn, foreign int, err error) {
-	all, err := xa.Recover(ctx, e.Sink)
+	all, err := commit.ListPrepared(ctx, e.Sink)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -201,12 +189,12 @@ func (e *Env) inventory(ctx context.Context) (txns []Txn, foreign int, err error
 	}
 	byJob := map[string][]int64{}
 	for _, r := range all {
-		job, c, s, ok := splitTag(r.GTRID)
-		if !ok || r.BQual != "" {
+		job, c, s := r.Job, r.Checkpoint, r.Subtask
+		if !r.Relay {
 			foreign++
 			continue
 		}
-		t := Txn{Tag: r.GTRID, Job: job, Kind: KindUnknown, Checkpoint: c, Subtask: s, Verdict: VerdictUnknown}
+		t := Txn{Tag: r.Tag, Job: job, Kind: KindUnknown, Checkpoint: c, Subtask: s, Verdict: VerdictUnknown}
 		switch {
 		case job == e.Config.Job.Name:
 			t.Kind, t.Verdict = KindJob, VerdictRollback

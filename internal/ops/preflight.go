@@ -25,7 +25,6 @@ import (
 	"github.com/relay-sh/relay/internal/partition"
 	"github.com/relay-sh/relay/internal/sink"
 	"github.com/relay-sh/relay/internal/spec"
-	"github.com/relay-sh/relay/internal/xa"
 )
 
 // Check statuses. A warn does not fail preflight.
@@ -137,7 +136,7 @@ func serverChecks(ctx context.Context, e *Env, cs *checks) bool {
 		if schemaOK {
 			cs.result("xa", probeXA(ctx, e.Sink, cfg.MySQL.DLQTable), "XA START, END, PREPARE and ROLLBACK of a probe branch on %s", cfg.MySQL.DLQTable)
 		}
-		all, err := xa.Recover(ctx, e.Sink)
+		all, err := commit.ListPrepared(ctx, e.Sink)
 		if err != nil {
 			cs.add("xa_recover", CheckFail, "%v: relay's MySQL user may not list prepared branches (MySQL 8 needs the XA_RECOVER_ADMIN privilege)", err)
 		} else {
@@ -377,23 +376,10 @@ func topicCheck(ctx context.Context, e *Env, cs *checks) {
 // pipeline spec's aggregate tables are; theirs are held to InnoDB by the schema check.
 func probeXA(ctx context.Context, db *sql.DB, table string) error {
 	tag := fmt.Sprintf("relaypreflight-%d-%d", time.Now().UnixNano(), os.Getpid())
-	b, err := xa.NewBranch(ctx, db)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	if err := b.Start(ctx, tag); err != nil {
-		return err
-	}
 	// The tag is the job: unique per probe, so the probe never waits on another one's lock.
-	if err := b.Exec(ctx, "INSERT INTO `"+table+"` (job, topic, kpartition, koffset, reason, payload, payload_bytes, checkpoint_id) VALUES ('"+tag+"', '', 0, 0, 'preflight', '', 0, 0)"); err != nil {
+	stmt := "INSERT INTO `" + table + "` (job, topic, kpartition, koffset, reason, payload, payload_bytes, checkpoint_id) VALUES ('" + tag + "', '', 0, 0, 'preflight', '', 0, 0)"
+	if err := commit.Probe(ctx, db, tag, stmt); err != nil {
 		return err
-	}
-	if err := b.Prepare(ctx); err != nil {
-		return err
-	}
-	if err := b.Rollback(ctx); err != nil {
-		return fmt.Errorf("%w (probe branch %s may be left prepared: relay txns resolve %s --rollback)", err, tag, tag)
 	}
 	// The rollback must have taken the row with it; a table that kept it would keep a failed
 	// epoch's totals too. A leftover is removed: preflight leaves nothing behind.

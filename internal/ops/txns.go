@@ -26,7 +26,6 @@ import (
 	"github.com/relay-sh/relay/internal/fault"
 	"github.com/relay-sh/relay/internal/ledger"
 	"github.com/relay-sh/relay/internal/metrics"
-	"github.com/relay-sh/relay/internal/xa"
 )
 
 var (
@@ -127,9 +126,9 @@ var attachedRetry = fault.Policy{Attempts: 6, Initial: 250 * time.Millisecond, M
 
 var errGone = errors.New("branch no longer listed by XA RECOVER")
 
-// Resolve commits (commit) or rolls back a prepared branch once confirm accepts the plan. It
+// Resolve commits (toCommit) or rolls back a prepared branch once confirm accepts the plan. It
 // refuses to contradict the ledger unless force is set, and a branch of an unknown job always.
-func Resolve(ctx context.Context, e *Env, tag string, commit, force bool, confirm Confirm) (*Resolution, error) {
+func Resolve(ctx context.Context, e *Env, tag string, toCommit, force bool, confirm Confirm) (*Resolution, error) {
 	t, err := e.find(ctx, tag)
 	if err != nil {
 		return nil, err
@@ -138,7 +137,7 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool, confir
 		return nil, fmt.Errorf("%w: refusing %s even with --force: %s%s", ErrUnknownJob, tag, t.why(), e.ledgersOf(ctx, t.Job))
 	}
 	action := VerdictRollback
-	if commit {
+	if toCommit {
 		action = VerdictCommit
 	}
 	if t.Kind != KindProbe {
@@ -160,7 +159,7 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool, confir
 					return nil, err
 				}
 			}
-		case errors.Is(err, ledger.ErrFenced) && commit && t.Verdict == VerdictCommit:
+		case errors.Is(err, ledger.ErrFenced) && toCommit && t.Verdict == VerdictCommit:
 			// The decision is durable; committing its branch is what the running relay would do.
 		case errors.Is(err, ledger.ErrFenced):
 			return nil, fmt.Errorf("resolve %s: %w (while the job runs, its resolver settles the job's branches from the ledger; stop it to %s by hand)", tag, err, action)
@@ -177,7 +176,7 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool, confir
 		return res, err
 	}
 	err = fault.Do(ctx, attachedRetry, func(ctx context.Context) error {
-		err := xa.Resolve(ctx, e.Sink, tag, commit)
+		err := commit.ResolveByHand(ctx, e.Sink, tag, toCommit)
 		if fault.IsMySQL(err, fault.XAErNota) {
 			if _, lerr := e.find(ctx, tag); errors.Is(lerr, ErrNoBranch) {
 				return errGone
@@ -192,7 +191,7 @@ func Resolve(ctx context.Context, e *Env, tag string, commit, force bool, confir
 	case fault.IsMySQL(err, fault.XAErNota):
 		return nil, fmt.Errorf("%w: %s: MySQL answers XAER_NOTA while XA RECOVER lists it, so the session that prepared it is alive (a running relay, or a client still connected); stop that process, or wait until the server notices it is gone, then retry",
 			ErrAttached, tag)
-	case errors.Is(err, xa.ErrRolledBack):
+	case errors.Is(err, commit.ErrRolledBack):
 		return e.rolledBack(ctx, res, tag)
 	case errors.Is(err, errGone):
 		return nil, fmt.Errorf("resolve %s: another process resolved it meanwhile: %w", tag, err)

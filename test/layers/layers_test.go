@@ -277,6 +277,13 @@ func TestProtocolLayer(t *testing.T) {
 			t.Errorf("%s depends on internal/commit, which is above it", below)
 		}
 	}
+	// commit is the only owner of XA: every other package lists, probes and resolves branches
+	// through it (commit/operator.go), so the protocol's rules about branches hold everywhere.
+	for name, p := range pkgs {
+		if _, ok := p.uses["internal/xa"]; ok && name != "internal/commit" {
+			t.Errorf("%s imports internal/xa: XA goes through internal/commit", name)
+		}
+	}
 	// Configuration is read above the protocol and handed down as settings: the protocol never
 	// reads it (nor the consumer, which is the loop's).
 	for _, never := range []string{"internal/config", "internal/consumer"} {
