@@ -46,6 +46,8 @@ func (h heldProtocol) resume(ctx context.Context, fence *ledger.Fence) (partitio
 
 func (heldProtocol) PartitionAffine() bool { return true }
 
+func (heldProtocol) leftBehind(context.Context, string) ([]Branch, error) { return nil, nil }
+
 func (h heldProtocol) newParticipant(ctx context.Context, db *sql.DB) (Participant, error) {
 	return newHeldTxn(ctx, db, h.d.Ledger)
 }

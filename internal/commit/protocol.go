@@ -59,6 +59,10 @@ type Protocol interface {
 	BarrierOffsets(decided, cut partition.Offsets, i, n int) partition.Offsets
 	// Complete finishes a checkpoint past its barrier through c.
 	Complete(ctx context.Context, c *Coordinator, cp *Pending) error
+	// leftBehind lists the prepared transactions of job's earlier sessions, which the resolver
+	// settles from the ledger's verdict: XA mode's branches (XA RECOVER). Held mode leaves none
+	// (the server rolls an open transaction back with its connection) and asks the server nothing.
+	leftBehind(ctx context.Context, job string) ([]Branch, error)
 }
 
 // New is the one place the mode is read.

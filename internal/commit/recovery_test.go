@@ -91,7 +91,8 @@ func TestResolverStopsOnLostBranch(t *testing.T) {
 	db, ctx, led, f := decidedJob(t)
 	lost := Tag(led.Job(), 2, 0)
 	emptyBranch(t, ctx, db, led, f, lost, 2, lost)
-	r := &Resolver{Deps: Deps{Sink: db, Ledger: led, Metrics: metrics.New("resolver_test"), Log: zap.NewNop()},
+	d := Deps{Sink: db, Ledger: led, Metrics: metrics.New("resolver_test"), Log: zap.NewNop()}
+	r := &Resolver{Deps: d, Protocol: New(ModeXA, d),
 		Settings:  Settings{Job: led.Job(), ResolveInterval: 100 * time.Millisecond, InDoubtAlertAge: time.Hour},
 		Recovered: func() bool { return true }, FirstID: func() int64 { return 1000 }, Fence: func() *ledger.Fence { return f }}
 	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -143,5 +144,34 @@ func TestLostCheckpointSurvivesRestart(t *testing.T) {
 	}
 	if _, _, err := p.Recover(ctx, f); err != nil {
 		t.Fatalf("start after the loss was acknowledged: %v", err)
+	}
+}
+
+// A held-mode job leaves nothing prepared: its resolver's pass asks the server no XA RECOVER (an
+// XA-mode pass does, on the same connection: the test can tell).
+func TestHeldResolverAsksNoXARecover(t *testing.T) {
+	_, ctx, led, f := decidedJob(t)
+	sink := testenv.Open(t, testenv.Database(t))
+	sink.SetMaxOpenConns(1) // one connection: its session counters are the resolver's
+	recovers := func() int64 {
+		var name string
+		var n int64
+		if err := sink.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Com_xa_recover'").Scan(&name, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, mode := range []Mode{ModeHeld, ModeXA} {
+		d := Deps{Sink: sink, Ledger: led, Metrics: metrics.New("resolver_held_test"), Log: zap.NewNop()}
+		r := &Resolver{Deps: d, Protocol: New(mode, d), Settings: Settings{Job: led.Job(), ResolveInterval: time.Hour, InDoubtAlertAge: time.Hour},
+			Recovered: func() bool { return true }, FirstID: func() int64 { return 1000 }, Fence: func() *ledger.Fence { return f }}
+		before := recovers()
+		if _, err := r.resolvePass(ctx, zap.NewNop(), true); err != nil {
+			t.Fatal(err)
+		}
+		asked := recovers() - before
+		if want := map[Mode]bool{ModeHeld: false, ModeXA: true}[mode]; (asked > 0) != want {
+			t.Errorf("mode %s: the resolver's pass asked XA RECOVER %d times", mode, asked)
+		}
 	}
 }

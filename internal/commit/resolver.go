@@ -1,4 +1,7 @@
-// Resolver: the periodic pass over XA RECOVER for branches this job left behind.
+// Resolver: the periodic pass over XA RECOVER for branches this job left behind (XA mode: held
+// mode leaves nothing prepared, and its pass asks the server no XA RECOVER, Protocol.leftBehind),
+// which also takes over stalled processes, marks dead processes' COMMITTING rows and forgets
+// stopped group members.
 //
 // Invariant: the resolver never touches a branch of the live session (checkpoint id at or above the
 // session's first id); older branches of the job are resolved from the ledger verdict, like recovery.
@@ -22,6 +25,8 @@ import (
 type Resolver struct {
 	Deps
 	Settings
+	// Protocol is the job's mode (New): what its sessions may leave behind.
+	Protocol Protocol
 	// Recovered reports whether the live session's recovery finished: until then the resolver leaves this
 	// process's own branches to it.
 	Recovered func() bool
@@ -92,7 +97,7 @@ func (p *Resolver) Loop(ctx context.Context) error {
 func (p *Resolver) resolvePass(ctx context.Context, log *zap.Logger, own bool) (next time.Duration, err error) {
 	next = p.ResolveInterval
 	p.countManual(ctx, log)
-	branches, err := JobBranches(ctx, p.Sink, p.Job)
+	branches, err := p.Protocol.leftBehind(ctx, p.Job)
 	if err != nil {
 		return next, err
 	}

@@ -45,6 +45,10 @@ func (xaProtocol) newParticipant(ctx context.Context, db *sql.DB) (Participant, 
 }
 
 // BarrierOffsets: none; the decision carries every partition's offsets.
+func (x xaProtocol) leftBehind(ctx context.Context, job string) ([]Branch, error) {
+	return JobBranches(ctx, x.d.Sink, job)
+}
+
 func (xaProtocol) BarrierOffsets(_, _ partition.Offsets, _, _ int) partition.Offsets { return nil }
 
 func (xaProtocol) Complete(ctx context.Context, c *Coordinator, cp *Pending) error {

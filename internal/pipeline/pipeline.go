@@ -181,7 +181,7 @@ func (d Deps) commit() commit.Deps {
 // ResolveLoop runs the commit protocol's resolver (commit.Resolver.Loop) for this pipeline's
 // sessions until ctx ends.
 func (p *Pipeline) ResolveLoop(ctx context.Context) error {
-	r := &commit.Resolver{Deps: p.commit(), Settings: p.Config.Commit(), Recovered: p.recovered.Load,
+	r := &commit.Resolver{Deps: p.commit(), Settings: p.Config.Commit(), Protocol: p.proto, Recovered: p.recovered.Load,
 		FirstID: p.sessionFirstID.Load, Fence: p.fence.Load, Pools: p.Fence.Pools, Watch: p.Fence.EffectiveLease() / 2}
 	return r.Loop(ctx)
 }
