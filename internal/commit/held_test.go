@@ -24,8 +24,8 @@ func TestHeldOldSessionRefused(t *testing.T) {
 	}
 	old := NewSubtask(env, 0, 0, f)
 	defer func() {
-		if old.branch != nil {
-			old.branch.Close()
+		if old.txn != nil {
+			old.txn.Close()
 		}
 	}()
 	if _, _, err := h.resume(ctx, f); err != nil { // the next session of the same process

@@ -35,7 +35,7 @@ type Batch struct {
 	DLQ     []sink.DLQRow
 	Details []sink.DetailRow
 	Offsets partition.Offsets // at the barrier: what the subtask commits with its rows (Protocol.BarrierOffsets)
-	Prepare chan<- Reply      // non-nil at the barrier
+	Barrier chan<- Reply      // non-nil at the barrier: where the subtask's vote goes
 }
 
 // Reply is a subtask's answer to the barrier.
@@ -71,12 +71,12 @@ type Subtask struct {
 	fence  *ledger.Fence // the session's: a barrier that decides (held mode's COMMIT) does so under it
 	// owner is the owner epoch the session took (held mode: Fence.NewSession): a held COMMIT is
 	// checked against it, never against the fence's current epoch, which a later session moves on.
-	owner  int64
-	data   chan Batch
-	ctrl   chan decision
-	branch Participant
-	buf    []byte
-	log    *zap.Logger
+	owner int64
+	data  chan Batch
+	ctrl  chan decision
+	txn   Participant
+	buf   []byte
+	log   *zap.Logger
 }
 
 // NewSubtask is subtask idx of this process, global across the job's instances, writing under fence.
@@ -98,11 +98,11 @@ func (s *Subtask) commit(deadline time.Time, done chan<- error) {
 // prepared one for recovery.
 func (s *Subtask) Run(ctx context.Context) error {
 	defer func() {
-		if s.branch != nil {
-			if st := s.branch.State(); st != Idle {
-				s.log.Info("releasing connection with open branch", zap.String("tag", s.branch.Tag()), zap.Stringer("state", st))
+		if s.txn != nil {
+			if st := s.txn.State(); st != Idle {
+				s.log.Info("releasing connection with open branch", zap.String("tag", s.txn.Tag()), zap.Stringer("state", st))
 			}
-			s.branch.Close()
+			s.txn.Close()
 		}
 	}()
 	for {
@@ -114,7 +114,7 @@ func (s *Subtask) Run(ctx context.Context) error {
 		}
 		start := time.Now()
 		err := s.write(ctx, b)
-		if b.Prepare == nil {
+		if b.Barrier == nil {
 			if err != nil {
 				return err
 			}
@@ -126,7 +126,7 @@ func (s *Subtask) Run(ctx context.Context) error {
 			waits, err = s.barrier(ctx, b, &r)
 		}
 		r.err = err
-		b.Prepare <- r
+		b.Barrier <- r
 		if err != nil {
 			return err
 		}
@@ -143,7 +143,7 @@ func (s *Subtask) Run(ctx context.Context) error {
 		if !d.deadline.IsZero() {
 			dctx, cancel = context.WithDeadline(ctx, d.deadline)
 		}
-		err = s.commitBranch(dctx, b.Epoch)
+		err = s.commitVote(dctx, b.Epoch)
 		cancel()
 		d.done <- err
 		if err != nil {
@@ -156,7 +156,7 @@ func (s *Subtask) Run(ctx context.Context) error {
 // filling r's tag (empty: nothing to commit) and vote time. It reports whether s now holds a
 // prepared branch that waits for the coordinator's commit.
 func (s *Subtask) barrier(ctx context.Context, b Batch, r *Reply) (bool, error) {
-	if len(b.Offsets) == 0 && (s.branch == nil || s.branch.State() != Active) {
+	if len(b.Offsets) == 0 && (s.txn == nil || s.txn.State() != Active) {
 		return false, nil // nothing written, no offsets of its own to commit
 	}
 	if len(b.Offsets) > 0 {
@@ -167,12 +167,12 @@ func (s *Subtask) barrier(ctx context.Context, b Batch, r *Reply) (bool, error) 
 	}
 	crashpoint.Hit(crashpoint.AfterFlush)
 	t := time.Now()
-	waits, err := s.branch.Vote(ctx, Ballot{Epoch: b.Epoch, Subtask: s.global, Offsets: b.Offsets, Owner: s.owner, Fence: s.fence})
+	waits, err := s.txn.Vote(ctx, Ballot{Epoch: b.Epoch, Subtask: s.global, Offsets: b.Offsets, Owner: s.owner, Fence: s.fence})
 	r.prep = time.Since(t)
 	if err != nil {
 		return false, err
 	}
-	r.tag = s.branch.Tag()
+	r.tag = s.txn.Tag()
 	if waits {
 		s.env.Metrics.PendingTransactions.Inc()
 		s.env.Metrics.Transactions.WithLabelValues("prepare", metrics.OriginNormal).Inc()
@@ -184,10 +184,11 @@ func (s *Subtask) barrier(ctx context.Context, b Batch, r *Reply) (bool, error) 
 	return waits, nil
 }
 
-// commitBranch commits the prepared branch of epoch, as the decision says.
-func (s *Subtask) commitBranch(ctx context.Context, epoch int64) error {
-	tag := s.branch.Tag()
-	if err := s.branch.Commit(ctx); err != nil {
+// commitVote applies the decision to the transaction that voted for epoch (XA: commits its
+// prepared branch).
+func (s *Subtask) commitVote(ctx context.Context, epoch int64) error {
+	tag := s.txn.Tag()
+	if err := s.txn.Commit(ctx); err != nil {
 		s.log.Warn("branch resolution failed; recovery will finish it", zap.String("tag", tag),
 			zap.Int64("checkpoint", epoch), zap.String("action", "commit"), zap.Error(err))
 		return err
@@ -200,21 +201,21 @@ func (s *Subtask) commitBranch(ctx context.Context, epoch int64) error {
 
 func (s *Subtask) begin(ctx context.Context, epoch int64) error {
 	tag := Tag(s.env.Job, epoch, s.global)
-	if s.branch != nil && s.branch.State() == Active {
-		if s.branch.Tag() == tag {
+	if s.txn != nil && s.txn.State() == Active {
+		if s.txn.Tag() == tag {
 			return nil
 		}
-		return fmt.Errorf("subtask %d: branch %s still active at epoch %d", s.global, s.branch.Tag(), epoch)
+		return fmt.Errorf("subtask %d: branch %s still active at epoch %d", s.global, s.txn.Tag(), epoch)
 	}
-	if s.branch == nil || s.branch.State() == Broken {
+	if s.txn == nil || s.txn.State() == Broken {
 		b, err := s.env.Proto.newParticipant(ctx, s.env.Sink)
 		if err != nil {
 			return fmt.Errorf("subtask %d: connect: %w", s.global, err)
 		}
-		s.branch = b
+		s.txn = b
 		s.log.Info("sink connection opened", zap.Int64("connection", b.ConnID()))
 	}
-	if err := s.branch.Begin(ctx, tag); err != nil {
+	if err := s.txn.Begin(ctx, tag); err != nil {
 		return err
 	}
 	s.log.Debug("begin", zap.String("tag", tag), zap.Int64("checkpoint", epoch))

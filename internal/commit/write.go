@@ -153,14 +153,14 @@ func rowName(p *spec.Plan, a int, r spec.Row) string {
 // of the lock wait timeout has the lock it waits for explained in the log, while the wait lasts
 // (afterwards the server no longer says who held it).
 func (s *Subtask) exec(ctx context.Context) error {
-	tag, conn := s.branch.Tag(), s.branch.ConnID()
+	tag, conn := s.txn.Tag(), s.txn.ConnID()
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	t := time.AfterFunc(s.env.LockWait/5, func() {
 		defer close(done)
 		s.reportLocks(wctx, tag, conn)
 	})
-	err := s.branch.Exec(ctx, string(s.buf))
+	err := s.txn.Exec(ctx, string(s.buf))
 	stop()
 	if !t.Stop() {
 		<-done

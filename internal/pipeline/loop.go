@@ -341,7 +341,7 @@ func (s *session) cut() error {
 	decided := *s.decided.Load()
 	for i := range s.subs {
 		e.handOver(e.tables[i])
-		b := commit.Batch{Epoch: e.id, Table: e.tables[i], DLQ: e.dlq[i], Details: e.details[i], Prepare: cp.Replies,
+		b := commit.Batch{Epoch: e.id, Table: e.tables[i], DLQ: e.dlq[i], Details: e.details[i], Barrier: cp.Replies,
 			Offsets: s.p.proto.BarrierOffsets(decided, offsets, i, len(s.subs))}
 		if err := s.send(i, b); err != nil {
 			return err
