@@ -27,7 +27,7 @@ type PreparedTxn struct {
 
 // ListPrepared lists every prepared XA transaction on db, of every job and program (XA RECOVER).
 func ListPrepared(ctx context.Context, db *sql.DB) ([]PreparedTxn, error) {
-	all, err := xa.Recover(ctx, db)
+	all, err := xa.ListPrepared(ctx, db)
 	if err != nil {
 		return nil, err
 	}

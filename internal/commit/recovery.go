@@ -35,7 +35,7 @@ type Branch struct {
 
 // JobBranches lists the prepared branches of job, ordered by checkpoint then subtask.
 func JobBranches(ctx context.Context, db *sql.DB, job string) ([]Branch, error) {
-	all, err := xa.Recover(ctx, db)
+	all, err := xa.ListPrepared(ctx, db)
 	if err != nil {
 		return nil, err
 	}
@@ -112,9 +112,11 @@ func recoverSession(ctx context.Context, d Deps, m mode, fence *ledger.Fence) (R
 	return rec, offs, nil
 }
 
-// Recover resolves every prepared branch of the job below maxID (all of them when maxID is 0),
-// marks decided checkpoints committed, and returns where to resume.
-func Recover(ctx context.Context, led *ledger.Ledger, epoch int64, sinkDB *sql.DB, log *zap.Logger, m *metrics.Metrics, origin string) (Recovered, error) {
+// SettleBranches is XA mode's recovery: it resolves every prepared branch the job's earlier
+// sessions left (commit where the ledger has its checkpoint's row, else roll back; one whose
+// preparing session is still attached is left to the resolver), marks the decided checkpoints
+// committed, and returns the next checkpoint id.
+func SettleBranches(ctx context.Context, led *ledger.Ledger, epoch int64, sinkDB *sql.DB, log *zap.Logger, m *metrics.Metrics, origin string) (Recovered, error) {
 	var r Recovered
 	last, err := led.LastDecided(ctx)
 	if err != nil {
@@ -310,7 +312,7 @@ func rolledBack(ctx context.Context, led *ledger.Ledger, b Branch, log *zap.Logg
 }
 
 func listed(ctx context.Context, db *sql.DB, tag string) (bool, error) {
-	all, err := xa.Recover(ctx, db)
+	all, err := xa.ListPrepared(ctx, db)
 	if err != nil {
 		return false, err
 	}

@@ -71,14 +71,14 @@ func TestRecoverBranchRolledBackByServer(t *testing.T) {
 	m := metrics.New("recovery_test")
 	// Checkpoint 1's decision lists subtask 0 only; subtask 1's branch is not one relay prepared.
 	emptyBranch(t, ctx, db, led, f, Tag(job, 1, 1), 1, Tag(job, 1, 0))
-	r, err := Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery)
+	r, err := SettleBranches(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery)
 	if err != nil || r.Committed != 1 {
 		t.Fatalf("recovering an unlisted empty branch of a decided checkpoint: %+v, %v; want it committed (nothing lost)", r, err)
 	}
 	// Checkpoint 2's decision lists its branch: relay prepared it after writing rows.
 	lost := Tag(job, 2, 0)
 	emptyBranch(t, ctx, db, led, f, lost, 2, lost)
-	r, err = Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery)
+	r, err = SettleBranches(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery)
 	if !errors.Is(err, ledger.ErrBranchLost) || !strings.Contains(err.Error(), lost) {
 		t.Fatalf("recovering a listed branch the server rolled back: %+v, %v; want ErrBranchLost naming %s", r, err, lost)
 	}
@@ -118,11 +118,11 @@ func TestLostCheckpointSurvivesRestart(t *testing.T) {
 	after := partition.Offsets{}
 	after.Set("orders", 0, 50)
 	emptyDecided(t, ctx, db, led, f, lost, ledger.Checkpoint{ID: 2, Tags: []string{lost}, Offsets: after, Records: 10})
-	if _, err := Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery); !errors.Is(err, ledger.ErrBranchLost) {
+	if _, err := SettleBranches(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery); !errors.Is(err, ledger.ErrBranchLost) {
 		t.Fatalf("first recovery: %v, want ErrBranchLost", err)
 	}
 	// The restart: nothing is pending any more.
-	if _, err := Recover(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery); err != nil {
+	if _, err := SettleBranches(ctx, led, f.Epoch(), db, zap.NewNop(), m, metrics.OriginRecovery); err != nil {
 		t.Fatalf("second recovery: %v", err)
 	}
 	cs, err := led.Lookup(ctx, []int64{2})

@@ -25,7 +25,7 @@ func (x xaProtocol) Recover(ctx context.Context, fence *ledger.Fence) (Recovered
 
 // settle resolves every prepared branch of the job from the ledger's verdict.
 func (x xaProtocol) settle(ctx context.Context, fence *ledger.Fence) (Recovered, error) {
-	return Recover(ctx, x.d.Ledger, fence.Epoch(), x.d.Sink, x.d.Log.Named("recovery"), x.d.Metrics, metrics.OriginRecovery)
+	return SettleBranches(ctx, x.d.Ledger, fence.Epoch(), x.d.Sink, x.d.Log.Named("recovery"), x.d.Metrics, metrics.OriginRecovery)
 }
 
 // resume: recovery has settled every branch below the ids this owner uses, and a decision of this

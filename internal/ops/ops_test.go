@@ -115,7 +115,7 @@ func prepareWriting(t *testing.T, ctx context.Context, e *Env, tag, stmt string)
 
 func listed(t *testing.T, ctx context.Context, e *Env, tag string) bool {
 	t.Helper()
-	all, err := xa.Recover(ctx, e.Sink)
+	all, err := xa.ListPrepared(ctx, e.Sink)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -186,23 +186,23 @@ func (b *Branch) fail() {
 	b.state = Broken
 }
 
-// Recovered is one prepared branch listed by XA RECOVER.
-type Recovered struct {
+// PreparedBranch is one prepared branch listed by XA RECOVER.
+type PreparedBranch struct {
 	FormatID int64
 	GTRID    string
 	BQual    string
 }
 
-// Recover lists every prepared branch the server holds (all jobs; callers filter by tag).
-func Recover(ctx context.Context, q interface {
+// ListPrepared lists every prepared branch the server holds (all jobs; callers filter by tag).
+func ListPrepared(ctx context.Context, q interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}) ([]Recovered, error) {
+}) ([]PreparedBranch, error) {
 	rows, err := q.QueryContext(ctx, "XA RECOVER")
 	if err != nil {
 		return nil, fmt.Errorf("xa recover: %w", err)
 	}
 	defer rows.Close()
-	var out []Recovered
+	var out []PreparedBranch
 	for rows.Next() {
 		var fid, glen, blen int64
 		var data []byte
@@ -212,7 +212,7 @@ func Recover(ctx context.Context, q interface {
 		if glen < 0 || blen < 0 || int(glen+blen) > len(data) {
 			continue
 		}
-		out = append(out, Recovered{FormatID: fid, GTRID: string(data[:glen]), BQual: string(data[glen : glen+blen])})
+		out = append(out, PreparedBranch{FormatID: fid, GTRID: string(data[:glen]), BQual: string(data[glen : glen+blen])})
 	}
 	return out, rows.Err()
 }

@@ -23,7 +23,7 @@ func setup(t *testing.T) (*sql.DB, context.Context) {
 
 func listedTag(t *testing.T, ctx context.Context, db *sql.DB, tag string) bool {
 	t.Helper()
-	rs, err := Recover(ctx, db)
+	rs, err := ListPrepared(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -306,7 +306,7 @@ func (e *env) serverState() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var b strings.Builder
-	all, err := xa.Recover(ctx, e.db)
+	all, err := xa.ListPrepared(ctx, e.db)
 	fmt.Fprintf(&b, "XA RECOVER (err %v):\n", err)
 	for _, r := range all {
 		fmt.Fprintf(&b, "  %q %q\n", r.GTRID, r.BQual)

@@ -303,7 +303,7 @@ func jdbcURL(cfg *mysql.Config, f sink.Flavor, addr, db string) string {
 func rollbackFlink(db *sql.DB, jobID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rs, err := xa.Recover(ctx, db)
+	rs, err := xa.ListPrepared(ctx, db)
 	if err != nil {
 		return
 	}

@@ -131,7 +131,7 @@ func prepareInDoubt(ctx context.Context, db *sql.DB, job, topic string, n int) (
 	}
 	// Wait until the server lists every branch as recoverable (their sessions are gone).
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		rs, err := xa.Recover(ctx, db)
+		rs, err := xa.ListPrepared(ctx, db)
 		if err != nil {
 			return 0, err
 		}

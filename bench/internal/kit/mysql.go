@@ -36,7 +36,7 @@ func (e *Env) CreateJob() (job, dsn string, db *sql.DB, err error) {
 		once.Do(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if rs, err := xa.Recover(ctx, db); err == nil {
+			if rs, err := xa.ListPrepared(ctx, db); err == nil {
 				for _, r := range rs {
 					if strings.HasPrefix(r.GTRID, job+"-") {
 						_, _ = db.ExecContext(ctx, "XA ROLLBACK "+xa.XID(r.GTRID))
