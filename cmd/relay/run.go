@@ -370,7 +370,7 @@ func prepareServer(ctx context.Context, cfg *config.Config, plan *spec.Plan, sin
 	// could not tell the YAML key). Both read the ledger as it is: on a first start it does not
 	// exist yet and records nothing, and it is still created after the sink tables.
 	schema := plan.Schema(cfg.MySQL.DLQTable, cfg.MySQL.DetailTable)
-	if _, err := schema.CheckOwner(ctx, sinkDB, led); err != nil && !fault.IsMySQL(err, fault.ErNoSuchTable) {
+	if _, err := led.CheckSchema(ctx, sinkDB, schema); err != nil && !fault.IsMySQL(err, fault.ErNoSuchTable) {
 		return nil, galera, err
 	}
 	drift, err := ops.CompareSpec(ctx, plan, sinkDB, led)
@@ -386,7 +386,7 @@ func prepareServer(ctx context.Context, cfg *config.Config, plan *spec.Plan, sin
 	if err := ledger.EnsureSchema(ctx, led.DB()); err != nil {
 		return nil, galera, err
 	}
-	if err := schema.Claim(ctx, sinkDB, led); err != nil {
+	if err := led.ClaimSchema(ctx, sinkDB, schema); err != nil {
 		return nil, galera, err
 	}
 	return drift, galera, nil

@@ -20,6 +20,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/relay-sh/relay/internal/sink"
 )
 
 // ErrTableOwned means a sink table belongs to another job.
@@ -61,6 +63,25 @@ func (c TableClaim) refusal(job string) error {
 		"give job %s its own table (mysql.table, mysql.detail_table) or database; only if job %s is retired for good, release the table: "+
 		"DELETE FROM relay_tables WHERE schema_name = '%s' AND table_name = '%s'",
 		ErrTableOwned, c.Schema, c.Table, c.Job, c.ClaimedAt.Format("2006-01-02 15:04:05"), job, job, c.Job, c.Schema, c.Table)
+}
+
+// ClaimSchema makes the job the owner of s's exclusive tables in the sink database sinkDB,
+// refusing (ErrTableOwned, naming the owner) a table another job of this ledger writes.
+func (l *Ledger) ClaimSchema(ctx context.Context, sinkDB *sql.DB, s sink.Schema) error {
+	dbName, err := sink.Database(ctx, sinkDB)
+	if err != nil {
+		return err
+	}
+	return l.ClaimTables(ctx, dbName, s.Exclusive()...)
+}
+
+// CheckSchema is ClaimSchema without writing; it returns the tables relay run will claim.
+func (l *Ledger) CheckSchema(ctx context.Context, sinkDB *sql.DB, s sink.Schema) (unclaimed []string, err error) {
+	dbName, err := sink.Database(ctx, sinkDB)
+	if err != nil {
+		return nil, err
+	}
+	return l.CheckTables(ctx, dbName, s.Exclusive()...)
 }
 
 // ClaimTables makes the job the owner of each table of the sink database schema that has no

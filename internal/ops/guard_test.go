@@ -99,7 +99,7 @@ func TestPreflightTableOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := plan.Schema("relay_dlq", "").Claim(ctx, e.Sink, first); err != nil {
+	if err := first.ClaimSchema(ctx, e.Sink, plan.Schema("relay_dlq", "")); err != nil {
 		t.Fatal(err)
 	}
 	c := checkNamed(t, Preflight(ctx, e), "table_owner")

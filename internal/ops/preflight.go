@@ -267,7 +267,7 @@ func ownerCheck(ctx context.Context, e *Env, cs *checks) {
 		cs.add("table_owner", CheckFail, "%v", err)
 		return
 	}
-	unclaimed, err := plan.Schema(m.DLQTable, m.DetailTable).CheckOwner(ctx, e.Sink, e.Ledger)
+	unclaimed, err := e.Ledger.CheckSchema(ctx, e.Sink, plan.Schema(m.DLQTable, m.DetailTable))
 	if err != nil {
 		cs.add("table_owner", CheckFail, "%v", err)
 		return

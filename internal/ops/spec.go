@@ -224,7 +224,7 @@ func AcceptSpec(ctx context.Context, e *Env, confirm Confirm) (*SpecReport, erro
 	}
 	defer fence.Release()
 	m := e.Config.MySQL
-	if _, err := plan.Schema(m.DLQTable, m.DetailTable).CheckOwner(ctx, e.Sink, led); err != nil {
+	if _, err := led.CheckSchema(ctx, e.Sink, plan.Schema(m.DLQTable, m.DetailTable)); err != nil {
 		return nil, err
 	}
 	r, err := CompareSpec(ctx, plan, e.Sink, led)

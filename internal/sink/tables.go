@@ -16,8 +16,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-
-	"github.com/relay-sh/relay/internal/ledger"
 )
 
 // ErrTableDiffers means a sink table exists but is not what relay writes.
@@ -248,9 +246,9 @@ func uniqueKeys(ctx context.Context, db *sql.DB, name string) (map[string][]stri
 	return out, rows.Err()
 }
 
-// exclusive lists the tables whose rows name no job, so one job at most may write each; the
-// dead-letter rows carry their job, so jobs may share that table.
-func (s Schema) exclusive() []string {
+// Exclusive lists the tables whose rows name no job, so one job at most may write each (the
+// ledger's ClaimSchema); the dead-letter rows carry their job, so jobs may share that table.
+func (s Schema) Exclusive() []string {
 	var out []string
 	for _, t := range s.Aggregates {
 		out = append(out, t.Name)
@@ -259,23 +257,4 @@ func (s Schema) exclusive() []string {
 		out = append(out, s.Detail)
 	}
 	return out
-}
-
-// Claim makes the ledger's job the owner of its exclusive tables in the sink database, refusing
-// (ledger.ErrTableOwned, naming the owner) a table another job of this ledger writes.
-func (s Schema) Claim(ctx context.Context, db *sql.DB, led *ledger.Ledger) error {
-	dbName, err := Database(ctx, db)
-	if err != nil {
-		return err
-	}
-	return led.ClaimTables(ctx, dbName, s.exclusive()...)
-}
-
-// CheckOwner is Claim without writing; it returns the tables relay run will claim.
-func (s Schema) CheckOwner(ctx context.Context, db *sql.DB, led *ledger.Ledger) (unclaimed []string, err error) {
-	dbName, err := Database(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	return led.CheckTables(ctx, dbName, s.exclusive()...)
 }

@@ -55,7 +55,6 @@ var oneHelper = map[string]string{
 	"internal/ops -> internal/loadgen":       "verify --against reads loadgen's totals file, whose format loadgen owns",
 	"internal/sink -> internal/money":        "decimal measures are rendered by money, the one decimal type",
 	"internal/format -> internal/money":      "an Avro decimal's unscaled value becomes money's units, whose scale money owns",
-	"internal/sink -> internal/ledger":       "the ledger records which job owns an aggregate table; the sink claims its tables there",
 	"internal/pipeline -> internal/config":   "the job's configuration, one struct read field by field",
 	"internal/ops -> internal/config":        "the job's configuration, one struct read field by field",
 	"internal/pipeline -> internal/database": "a Galera node's primary-component check, with the server-state queries it belongs to",
