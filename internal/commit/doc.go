@@ -14,7 +14,7 @@
 //   - Checkpoint ids only grow, above every id in the ledger and XA RECOVER: a tag is never reused.
 //
 // Three numbers are called epochs, and are not interchangeable:
-//   - a checkpoint id (Batch.Epoch, ledger.Checkpoint.ID, the <c> of an XA tag): which cut of the
+//   - a checkpoint id (Work.Epoch, ledger.Checkpoint.ID, the <c> of an XA tag): which cut of the
 //     input a row belongs to; it only grows, within a job.
 //   - an owner epoch (ledger.Fence.Epoch): the generation of the process (or member) that holds the
 //     job's fence, one more at each take; a decision names it and counts only while it is current.

@@ -34,7 +34,7 @@ func TestHeldOldSessionRefused(t *testing.T) {
 	offs := partition.Offsets{}
 	offs.Set("t", 0, 10)
 	var r Reply
-	_, err := old.barrier(ctx, Batch{Epoch: 5, Offsets: offs}, &r)
+	_, err := old.barrier(ctx, Work{Epoch: 5, Offsets: offs}, &r)
 	if !errors.Is(err, ledger.ErrFenced) {
 		t.Fatalf("the old session's held COMMIT after a new session: %v (tag %q); want ErrFenced", err, r.tag)
 	}

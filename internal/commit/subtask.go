@@ -28,8 +28,9 @@ import (
 	"github.com/relay-sh/relay/internal/spec"
 )
 
-// Batch is work for one subtask in one epoch: rows to write and, at the barrier, the order to prepare.
-type Batch struct {
+// Work is what the loop hands one subtask in one epoch: rows to write and, at the barrier, the
+// offsets to commit with them and where the vote goes.
+type Work struct {
 	Epoch   int64
 	Table   *spec.Tables
 	DLQ     []sink.DLQRow
@@ -72,7 +73,7 @@ type Subtask struct {
 	// owner is the owner epoch the session took (held mode: Fence.NewSession): a held COMMIT is
 	// checked against it, never against the fence's current epoch, which a later session moves on.
 	owner int64
-	data  chan Batch
+	data  chan Work
 	ctrl  chan decision
 	txn   Participant
 	buf   []byte
@@ -81,12 +82,12 @@ type Subtask struct {
 
 // NewSubtask is subtask idx of this process, global across the job's instances, writing under fence.
 func NewSubtask(env *Env, idx, global int, fence *ledger.Fence) *Subtask {
-	return &Subtask{env: env, idx: idx, global: global, fence: fence, owner: fence.Epoch(), data: make(chan Batch, 4), ctrl: make(chan decision, 1),
+	return &Subtask{env: env, idx: idx, global: global, fence: fence, owner: fence.Epoch(), data: make(chan Work, 4), ctrl: make(chan decision, 1),
 		log: env.Log.Named("subtask").With(zap.Int("subtask", global))}
 }
 
 // Data is where the subtask takes its batches, in order.
-func (s *Subtask) Data() chan<- Batch { return s.data }
+func (s *Subtask) Data() chan<- Work { return s.data }
 
 // commit is the coordinator's order, once the checkpoint is decided, to commit the prepared branch.
 func (s *Subtask) commit(deadline time.Time, done chan<- error) {
@@ -106,7 +107,7 @@ func (s *Subtask) Run(ctx context.Context) error {
 		}
 	}()
 	for {
-		var b Batch
+		var b Work
 		select {
 		case <-ctx.Done():
 			return nil
@@ -155,7 +156,7 @@ func (s *Subtask) Run(ctx context.Context) error {
 // barrier ends s's part of epoch b.Epoch once its rows are written, by the participant's vote,
 // filling r's tag (empty: nothing to commit) and vote time. It reports whether s now holds a
 // prepared branch that waits for the coordinator's commit.
-func (s *Subtask) barrier(ctx context.Context, b Batch, r *Reply) (bool, error) {
+func (s *Subtask) barrier(ctx context.Context, b Work, r *Reply) (bool, error) {
 	if len(b.Offsets) == 0 && (s.txn == nil || s.txn.State() != Active) {
 		return false, nil // nothing written, no offsets of its own to commit
 	}

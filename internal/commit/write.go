@@ -24,7 +24,7 @@ import (
 )
 
 // write flushes one batch into the epoch's transaction, opening it on first use.
-func (s *Subtask) write(ctx context.Context, b Batch) error {
+func (s *Subtask) write(ctx context.Context, b Work) error {
 	hasRows := b.Table != nil && b.Table.Keys() > 0
 	if !hasRows && len(b.DLQ) == 0 && len(b.Details) == 0 {
 		return nil

@@ -104,7 +104,7 @@ func BenchmarkSessionFold(b *testing.B) {
 			defer cancel(nil)
 			s.ctx, s.fail = ctx, cancel
 			for i := 0; i < cfg.Subtasks; i++ {
-				st := make(chan commit.Batch, 64)
+				st := make(chan commit.Work, 64)
 				s.subs = append(s.subs, st)
 				go func() { // a sink that accepts and drops batches
 					for {

@@ -248,7 +248,7 @@ func (s *session) fold(msg *consumer.Record, d *decoded) error {
 			if len(e.details[owner]) >= 4*p.Config.MySQL.BatchRows {
 				d := e.details[owner]
 				e.details[owner] = nil
-				if err := s.send(owner, commit.Batch{Epoch: e.id, Details: d}); err != nil {
+				if err := s.send(owner, commit.Work{Epoch: e.id, Details: d}); err != nil {
 					return err
 				}
 			}
@@ -262,7 +262,7 @@ func (s *session) fold(msg *consumer.Record, d *decoded) error {
 			if t.Keys() >= p.Config.Checkpoint.BufferKeys {
 				e.tables[i] = p.Plan.NewTables()
 				e.handOver(t)
-				if err := s.send(i, commit.Batch{Epoch: e.id, Table: t}); err != nil {
+				if err := s.send(i, commit.Work{Epoch: e.id, Table: t}); err != nil {
 					return err
 				}
 			}
@@ -315,7 +315,7 @@ func (s *session) endStreak() {
 }
 
 // send hands a batch to a subtask, waiting while it is busy (back-pressure on the consume loop).
-func (s *session) send(i int, b commit.Batch) error {
+func (s *session) send(i int, b commit.Work) error {
 	select {
 	case s.subs[i] <- b:
 		return nil
@@ -341,7 +341,7 @@ func (s *session) cut() error {
 	decided := *s.decided.Load()
 	for i := range s.subs {
 		e.handOver(e.tables[i])
-		b := commit.Batch{Epoch: e.id, Table: e.tables[i], DLQ: e.dlq[i], Details: e.details[i], Barrier: cp.Replies,
+		b := commit.Work{Epoch: e.id, Table: e.tables[i], DLQ: e.dlq[i], Details: e.details[i], Barrier: cp.Replies,
 			Offsets: s.p.proto.BarrierOffsets(decided, offsets, i, len(s.subs))}
 		if err := s.send(i, b); err != nil {
 			return err

@@ -69,7 +69,7 @@ type session struct {
 	ctx          context.Context // ends when the session fails
 	fail         context.CancelCauseFunc
 	cons         *consumer.Consumer
-	subs         []chan<- commit.Batch // each subtask's input, in order (commit.Subtask.Data)
+	subs         []chan<- commit.Work // each subtask's input, in order (commit.Subtask.Data)
 	wg           sync.WaitGroup
 	positions    partition.Offsets                 // next offset per partition, as of the records folded so far
 	streak       streak                            // the partition of the batch's current streak of records
