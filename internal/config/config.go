@@ -262,7 +262,8 @@ func (c *Config) decoders(p *spec.Plan, n int) ([]format.Decoder, error) {
 }
 
 // DecodeGoroutines is how many goroutines decode: input.decoders, or by default half the CPUs Go
-// runs on (GOMAXPROCS, which follows a container's CPU limit), at least 2 where there are 2: the
+// runs on (GOMAXPROCS, which follows a container's CPU limit), at least 2 where there are 2 and
+// at most maxDecoders: the
 // other half reads (librdkafka's threads and the poll), folds and writes, and per record decoding
 // costs about what reading and folding together do; on 2 cores, 2 helpers overlapping the read were
 // 7 % sooner than the poll decoding alone (docs/BENCHMARKS.md, "Cores").
@@ -271,8 +272,12 @@ func (c *Config) DecodeGoroutines() int {
 		return c.Input.Decoders
 	}
 	n := runtime.GOMAXPROCS(0)
-	return max(min(2, n), n/2)
+	return min(maxDecoders, max(min(2, n), n/2))
 }
+
+// maxDecoders bounds input.decoders: one goroutine reads (~140 ns a record) for all the decoders
+// (~225 ns each), so past a few more wait for batches and only hold memory.
+const maxDecoders = 16
 
 // Default returns the configuration every unset key falls back to.
 func Default() Config {

@@ -353,9 +353,6 @@ func (c *Config) validateInput(p *problems) {
 	if in.DLQPayloadBytes < 0 || in.DLQPayloadBytes > 65535 {
 		p.bad("input.dlq_payload_bytes", "%d is outside 0..65535", in.DLQPayloadBytes)
 	}
-	// One goroutine reads (~140 ns a record) for all the decoders (~225 ns each): past a few, more
-	// wait for batches and only hold memory.
-	const maxDecoders = 16
 	if in.Decoders < 0 || in.Decoders > maxDecoders {
 		p.bad("input.decoders", "%d is outside 0..%d", in.Decoders, maxDecoders)
 	}

@@ -40,7 +40,7 @@ func (s *session) startDecoders() (stop func()) {
 		go func() {
 			defer s.wg.Done()
 			for b := range s.queue.work {
-				b.left = chunk{b: b, to: len(b.recs.Records)}
+				b.left = chunk{b: b, to: len(b.recs.Records), helper: true}
 				s.decodeChunk(dec, &b.left)
 				b.decoded <- struct{}{}
 			}
@@ -89,6 +89,7 @@ type chunk struct {
 	from, to int
 	at       int
 	err      error
+	helper   bool // decoded by a helper, maybe a while before the poll settles it
 }
 
 // decodeChunk decodes c's records with dec, up to the first it could not judge.

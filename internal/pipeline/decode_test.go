@@ -2,22 +2,32 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/relay-sh/relay/internal/format"
 	"github.com/relay-sh/relay/internal/spec"
 )
 
-// counted decodes with JSON and counts the records it judged.
+// counted decodes with JSON and counts the records it judged. With gate set, its first Decode
+// waits until gate's count is done: helpers gated together each hold a batch at once.
 type counted struct {
-	json *format.JSON
-	n    int
+	json  *format.JSON
+	n     int
+	gate  *sync.WaitGroup
+	gated bool
 }
 
 func (c *counted) Decode(ctx context.Context, payload []byte, rec *spec.Record) (spec.Reason, string, error) {
+	if c.gate != nil && !c.gated {
+		c.gated = true
+		c.gate.Done()
+		c.gate.Wait()
+	}
 	c.n++
 	return c.json.Decode(ctx, payload, rec)
 }
@@ -60,8 +70,13 @@ func judged(d *decoded) string {
 // slots as the poll reuses them; and the work is spread over the helpers.
 func TestDecodeQueueKeepsOrder(t *testing.T) {
 	var decs []*counted
+	var gate sync.WaitGroup
+	gate.Add(2) // the two helpers': neither decodes before both hold a batch
 	s, _ := decodeSession(t, 3, func(p *spec.Plan) format.Decoder {
 		c := &counted{json: format.NewJSON(p)}
+		if len(decs) > 0 {
+			c.gate = &gate
+		}
 		decs = append(decs, c)
 		return c
 	})
@@ -157,7 +172,10 @@ func (f *sharedFlaky) Decode(ctx context.Context, payload []byte, rec *spec.Reco
 // not judge is taken up by the poll (settle), which waits that record out; every record is judged as if
 // the registry had never been down, and every failed ask is counted once.
 func TestDecodeHelpersLeaveRegistryWaitToPoll(t *testing.T) {
-	reg := &shared{down: 3}
+	// Four batches, each stopped by its helper at its first record (4 failed asks); the poll asks
+	// the first again at once (the 5th), then waits it out (a back-off, the 6th ask, a back-off, the
+	// 7th answered); the other three it asks again at once, answered.
+	reg := &shared{down: 6}
 	s, slept := decodeSession(t, 4, func(p *spec.Plan) format.Decoder { return &sharedFlaky{json: format.NewJSON(p), reg: reg} })
 	one := format.NewJSON(s.p.Plan)
 	var vals [][]string
@@ -165,8 +183,11 @@ func TestDecodeHelpersLeaveRegistryWaitToPoll(t *testing.T) {
 		vals = append(vals, mixed(100+i))
 		s.queue.put(batchOf(vals[i]...))
 	}
-	for n := range vals {
-		b := s.queue.take(true)
+	var taken []*polled // all four back from the helpers before any is settled
+	for range vals {
+		taken = append(taken, s.queue.take(true))
+	}
+	for n, b := range taken {
 		if err := s.settle(b); err != nil {
 			t.Fatal(err)
 		}
@@ -178,11 +199,77 @@ func TestDecodeHelpersLeaveRegistryWaitToPoll(t *testing.T) {
 			}
 		}
 	}
-	if n := value(t, s.p.Metrics.RegistryUnavailable); n != 3 {
-		t.Errorf("relay_schema_registry_unavailable_total %v, want 3 (one per failed ask)", n)
+	if n := value(t, s.p.Metrics.RegistryUnavailable); n != 6 {
+		t.Errorf("relay_schema_registry_unavailable_total %v, want 6 (one per failed ask)", n)
 	}
-	if len(*slept) == 0 {
-		t.Error("no back-off: the records the registry could not judge were not waited out")
+	if len(*slept) != 2 {
+		t.Errorf("%d back-offs; want 2: the first batch's record asked again at once (5th ask) and then waited out (6th, 7th), the others' asked again at once", len(*slept))
+	}
+}
+
+// testPoller is the poll's side of s, handing batches to a buffered out.
+func testPoller(s *session) (*poller, chan *polled) {
+	out := make(chan *polled, 16)
+	return &poller{s: s, out: out, free: make(chan *polled, s.batches()), q: s.queue, most: s.batches()}, out
+}
+
+// A park request finds batches in the decode queue: every one is handed over, in order, before
+// the poll says it parked, and it stays parked until resumed.
+func TestParkHandsOverQueuedBatches(t *testing.T) {
+	s, _ := decodeSession(t, 3, func(p *spec.Plan) format.Decoder { return format.NewJSON(p) })
+	p, out := testPoller(s)
+	s.queue.put(batchOf(mixed(200)...))
+	s.queue.put(batchOf(mixed(100)...))
+	resume := make(chan struct{})
+	s.pause <- resume
+	done := make(chan bool, 1)
+	go func() { done <- p.parked() }()
+	select {
+	case <-s.parked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poll did not park")
+	}
+	if len(out) != 2 || len(s.queue.pending) != 0 {
+		t.Fatalf("parked with %d batches handed over and %d in the queue; want 2 and 0", len(out), len(s.queue.pending))
+	}
+	if a, b := <-out, <-out; len(a.recs.Records) != 200 || len(b.recs.Records) != 100 {
+		t.Errorf("batches handed over with %d, %d records; want 200, 100 in that order", len(a.recs.Records), len(b.recs.Records))
+	}
+	select {
+	case <-done:
+		t.Fatal("the poll went on before it was resumed")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(resume)
+	if !<-done {
+		t.Error("the poll ended instead of going on after the move")
+	}
+}
+
+// A park request while a queued batch waits for the registry ends that wait: the batch is handed
+// over with errRegistryWait, nothing of it to fold, and the poll ends (as with one decoder).
+func TestParkEndsRegistryWaitOfQueuedBatch(t *testing.T) {
+	reg := &shared{down: 1 << 30}
+	s, _ := decodeSession(t, 3, func(p *spec.Plan) format.Decoder { return &sharedFlaky{json: format.NewJSON(p), reg: reg} })
+	s.p.registryPolicy.Sleep = func(ctx context.Context, d time.Duration) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	p, out := testPoller(s)
+	s.queue.put(batchOf(mixed(100)...))
+	s.pause <- make(chan struct{})
+	done := make(chan bool, 1)
+	go func() { done <- p.parked() }()
+	select {
+	case ok := <-done:
+		if ok || len(out) != 1 {
+			t.Fatalf("parked() = %v with %d batches handed over; want false and the waiting batch", ok, len(out))
+		}
+		if b := <-out; !errors.Is(b.err, errRegistryWait) || len(b.recs.Records) != 0 {
+			t.Errorf("the batch came with %v and %d records to fold; want errRegistryWait and none", b.err, len(b.recs.Records))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a park request did not end the registry wait of a batch in the decode queue")
 	}
 }
 

@@ -173,8 +173,19 @@ func (p *poller) parked() bool {
 	s := p.s
 	select {
 	case resume := <-s.pause:
-		if !p.handAll() {
-			return false
+		if p.q != nil && len(p.q.pending) > 0 {
+			// A batch still to hand over may wait for the registry, and that wait must see the
+			// request to end (awaitRegistry, which puts it back when it ends otherwise): it goes
+			// back into the channel (emptied just now; the loop has one request out at a time).
+			s.pause <- resume
+			if !p.handAll() {
+				return false
+			}
+			select {
+			case resume = <-s.pause:
+			case <-s.ctx.Done():
+				return false
+			}
 		}
 		select {
 		case s.parked <- struct{}{}:

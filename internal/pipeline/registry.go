@@ -39,13 +39,22 @@ func (s *session) settle(b *polled) error {
 	c := &b.left
 	for c.err != nil {
 		d := &b.dec[c.at]
-		var err error
-		if d.reason, d.field, err = s.awaitRegistry(b.recs.Records[c.at].Value, &d.rec, c.err); err != nil {
-			// Nothing of the batch is folded: the session ends and rewinds to its last decision.
-			b.recs.Records = b.recs.Records[:0]
-			return err
+		v := b.recs.Records[c.at].Value
+		err := c.err
+		if c.helper && errors.Is(err, format.ErrUnavailable) {
+			// A helper's ask may be old news (the registry may have answered while earlier batches
+			// were settled): counted, and asked again at once rather than after a back-off.
+			s.p.Metrics.RegistryUnavailable.Inc()
+			d.reason, d.field, err = s.p.Decoders[0].Decode(s.ctx, v, &d.rec)
 		}
-		c.from = c.at + 1
+		if err != nil {
+			if d.reason, d.field, err = s.awaitRegistry(v, &d.rec, err); err != nil {
+				// Nothing of the batch is folded: the session ends and rewinds to its last decision.
+				b.recs.Records = b.recs.Records[:0]
+				return err
+			}
+		}
+		c.from, c.helper = c.at+1, false
 		s.decodeChunk(s.p.Decoders[0], c)
 	}
 	return nil
