@@ -63,7 +63,7 @@ type Want struct {
 type Taken struct {
 	Claims    partition.Claims  // the owner epoch of each partition taken
 	Offsets   partition.Offsets // each taken partition's committed offset (absent: never decided)
-	Lost      []Want            // held partitions another member took meanwhile: not taken
+	Stolen    []Want            // held partitions another member took meanwhile: not taken
 	Handovers []Handover        // fresh takes of partitions a process decided before
 }
 
@@ -138,7 +138,7 @@ func (l *Ledger) take(ctx context.Context, epoch int64, want []Want) (Taken, err
 		// its sessions never overlap): at another epoch than held, it is this member's own take
 		// whose reply was lost, not another's.
 		if w.Held != 0 && member != l.key {
-			out.Lost = append(out.Lost, w)
+			out.Stolen = append(out.Stolen, w)
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE relay_partition_owners SET owner_epoch = ?, member = ?, taken_at = UTC_TIMESTAMP(6)

@@ -48,7 +48,7 @@ func TestPartitionTakenXA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (partition.Claims{"t": {0: 1, 1: 1}}); !ta.Claims.Equal(want) || len(ta.Offsets) != 0 || len(ta.Lost) != 0 {
+	if want := (partition.Claims{"t": {0: 1, 1: 1}}); !ta.Claims.Equal(want) || len(ta.Offsets) != 0 || len(ta.Stolen) != 0 {
 		t.Fatalf("fresh take: %+v; want epochs %v, no offsets, nothing lost", ta, want)
 	}
 	if err := a.Decide(ctx, fa.Epoch(), ta.Claims, Checkpoint{ID: 1, Offsets: partition.Offsets{"t": {0: 10, 1: 20}}}); err != nil {
@@ -150,7 +150,7 @@ func TestPartitionTakenHeld(t *testing.T) {
 }
 
 // Taking a held partition again (a later session of the same member) is conditional on nobody
-// having taken it since: after another member took it, it is Lost and its epoch stays; at the
+// having taken it since: after another member took it, it is Stolen and its epoch stays; at the
 // current epoch, by the member that holds it, it is taken again at the next epoch.
 func TestPartitionHeldRetake(t *testing.T) {
 	a, b, fa, fb, ctx := twoMembers(t)
@@ -164,8 +164,8 @@ func TestPartitionHeldRetake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(again.Lost) != 1 || again.Lost[0] != (Want{Topic: "t", Partition: 0, Held: 1}) {
-		t.Fatalf("A's held take after B took t/0: lost %v; want t/0 at held epoch 1", again.Lost)
+	if len(again.Stolen) != 1 || again.Stolen[0] != (Want{Topic: "t", Partition: 0, Held: 1}) {
+		t.Fatalf("A's held take after B took t/0: stolen %v; want t/0 at held epoch 1", again.Stolen)
 	}
 	if _, ok := again.Claims.Get("t", 0); ok {
 		t.Fatalf("A's held take after B took t/0 took it: %v", again.Claims)
@@ -177,14 +177,14 @@ func TestPartitionHeldRetake(t *testing.T) {
 		t.Fatalf("t/0 after A's refused take: %+v; want B's at epoch 2", got)
 	}
 	// The current epoch, but another member's: still lost.
-	if r, err := a.TakePartitions(ctx, fa.Epoch(), []Want{{Topic: "t", Partition: 0, Held: 2}}); err != nil || len(r.Lost) != 1 {
+	if r, err := a.TakePartitions(ctx, fa.Epoch(), []Want{{Topic: "t", Partition: 0, Held: 2}}); err != nil || len(r.Stolen) != 1 {
 		t.Fatalf("A's take of t/0 held at B's epoch 2: %+v, %v; want it lost", r, err)
 	}
 	rb, err := b.TakePartitions(ctx, fb.Epoch(), []Want{{Topic: "t", Partition: 0, Held: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e, _ := rb.Claims.Get("t", 0); e != 3 || len(rb.Lost) != 0 {
+	if e, _ := rb.Claims.Get("t", 0); e != 3 || len(rb.Stolen) != 0 {
 		t.Fatalf("B's held take of t/0 at its epoch 2: %+v; want epoch 3", rb)
 	}
 }

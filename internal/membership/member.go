@@ -516,7 +516,7 @@ func (mb *Member) Took(g Grant, t ledger.Taken) {
 			}
 		}
 	}
-	for _, w := range t.Lost {
+	for _, w := range t.Stolen {
 		k := tp{w.Topic, w.Partition}
 		if mb.granted[k] > g {
 			continue

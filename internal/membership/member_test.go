@@ -24,7 +24,7 @@ func testMember(held map[tp]partition.Epoch, regrant time.Duration) *Member {
 func TestStolenPartitionRegranted(t *testing.T) {
 	mb := testMember(map[tp]partition.Epoch{{"t", 0}: 3, {"t", 1}: 3, {"t", 2}: 3}, 50*time.Millisecond)
 	_, g := mb.Wants()
-	mb.Took(g, ledger.Taken{Lost: []ledger.Want{{Topic: "t", Partition: 1, Held: 3}, {Topic: "t", Partition: 2, Held: 3}}})
+	mb.Took(g, ledger.Taken{Stolen: []ledger.Want{{Topic: "t", Partition: 1, Held: 3}, {Topic: "t", Partition: 2, Held: 3}}})
 	wants, _ := mb.Wants()
 	for _, w := range wants {
 		if w.Partition != 0 {
@@ -57,7 +57,7 @@ func TestStolenPartitionRegranted(t *testing.T) {
 func TestRegrantFromLatestSteal(t *testing.T) {
 	const regrant = 300 * time.Millisecond
 	mb := testMember(map[tp]partition.Epoch{{"t", 0}: 3}, regrant)
-	lost := ledger.Taken{Lost: []ledger.Want{{Topic: "t", Partition: 0, Held: 3}}}
+	lost := ledger.Taken{Stolen: []ledger.Want{{Topic: "t", Partition: 0, Held: 3}}}
 	_, g := mb.Wants()
 	mb.Took(g, lost)
 	time.Sleep(regrant / 2)
@@ -67,8 +67,8 @@ func TestRegrantFromLatestSteal(t *testing.T) {
 	_, g = mb.Wants()
 	mb.Took(g, ledger.Taken{Claims: partition.Claims{"t": {0: 5}}}) // taken
 	_, g = mb.Wants()
-	mb.Took(g, ledger.Taken{Lost: []ledger.Want{{Topic: "t", Partition: 0, Held: 5}}}) // and taken by another member again
-	time.Sleep(regrant/2 + regrant/6)                                                  // past the first steal's regrant, before the second's
+	mb.Took(g, ledger.Taken{Stolen: []ledger.Want{{Topic: "t", Partition: 0, Held: 5}}}) // and taken by another member again
+	time.Sleep(regrant/2 + regrant/6)                                                    // past the first steal's regrant, before the second's
 	select {
 	case <-mb.changes:
 		t.Fatal("taken back on the first steal's regrant, half a regrant after the second steal")
@@ -119,7 +119,7 @@ func TestGrantDuringTake(t *testing.T) {
 	mb.drop(tp{"t", 2})
 	mb.grant(tp{"t", 2})
 	mb.mu.Unlock()
-	mb.Took(g, ledger.Taken{Lost: []ledger.Want{{Topic: "t", Partition: 2, Held: 7}, {Topic: "t", Partition: 3, Held: 7}}})
+	mb.Took(g, ledger.Taken{Stolen: []ledger.Want{{Topic: "t", Partition: 2, Held: 7}, {Topic: "t", Partition: 3, Held: 7}}})
 	wants, _ := mb.Wants()
 	got := map[int32]partition.Epoch{}
 	for _, w := range wants {

@@ -81,7 +81,7 @@ func (p *Pipeline) take(ctx context.Context, fence *ledger.Fence, want []ledger.
 		}
 	}
 	fence.SetClaims(claims)
-	p.Log.Info("partitions taken", zap.Any("owner_epochs", taken.Claims), zap.Int("taken_by_others", len(taken.Lost)),
+	p.Log.Info("partitions taken", zap.Any("owner_epochs", taken.Claims), zap.Int("taken_by_others", len(taken.Stolen)),
 		zap.Any("handed_over", taken.Handovers))
 	return taken, nil
 }
